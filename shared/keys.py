@@ -1,0 +1,131 @@
+"""Every Redis key of the product is spelled here, and only here.
+
+All keys of one tenant carry the tenant id as a Redis Cluster hash tag (`{tenant}`), so every
+Lua script touches one slot and the same code runs on one Redis or on a cluster. The few
+fleet-wide keys (the tenant registry, the wake-up channel, the dead-letter list) are never used
+together with a tenant's keys inside one script.
+
+Layout (prefix `wa`, tenant 106540352242922, person 16505551234):
+
+    wa:tenants                          SET     tenants that ever received traffic (registry)
+    wa:wake                             PUBSUB  channel: a tenant id, published after new work
+    wa:deadletter                       LIST    signed bodies that could not be parsed, whole
+    wa:{106540352242922}:inbox          LIST    events from the receiver (LPUSH; worker RPOPs)
+    wa:{106540352242922}:seen:<id>      STRING  dedupe marker of one provider item (TTL)
+    wa:{106540352242922}:due            ZSET    person -> when its conversation is due (ms)
+    wa:{106540352242922}:running        ZSET    person -> when the running turn's lease ends (ms)
+    wa:{106540352242922}:burst          HASH    person -> "first_ms,last_ms" of waiting messages
+    wa:{106540352242922}:review         HASH    batch id -> review item (JSON)
+    wa:{106540352242922}:outbox         LIST    replies recorded by the outbox sender (capped)
+    wa:{106540352242922}:stats          HASH    counters (messages, turns, statuses, ...)
+    wa:{106540352242922}:unroutable     LIST    inbox entries the worker could not route, whole
+    wa:{…}:c:16505551234:pending        LIST    messages waiting for the next batch, in order
+    wa:{…}:c:16505551234:batch          HASH    the batch being worked on or waiting for a retry
+    wa:{…}:c:16505551234:lock           STRING  token of the worker holding the turn (PX lease)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class KeyError_(ValueError):
+    """An id that cannot be used inside a key (it would break the hash tag)."""
+
+
+def _check(part: str, what: str) -> str:
+    if not part or "{" in part or "}" in part:
+        raise KeyError_(f"{what} {part!r} cannot be used in a Redis key")
+    return part
+
+
+@dataclass(frozen=True)
+class Keys:
+    prefix: str = "wa"
+
+    # --- fleet-wide ---------------------------------------------------------------------
+    @property
+    def tenants(self) -> str:
+        return f"{self.prefix}:tenants"
+
+    @property
+    def wake_channel(self) -> str:
+        return f"{self.prefix}:wake"
+
+    @property
+    def deadletter(self) -> str:
+        return f"{self.prefix}:deadletter"
+
+    # --- per tenant ---------------------------------------------------------------------
+    def tenant(self, tenant: str) -> TenantKeys:
+        return TenantKeys(f"{self.prefix}:{{{_check(tenant, 'tenant')}}}")
+
+
+@dataclass(frozen=True)
+class TenantKeys:
+    base: str
+
+    @property
+    def inbox(self) -> str:
+        return f"{self.base}:inbox"
+
+    def seen(self, dedupe_id: str) -> str:
+        return f"{self.base}:seen:{dedupe_id}"
+
+    @property
+    def due(self) -> str:
+        return f"{self.base}:due"
+
+    @property
+    def running(self) -> str:
+        return f"{self.base}:running"
+
+    @property
+    def burst(self) -> str:
+        return f"{self.base}:burst"
+
+    @property
+    def review(self) -> str:
+        return f"{self.base}:review"
+
+    @property
+    def outbox(self) -> str:
+        return f"{self.base}:outbox"
+
+    @property
+    def stats(self) -> str:
+        return f"{self.base}:stats"
+
+    @property
+    def unroutable(self) -> str:
+        return f"{self.base}:unroutable"
+
+    @property
+    def conversation_prefix(self) -> str:
+        """Scripts append `<person>:pending|batch|lock` to this to reach a conversation's keys."""
+        return f"{self.base}:c:"
+
+    def pending(self, person: str) -> str:
+        return f"{self.conversation_prefix}{_check(person, 'person')}:{PENDING}"
+
+    def batch(self, person: str) -> str:
+        return f"{self.conversation_prefix}{_check(person, 'person')}:{BATCH}"
+
+    def lock(self, person: str) -> str:
+        return f"{self.conversation_prefix}{_check(person, 'person')}:{LOCK}"
+
+
+# Suffixes of a conversation's keys. Scripts that visit many conversations (claim, intake)
+# cannot receive every key through KEYS; they get the tenant's conversation prefix and these
+# suffixes through `lua_prelude()`, so this module stays the only place a key is spelled.
+PENDING, BATCH, LOCK = "pending", "batch", "lock"
+
+
+def lua_prelude() -> str:
+    """Lua helpers prepended to every script by the loader (see shared/scripts.py)."""
+    return (
+        "local function conv_key(prefix, person, kind)\n"
+        "  return prefix .. person .. ':' .. kind\n"
+        "end\n"
+        f"local PENDING, BATCH, LOCK = '{PENDING}', '{BATCH}', '{LOCK}'\n"
+    )

@@ -1,0 +1,125 @@
+-- claim: intake the tenant's inbox, recover expired leases, claim due conversations.
+--
+-- KEYS[1] inbox (LIST)   KEYS[2] due (ZSET)   KEYS[3] running (ZSET)
+-- KEYS[4] burst (HASH)   KEYS[5] stats (HASH)   KEYS[6] unroutable (LIST)
+-- ARGV[1] conversation key prefix of the tenant ("wa:{t}:c:"); conversation keys are built
+--         from it with conv_key() (same hash tag, so the same slot as KEYS)
+-- ARGV[2] how many batches to claim at most (0: intake and report only)
+-- ARGV[3] lease in ms
+-- ARGV[4] token prefix, unique per call; each claimed batch's lock gets ARGV[4] .. ':' .. i
+-- ARGV[5] debounce window in ms   ARGV[6] max wait in ms
+-- ARGV[7] how many inbox events to take in at most in this call
+--
+-- Returns {now_ms, next_ms, more, b1, b2, ...} where next_ms is the earliest due time or lease
+-- end still pending (-1 if none), more is 1 when the inbox was not drained (nothing was claimed:
+-- a message still in the inbox may belong to a due batch, so call again), and each b is
+-- {person, token, field1, value1, ...} (the batch hash).
+local prefix, max_claim, lease = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local window, max_wait, max_intake = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+local function next_wake()
+  local d = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+  local r = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
+  local best = -1
+  if d[2] then best = tonumber(d[2]) end
+  if r[2] and (best < 0 or tonumber(r[2]) < best) then best = tonumber(r[2]) end
+  return best
+end
+
+-- 1. Intake: inbox events (oldest first) into per-person pending lists.
+local taken, messages, statuses = 0, 0, 0
+while taken < max_intake do
+  local ev = redis.call('RPOP', KEYS[1])
+  if not ev then break end
+  taken = taken + 1
+  -- The receiver writes "v", "kind" and "person" first; match that cheaply, decode otherwise.
+  local kind, person = string.match(ev, '^{"v":%d+,"kind":"(%a+)","person":"([^"]+)"')
+  if not kind then
+    local ok, obj = pcall(cjson.decode, ev)
+    if ok and type(obj) == 'table' then kind, person = obj.kind, obj.person end
+  end
+  if kind == 'message' and type(person) == 'string' and person ~= '' then
+    messages = messages + 1
+    redis.call('RPUSH', conv_key(prefix, person, PENDING), ev)
+    local first = now
+    local b = redis.call('HGET', KEYS[4], person)
+    if b then first = tonumber(string.match(b, '^(%d+)')) end
+    redis.call('HSET', KEYS[4], person, first .. ',' .. now)
+    -- While a batch exists (running or waiting for a retry) the conversation is scheduled
+    -- by finish.lua; new messages wait for the next batch.
+    if redis.call('EXISTS', conv_key(prefix, person, BATCH)) == 0 then
+      redis.call('ZADD', KEYS[2], math.min(now + window, first + max_wait), person)
+    end
+  elseif kind == 'status' then
+    -- Delivery receipts are counted per status for now (sent, delivered, read, failed).
+    statuses = statuses + 1
+    local st = string.match(ev, '"status":"(%a+)"') or 'unknown'
+    redis.call('HINCRBY', KEYS[5], 'status:' .. st, 1)
+  else
+    -- Not ours to interpret: keep it whole for an operator instead of dropping it.
+    redis.call('LPUSH', KEYS[6], ev)
+  end
+end
+if messages > 0 then redis.call('HINCRBY', KEYS[5], 'messages', messages) end
+if statuses > 0 then redis.call('HINCRBY', KEYS[5], 'statuses', statuses) end
+if taken >= max_intake and redis.call('LLEN', KEYS[1]) > 0 then
+  return {now, next_wake(), 1}
+end
+
+-- 2. Leases that ended without a finish: the holder died. Make the batch due again now;
+--    step 3 resumes it (same messages, same attempt count).
+local expired = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, 1000)
+for _, person in ipairs(expired) do
+  if redis.call('EXISTS', conv_key(prefix, person, LOCK)) == 0 then
+    redis.call('ZREM', KEYS[3], person)
+    redis.call('ZADD', KEYS[2], now, person)
+    redis.call('HINCRBY', KEYS[5], 'leases_expired', 1)
+  end
+end
+
+-- 3. Claim due conversations whose lock is free.
+local out = {now, -1, 0}
+if max_claim > 0 then
+  local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, max_claim)
+  for i, person in ipairs(due) do
+    local lock = conv_key(prefix, person, LOCK)
+    local pttl = redis.call('PTTL', lock)
+    if pttl ~= -2 then
+      -- Still held (should not happen: a running conversation is not in due). Look again
+      -- when that lease ends rather than spinning on it.
+      if pttl < 0 then pttl = lease end
+      redis.call('ZADD', KEYS[2], now + pttl, person)
+    else
+      redis.call('ZREM', KEYS[2], person)
+      local bkey = conv_key(prefix, person, BATCH)
+      local ok = true
+      if redis.call('EXISTS', bkey) == 0 then
+        local pkey = conv_key(prefix, person, PENDING)
+        local msgs = redis.call('LRANGE', pkey, 0, -1)
+        redis.call('HDEL', KEYS[4], person)
+        if #msgs == 0 then
+          ok = false
+        else
+          redis.call('DEL', pkey)
+          local seq = redis.call('HINCRBY', KEYS[5], 'batches', 1)
+          redis.call('HSET', bkey, 'id', now .. '-' .. seq, 'person', person, 'attempt', 0,
+            'created_ms', now, 'size', #msgs, 'messages', '[' .. table.concat(msgs, ',') .. ']')
+        end
+      end
+      if ok then
+        local token = ARGV[4] .. ':' .. i
+        redis.call('SET', lock, token, 'PX', lease)
+        redis.call('ZADD', KEYS[3], now + lease, person)
+        redis.call('HSET', bkey, 'token', token, 'claimed_ms', now)
+        local b = redis.call('HGETALL', bkey)
+        table.insert(b, 1, token)
+        table.insert(b, 1, person)
+        table.insert(out, b)
+      end
+    end
+  end
+end
+out[2] = next_wake()
+return out

@@ -1,0 +1,47 @@
+-- finish: end a turn as its lock holder: done, retry later, or park for review.
+--
+-- KEYS[1] due (ZSET)   KEYS[2] running (ZSET)   KEYS[3] burst (HASH)
+-- KEYS[4] review (HASH)   KEYS[5] stats (HASH)
+-- ARGV[1] conversation key prefix of the tenant ("wa:{t}:c:")
+-- ARGV[2] person   ARGV[3] lock token
+-- ARGV[4] outcome: "done" | "retry" | "review"
+-- ARGV[5] retry: delay in ms; review: the reason (counted in stats)
+-- ARGV[6] retry: the error text; review: the review item (JSON)
+-- ARGV[7] debounce window in ms   ARGV[8] max wait in ms
+--
+-- Returns 1, or 0 when the token does not hold the lock (lease lost: change nothing).
+local prefix, person, token, outcome = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local lock = conv_key(prefix, person, LOCK)
+if redis.call('GET', lock) ~= token then return 0 end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local bkey = conv_key(prefix, person, BATCH)
+
+redis.call('DEL', lock)
+redis.call('ZREM', KEYS[2], person)
+if outcome == 'retry' then
+  redis.call('HINCRBY', bkey, 'attempt', 1)
+  redis.call('HSET', bkey, 'last_error', ARGV[6], 'token', '')
+  redis.call('ZADD', KEYS[1], now + tonumber(ARGV[5]), person)
+  redis.call('HINCRBY', KEYS[5], 'retries', 1)
+  return 1
+end
+if outcome == 'review' then
+  redis.call('HSET', KEYS[4], redis.call('HGET', bkey, 'id'), ARGV[6])
+  redis.call('HINCRBY', KEYS[5], 'review:' .. ARGV[5], 1)
+else
+  redis.call('HINCRBY', KEYS[5], 'turns', 1)
+end
+redis.call('DEL', bkey)
+-- Messages that arrived during the turn form the next batch, due as their burst says
+-- (possibly already due).
+if redis.call('EXISTS', conv_key(prefix, person, PENDING)) == 1 then
+  local b = redis.call('HGET', KEYS[3], person)
+  local first, last = now, now
+  if b then
+    local f, l = string.match(b, '^(%d+),(%d+)$')
+    first, last = tonumber(f), tonumber(l)
+  end
+  redis.call('ZADD', KEYS[1], math.min(last + tonumber(ARGV[7]), first + tonumber(ARGV[8])), person)
+end
+return 1
