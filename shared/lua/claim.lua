@@ -82,8 +82,9 @@ end
 -- 3. Claim due conversations whose lock is free.
 local out = {now, -1, 0}
 if max_claim > 0 then
-  local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, max_claim)
-  for i, person in ipairs(due) do
+  local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'WITHSCORES', 'LIMIT', 0, max_claim)
+  for j = 1, #due, 2 do
+    local person, due_ms, i = due[j], due[j + 1], (j + 1) / 2
     local lock = conv_key(prefix, person, LOCK)
     local pttl = redis.call('PTTL', lock)
     if pttl ~= -2 then
@@ -112,7 +113,7 @@ if max_claim > 0 then
         local token = ARGV[4] .. ':' .. i
         redis.call('SET', lock, token, 'PX', lease)
         redis.call('ZADD', KEYS[3], now + lease, person)
-        redis.call('HSET', bkey, 'token', token, 'claimed_ms', now)
+        redis.call('HSET', bkey, 'token', token, 'claimed_ms', now, 'due_ms', due_ms)
         local b = redis.call('HGETALL', bkey)
         table.insert(b, 1, token)
         table.insert(b, 1, person)

@@ -1,0 +1,46 @@
+"""`python -m worker`: run one worker process (Procfile `worker`)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sys
+
+from shared.settings import ConfigError, Settings
+from worker.runner import Worker
+
+
+async def _main(settings: Settings) -> None:
+    worker = Worker(settings)
+    worker.install_signal_handlers()
+    await worker.run()
+
+
+def main() -> int:
+    logging.basicConfig(
+        level=os.environ.get("LOG_LEVEL", "INFO").upper(),
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+        stream=sys.stdout,
+    )
+    try:
+        settings = Settings.from_env()
+    except ConfigError as exc:
+        print(f"configuration error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:  # pragma: no cover - optional speed-up
+        pass
+    try:
+        asyncio.run(_main(settings))
+    except ConfigError as exc:
+        print(f"configuration error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

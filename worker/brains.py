@@ -1,0 +1,42 @@
+"""Brains turn a batch into a reply. Chosen by `BRAIN`: `echo`, or `package.module:attr`.
+
+A brain is any object with `async def reply(self, batch: Batch) -> str | None` (None: no
+reply). It runs inside the turn, under the person's lease, so it may take its time and call
+tools; raise `worker.errors.NeedsReview` for what a human must see, `RetryLater` (or any other
+exception) for what a retry can fix. `attr` may be the brain itself, or a class/factory that
+takes the `Settings` and returns one.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from shared.settings import ConfigError, Settings
+from worker.batch import Batch
+from worker.plugins import load_object
+
+
+class Brain(Protocol):
+    async def reply(self, batch: Batch) -> str | None: ...
+
+
+class EchoBrain:
+    """Offline brain: answers with what it received, so batching is visible."""
+
+    async def reply(self, batch: Batch) -> str | None:
+        lines = " / ".join(batch.texts)
+        n = len(batch.messages)
+        return f"Got {n} message{'s' if n != 1 else ''}: {lines}"
+
+
+def load_brain(settings: Settings) -> Brain:
+    name = settings.brain
+    if name == "echo":
+        return EchoBrain()
+    if name == "anthropic":
+        raise ConfigError(
+            "BRAIN=anthropic (the default when ANTHROPIC_API_KEY is set) is not available in "
+            "this version yet; set BRAIN=echo or BRAIN=package.module:attr"
+        )
+    brain: Brain = load_object(name, "BRAIN", settings, "reply")
+    return brain

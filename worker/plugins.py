@@ -1,0 +1,24 @@
+"""Loads a user's own brain or sender from `package.module:attr`."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from shared.settings import ConfigError, Settings
+
+
+def load_object(spec: str, var: str, settings: Settings, method: str) -> Any:
+    """`attr` may be the object itself, or a class/factory called with the settings."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise ConfigError(f"{var} must be a built-in name or 'package.module:attr', got {spec!r}")
+    try:
+        obj: Any = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(f"{var}={spec!r} cannot be loaded: {exc}") from exc
+    if isinstance(obj, type) or not hasattr(obj, method):
+        obj = obj(settings)
+    if not callable(getattr(obj, method, None)):
+        raise ConfigError(f"{var}={spec!r} has no {method}() method")
+    return obj

@@ -1,0 +1,399 @@
+"""The worker process: `Worker(settings).run()` = startup, main loop, graceful shutdown.
+
+One process runs at most `WORKER_CONCURRENCY` turns at once. It learns about new work from
+the receiver's wake-up channel (pub/sub) and about due times from the claim script's answer,
+so a conversation's turn starts within milliseconds of its due time; the `POLL_INTERVAL_S`
+sweep over the tenant registry is only a safety net (a missed wake-up, a restarted Redis).
+
+Every running turn holds its person's lock; one renewal loop extends all of this process's
+leases every `LEASE_RENEW_S`. A turn whose lease cannot be proven any more (lost, or Redis
+unreachable until the lease is about to end) is cancelled before another worker may take the
+batch over, so two turns of one person never overlap. Signals only set flags, as in uvicorn:
+the first stops claiming and lets running turns finish within `SHUTDOWN_GRACE_S` (leases still
+renewed, never released early), the second exits at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import secrets
+import signal
+import socket
+from dataclasses import dataclass, field
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from shared.group_commit import GroupCommitter
+from shared.keys import Keys
+from shared.redis_client import make_redis
+from shared.scripts import Scripts
+from shared.settings import Settings
+from worker.batch import Batch
+from worker.brains import Brain, load_brain
+from worker.errors import NeedsReview
+from worker.senders import Sender, load_sender
+from worker.store import Claim, ConversationStore
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RunningTurn:
+    batch: Batch
+    lease_deadline: float  # loop time after which the lease may have ended in Redis
+    task: asyncio.Task[None] | None = field(default=None, repr=False)
+
+
+class Worker:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        brain: Brain | None = None,
+        sender: Sender | None = None,
+        worker_id: str | None = None,
+    ) -> None:
+        self.settings = settings
+        self.worker_id = worker_id or (
+            f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+        )
+        self.keys = Keys(settings.key_prefix)
+        self._brain = brain
+        self._sender = sender
+        self._seq = itertools.count(1)
+        self._turns: dict[tuple[str, str], RunningTurn] = {}
+        self._tenants: set[str] = set()
+        self._dirty: set[str] = set()
+        self._next_wake: dict[str, float] = {}
+        self._wake = asyncio.Event()
+        self._force_exit = asyncio.Event()
+        self._stopping = False
+        self._background: list[asyncio.Task[None]] = []
+        self.redis: Any = None
+        self._pubsub_redis: Redis | None = None
+
+    # --- lifecycle ------------------------------------------------------------------------
+    async def run(self) -> None:
+        await self.startup()
+        try:
+            await self.main_loop()
+        finally:
+            await self.shutdown()
+
+    def install_signal_handlers(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.handle_exit, sig)
+
+    def handle_exit(self, sig: int | None = None) -> None:
+        if self._stopping:
+            log.warning("second signal: exiting now, running turns resume after their lease")
+            self._force_exit.set()
+        else:
+            log.info("signal %s: no new turns; waiting for %d running", sig, len(self._turns))
+        self._stopping = True
+        self._wake.set()
+
+    async def startup(self) -> None:
+        s = self.settings
+        self.redis = make_redis(s)
+        self.scripts = Scripts()
+        await self.scripts.load(self.redis)
+        self.committer = GroupCommitter(self.redis, self.scripts)
+        self.store = ConversationStore(s, self.scripts, self.committer)
+        if self._brain is None:
+            self._brain = load_brain(s)
+        if self._sender is None:
+            self._sender = load_sender(s, self.keys, self.committer)
+        # Pub/sub holds its connection open waiting, so no read timeout on it. PUBLISH reaches
+        # every node of a cluster, so one node's connection is enough there too.
+        self._pubsub_redis = Redis.from_url(s.redis_url, socket_timeout=None)
+        self._background = [
+            asyncio.create_task(self._listen_for_wakeups(), name="wakeups"),
+            asyncio.create_task(self._renew_leases(), name="renew"),
+        ]
+        log.info(
+            "worker %s started: concurrency=%d brain=%s sender=%s",
+            self.worker_id,
+            s.worker_concurrency,
+            s.brain,
+            s.sender,
+        )
+
+    async def shutdown(self) -> None:
+        running = [t.task for t in self._turns.values() if t.task]
+        if running:
+            force = asyncio.create_task(self._force_exit.wait())
+            await self._wait_running(running, force)
+            force.cancel()
+            left = [t for t in running if not t.done()]
+            if left:
+                log.warning("%d turns still running at exit; their leases will expire", len(left))
+                for task in left:
+                    task.cancel()
+                await asyncio.gather(*left, return_exceptions=True)
+        for task in self._background:
+            task.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
+        if self._pubsub_redis is not None:
+            await self._pubsub_redis.aclose()
+        if self.redis is not None:
+            await self.redis.aclose()
+        log.info("worker %s stopped", self.worker_id)
+
+    async def _wait_running(
+        self, running: list[asyncio.Task[None]], force: asyncio.Task[bool]
+    ) -> None:
+        """Wait until every turn ended, the grace period passed, or a second signal came."""
+        deadline = asyncio.get_running_loop().time() + self.settings.shutdown_grace_s
+        pending: set[asyncio.Task[Any]] = set(running)
+        while pending and not force.done():
+            timeout = deadline - asyncio.get_running_loop().time()
+            if timeout <= 0:
+                return
+            _, pending_now = await asyncio.wait(
+                [*pending, force], timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+            )
+            pending = {t for t in pending_now if t is not force}
+
+    # --- main loop ------------------------------------------------------------------------
+    @property
+    def free_slots(self) -> int:
+        return 0 if self._stopping else self.settings.worker_concurrency - len(self._turns)
+
+    async def main_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        next_sweep = 0.0
+        while not self._stopping:
+            self._wake.clear()
+            now = loop.time()
+            try:
+                if now >= next_sweep:
+                    await self._refresh_tenants()
+                    next_sweep = now + self.settings.poll_interval_s
+                todo = self._dirty | {t for t, at in self._next_wake.items() if at <= now}
+                self._dirty = set()
+                if todo:
+                    await self._visit(todo)
+            except (RedisError, OSError) as exc:
+                log.warning("redis unavailable in main loop: %s", exc)
+                await self._sleep(min(1.0, self.settings.poll_interval_s))
+                continue
+            await self._sleep(self._sleep_time(next_sweep))
+
+    async def _sleep(self, seconds: float) -> None:
+        if seconds <= 0:
+            await asyncio.sleep(0)
+            return
+        try:
+            await asyncio.wait_for(self._wake.wait(), seconds)
+        except TimeoutError:
+            pass
+
+    def _sleep_time(self, next_sweep: float) -> float:
+        if self._dirty:
+            return 0.0
+        until = next_sweep
+        if self.free_slots > 0 and self._next_wake:
+            until = min(until, min(self._next_wake.values()))
+        return until - asyncio.get_running_loop().time()
+
+    async def _refresh_tenants(self) -> None:
+        members = await self.redis.smembers(self.keys.tenants)
+        self._tenants = {m.decode() if isinstance(m, bytes) else m for m in members}
+        self._dirty |= self._tenants
+
+    async def _visit(self, tenants: set[str]) -> None:
+        """Take in new events of these tenants and claim what is due, up to the free slots."""
+        if len(tenants) == 1:
+            (tenant,) = tenants
+            self._apply(tenant, await self._claim(tenant, self.free_slots))
+            return
+        # Many tenants: one pipelined intake-only pass tells which of them have work due now,
+        # then claim from those until the slots are full.
+        ordered = sorted(tenants)
+        claims = await asyncio.gather(*(self._claim(t, 0) for t in ordered))
+        ready = []
+        for tenant, claim in zip(ordered, claims, strict=True):
+            self._apply(tenant, claim)
+            if 0 <= claim.next_ms <= claim.now_ms:
+                ready.append((claim.next_ms, tenant))
+        for _, tenant in sorted(ready):
+            if self.free_slots <= 0:
+                break
+            self._apply(tenant, await self._claim(tenant, self.free_slots))
+
+    async def _claim(self, tenant: str, max_batches: int) -> Claim:
+        token = f"{self.worker_id}:{next(self._seq)}"
+        return await self.store.claim(tenant, max(0, max_batches), token)
+
+    def _apply(self, tenant: str, claim: Claim) -> None:
+        loop_now = asyncio.get_running_loop().time()
+        if claim.more:
+            self._dirty.add(tenant)
+        if claim.next_ms < 0:
+            self._next_wake.pop(tenant, None)
+        else:
+            wait_s = (claim.next_ms - claim.now_ms) / 1000
+            if wait_s <= 0 and not claim.batches and self.free_slots > 0:
+                wait_s = 0.05  # due but not claimable right now: look again shortly, no spin
+            self._next_wake[tenant] = loop_now + wait_s
+        for batch in claim.batches:
+            self._start_turn(batch, loop_now)
+
+    # --- turns ----------------------------------------------------------------------------
+    def _start_turn(self, batch: Batch, loop_now: float) -> None:
+        turn = RunningTurn(batch, lease_deadline=loop_now + self.settings.lease_s)
+        self._turns[(batch.tenant, batch.person)] = turn
+        turn.task = asyncio.create_task(self._run_turn(turn))
+
+    async def _run_turn(self, turn: RunningTurn) -> None:
+        batch = turn.batch
+        try:
+            await self._execute(batch)
+        except asyncio.CancelledError:
+            log.warning(
+                "turn cancelled tenant=%s batch=%s: it resumes elsewhere after its lease",
+                batch.tenant,
+                batch.id,
+            )
+        except Exception:
+            log.exception("turn could not be finished tenant=%s batch=%s", batch.tenant, batch.id)
+        finally:
+            self._turns.pop((batch.tenant, batch.person), None)
+            self._wake.set()
+
+    async def _execute(self, batch: Batch) -> None:
+        s = self.settings
+        age_ms = batch.claimed_ms - batch.oldest_ts * 1000
+        if not batch.requeued and batch.oldest_ts and age_ms > s.review_after_s * 1000:
+            await self._finish(
+                self.store.finish_review(
+                    batch, "too_old", f"oldest message {age_ms / 1000:.0f}s old", batch.claimed_ms
+                ),
+                batch,
+            )
+            return
+        assert self._brain is not None and self._sender is not None
+        try:
+            reply = await self._brain.reply(batch)
+            if reply:
+                await self._sender.send(batch, reply)
+        except NeedsReview as exc:
+            log.info(
+                "batch to review tenant=%s batch=%s reason=%s", batch.tenant, batch.id, exc.reason
+            )
+            await self._finish(
+                self.store.finish_review(batch, exc.reason, exc.detail, batch.claimed_ms), batch
+            )
+        except Exception as exc:
+            attempts = batch.attempt + 1
+            error = f"{type(exc).__name__}: {exc}"
+            if attempts >= s.max_attempts:
+                log.warning(
+                    "batch failed %d times, to review tenant=%s batch=%s: %s",
+                    attempts,
+                    batch.tenant,
+                    batch.id,
+                    error,
+                )
+                await self._finish(
+                    self.store.finish_review(batch, "max_attempts", error, batch.claimed_ms),
+                    batch,
+                )
+            else:
+                delay = s.retry_base_s * 2 ** (attempts - 1)
+                log.warning(
+                    "turn failed (attempt %d), retry in %.1fs tenant=%s batch=%s: %s",
+                    attempts,
+                    delay,
+                    batch.tenant,
+                    batch.id,
+                    error,
+                )
+                await self._finish(self.store.finish_retry(batch, delay, error), batch)
+        else:
+            await self._finish(self.store.finish_done(batch), batch)
+
+    async def _finish(self, call: Any, batch: Batch) -> None:
+        if not await call:
+            log.warning("lease lost before finish tenant=%s batch=%s", batch.tenant, batch.id)
+
+    # --- background loops -----------------------------------------------------------------
+    async def _listen_for_wakeups(self) -> None:
+        assert self._pubsub_redis is not None
+        channel = self.keys.wake_channel
+        while True:
+            try:
+                async with self._pubsub_redis.pubsub(ignore_subscribe_messages=True) as pubsub:
+                    await pubsub.subscribe(channel)
+                    self._dirty |= self._tenants  # anything published while unsubscribed
+                    self._wake.set()
+                    async for message in pubsub.listen():
+                        if message.get("type") != "message":
+                            continue
+                        data = message["data"]
+                        tenant = data.decode() if isinstance(data, bytes) else str(data)
+                        self._tenants.add(tenant)
+                        self._dirty.add(tenant)
+                        self._wake.set()
+            except (RedisError, OSError) as exc:
+                log.warning("wake-up channel lost (%s); polling until it is back", exc)
+                await asyncio.sleep(1.0)
+
+    async def _renew_leases(self) -> None:
+        s = self.settings
+        loop = asyncio.get_running_loop()
+        # Stop a turn a little before its lease can have ended in Redis.
+        margin = min(1.0, s.lease_s * 0.1)
+        while True:
+            await asyncio.sleep(self._next_renewal_in(margin))
+            turns = list(self._turns.values())
+            if not turns:
+                continue
+            started = loop.time()
+            by_tenant: dict[str, list[RunningTurn]] = {}
+            for turn in turns:
+                by_tenant.setdefault(turn.batch.tenant, []).append(turn)
+            try:
+                results = await asyncio.gather(
+                    *(
+                        self.store.renew(t, [(x.batch.person, x.batch.token) for x in group])
+                        for t, group in by_tenant.items()
+                    )
+                )
+            except (RedisError, OSError) as exc:
+                log.warning("lease renewal failed: %s", exc)
+            else:
+                for group, oks in zip(by_tenant.values(), results, strict=True):
+                    for turn, ok in zip(group, oks, strict=True):
+                        if ok:
+                            turn.lease_deadline = started + s.lease_s
+                        elif turn.task and not turn.task.done():
+                            log.error(
+                                "lease lost tenant=%s batch=%s: stopping the turn",
+                                turn.batch.tenant,
+                                turn.batch.id,
+                            )
+                            turn.task.cancel()
+            now = loop.time()
+            for turn in list(self._turns.values()):
+                if now >= turn.lease_deadline - margin and turn.task and not turn.task.done():
+                    log.error(
+                        "lease about to end unrenewed tenant=%s batch=%s: stopping it",
+                        turn.batch.tenant,
+                        turn.batch.id,
+                    )
+                    turn.task.cancel()
+
+    def _next_renewal_in(self, margin: float) -> float:
+        delay = self.settings.lease_renew_s
+        if self._turns:
+            soonest = min(t.lease_deadline for t in self._turns.values())
+            delay = min(delay, soonest - margin - asyncio.get_running_loop().time())
+        return max(0.05, delay)

@@ -1,0 +1,54 @@
+"""Senders deliver a reply. Chosen by `SENDER`: `outbox`, or `package.module:attr`.
+
+A sender is any object with `async def send(self, batch: Batch, text: str) -> None`. The
+`outbox` sender records replies on the tenant's outbox list in Redis (capped), for local runs
+and tests: `redis-cli LRANGE 'wa:{<tenant>}:outbox' 0 9`.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Protocol
+
+import orjson
+
+from shared.group_commit import GroupCommitter
+from shared.keys import Keys
+from shared.settings import Settings
+from worker.batch import Batch
+from worker.plugins import load_object
+
+OUTBOX_MAX = 10_000
+
+
+class Sender(Protocol):
+    async def send(self, batch: Batch, text: str) -> None: ...
+
+
+class OutboxSender:
+    def __init__(self, keys: Keys, committer: GroupCommitter) -> None:
+        self._keys = keys
+        self._committer = committer
+
+    async def send(self, batch: Batch, text: str) -> None:
+        outbox = self._keys.tenant(batch.tenant).outbox
+        entry = orjson.dumps(
+            {
+                "tenant": batch.tenant,
+                "person": batch.person,
+                "batch_id": batch.id,
+                "text": text,
+                "message_ids": [m.id for m in batch.messages],
+                "sent_ms": int(time.time() * 1000),
+            }
+        )
+        await self._committer.run(
+            [lambda p: p.lpush(outbox, entry), lambda p: p.ltrim(outbox, 0, OUTBOX_MAX - 1)]
+        )
+
+
+def load_sender(settings: Settings, keys: Keys, committer: GroupCommitter) -> Sender:
+    if settings.sender == "outbox":
+        return OutboxSender(keys, committer)
+    sender: Sender = load_object(settings.sender, "SENDER", settings, "send")
+    return sender

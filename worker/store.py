@@ -1,0 +1,110 @@
+"""The worker's Redis operations on conversations: claim, renew, finish, review.
+
+Thin wrappers over the Lua scripts in shared/lua (claim, renew, finish, requeue); every call
+goes through the group committer, so the concurrent turns of one process share round trips.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from shared.group_commit import GroupCommitter
+from shared.keys import Keys
+from shared.scripts import Scripts
+from shared.settings import Settings
+from worker.batch import Batch
+
+MAX_INTAKE_PER_CALL = 1000
+
+
+@dataclass(frozen=True)
+class Claim:
+    now_ms: int  # Redis clock when the claim ran
+    next_ms: int  # earliest due time or lease end still ahead, -1 if none
+    more: bool  # inbox not drained: call again before trusting `batches` to be complete
+    batches: list[Batch]
+
+
+class ConversationStore:
+    def __init__(self, settings: Settings, scripts: Scripts, committer: GroupCommitter) -> None:
+        self._settings = settings
+        self._scripts = scripts
+        self._committer = committer
+        self.keys = Keys(settings.key_prefix)
+
+    def _timing(self, tenant: str) -> tuple[int, int]:
+        s = self._settings
+        return int(s.window_s(tenant) * 1000), int(s.max_wait_for(tenant) * 1000)
+
+    async def claim(self, tenant: str, max_batches: int, token_prefix: str) -> Claim:
+        k = self.keys.tenant(tenant)
+        window_ms, max_wait_ms = self._timing(tenant)
+        keys = [k.inbox, k.due, k.running, k.burst, k.stats, k.unroutable]
+        args: list[str | int] = [
+            k.conversation_prefix,
+            max_batches,
+            int(self._settings.lease_s * 1000),
+            token_prefix,
+            window_ms,
+            max_wait_ms,
+            MAX_INTAKE_PER_CALL,
+        ]
+        row = await self._committer.submit(lambda p: self._scripts.claim.queue(p, keys, args))
+        return Claim(
+            now_ms=int(row[0]),
+            next_ms=int(row[1]),
+            more=bool(int(row[2])),
+            batches=[Batch.from_claim(tenant, b) for b in row[3:]],
+        )
+
+    async def renew(self, tenant: str, turns: list[tuple[str, str]]) -> list[bool]:
+        """Extend the leases of (person, token) pairs; False where the lease was lost."""
+        k = self.keys.tenant(tenant)
+        args: list[Any] = [k.conversation_prefix, int(self._settings.lease_s * 1000)]
+        for person, token in turns:
+            args += [person, token]
+        result = await self._committer.submit(
+            lambda p: self._scripts.renew.queue(p, [k.running], args)
+        )
+        return [bool(int(x)) for x in result]
+
+    async def finish_done(self, batch: Batch) -> bool:
+        return await self._finish(batch, "done", "", "")
+
+    async def finish_retry(self, batch: Batch, delay_s: float, error: str) -> bool:
+        return await self._finish(batch, "retry", int(delay_s * 1000), error[:2000])
+
+    async def finish_review(self, batch: Batch, reason: str, error: str, now_ms: int) -> bool:
+        item = orjson.dumps(
+            {
+                "id": batch.id,
+                "tenant": batch.tenant,
+                "person": batch.person,
+                "reason": reason,
+                "error": error[:2000],
+                "attempts": batch.attempt + (1 if reason == "max_attempts" else 0),
+                "reviewed_ms": now_ms,
+                "messages": orjson.Fragment(batch.messages_json),
+            }
+        )
+        return await self._finish(batch, "review", reason, item)
+
+    async def _finish(self, batch: Batch, outcome: str, arg5: str | int, arg6: str | bytes) -> bool:
+        k = self.keys.tenant(batch.tenant)
+        window_ms, max_wait_ms = self._timing(batch.tenant)
+        keys = [k.due, k.running, k.burst, k.review, k.stats]
+        args = [
+            k.conversation_prefix,
+            batch.person,
+            batch.token,
+            outcome,
+            arg5,
+            arg6,
+            window_ms,
+            max_wait_ms,
+        ]
+        result = await self._committer.submit(lambda p: self._scripts.finish.queue(p, keys, args))
+        return bool(int(result))
