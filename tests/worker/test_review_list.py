@@ -1,0 +1,118 @@
+"""The review list: list, show, requeue (as a fresh batch), drop; and the CLI around it."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+from typing import Any
+
+import pytest
+from redis.asyncio import Redis
+
+from shared import events
+from shared.group_commit import GroupCommitter
+from shared.keys import Keys
+from shared.scripts import Scripts
+from shared.settings import Settings
+from worker.review import ReviewError, ReviewList
+from worker.store import ConversationStore
+
+TENANT = "106500000000001"
+
+
+async def _parked_item(redis: Redis, settings: Settings, texts: list[str]) -> tuple[Any, str]:
+    """Store messages, claim them as a batch and park it in review as the worker would."""
+    scripts = Scripts()
+    await scripts.load(redis)
+    k = Keys(settings.key_prefix).tenant(TENANT)
+    for i, text in enumerate(texts):
+        ev = events.message_event(
+            channel="whatsapp",
+            tenant=TENANT,
+            person="5491155550001",
+            message_id=f"wamid.R{i}.{text}",
+            type="text",
+            text=text,
+            ts=int(time.time()),
+            received_ms=0,
+            raw={},
+        )
+        await scripts.ingest(
+            redis, [k.inbox, k.seen(events.dedupe_id(ev))], [60, events.encode(ev)]
+        )
+    store = ConversationStore(
+        settings.with_overrides(debounce_window_s=0.01, max_wait_s=0.01),
+        scripts,
+        GroupCommitter(redis, scripts),
+    )
+    await store.claim(TENANT, 0, "t")  # intake
+    await asyncio.sleep(0.05)
+    claim = await store.claim(TENANT, 5, "t")
+    (batch,) = claim.batches
+    assert await store.finish_review(batch, "max_attempts", "boom", claim.now_ms)
+    return store, batch.id
+
+
+async def test_list_show_requeue_as_fresh_batch(redis: Redis, settings: Settings) -> None:
+    store, item_id = await _parked_item(redis, settings, ["hola", "una consulta"])
+    review = ReviewList(redis, Keys(settings.key_prefix), Scripts())
+
+    (item,) = await review.items(TENANT)
+    assert item["id"] == item_id and item["reason"] == "max_attempts" and item["error"] == "boom"
+    assert [m["text"] for m in item["messages"]] == ["hola", "una consulta"]
+    assert await review.items(TENANT, reason="too_old") == []
+    assert (await review.get(TENANT, item_id))["person"] == "5491155550001"
+
+    await review.requeue(TENANT, item_id)
+    assert await review.items(TENANT) == []
+    claim = await store.claim(TENANT, 5, "t2")
+    (batch,) = claim.batches
+    assert batch.attempt == 0 and batch.requeued
+    assert batch.texts == ["hola", "una consulta"]
+
+
+async def test_requeue_waits_while_the_person_has_a_batch(redis: Redis, settings: Settings) -> None:
+    _, first = await _parked_item(redis, settings, ["uno"])
+    _, second = await _parked_item(redis, settings, ["dos"])
+    review = ReviewList(redis, Keys(settings.key_prefix), Scripts())
+    await review.requeue(TENANT, first)
+    with pytest.raises(ReviewError, match="in flight"):
+        await review.requeue(TENANT, second)
+    assert {i["id"] for i in await review.items(TENANT)} == {second}
+
+
+async def test_drop_and_unknown_ids(redis: Redis, settings: Settings) -> None:
+    _, item_id = await _parked_item(redis, settings, ["hola"])
+    review = ReviewList(redis, Keys(settings.key_prefix), Scripts())
+    with pytest.raises(ReviewError, match="no review item"):
+        await review.get(TENANT, "nope")
+    with pytest.raises(ReviewError, match="no review item"):
+        await review.requeue(TENANT, "nope")
+    await review.drop(TENANT, item_id)
+    assert await review.items(TENANT) == []
+    with pytest.raises(ReviewError, match="no review item"):
+        await review.drop(TENANT, item_id)
+
+
+async def test_cli_lists_and_drops(redis: Redis, settings: Settings) -> None:
+    _, item_id = await _parked_item(redis, settings, ["hola"])
+    env = {**os.environ, "REDIS_URL": settings.redis_url}
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "worker.review", *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+
+    listed = cli("list", "--tenant", TENANT)
+    assert listed.returncode == 0 and item_id in listed.stdout and "1 item(s)" in listed.stdout
+    assert '"reason": "max_attempts"' in cli("show", "--tenant", TENANT, item_id).stdout
+    assert cli("drop", "--tenant", TENANT, item_id).returncode == 0
+    missing = cli("drop", "--tenant", TENANT, item_id)
+    assert missing.returncode == 1 and "no review item" in missing.stderr

@@ -1,0 +1,131 @@
+"""The human review list: batches the worker must not answer on its own.
+
+    python -m worker.review list    --tenant 106540352242922 [--reason too_old]
+    python -m worker.review show    --tenant 106540352242922 <id>
+    python -m worker.review requeue --tenant 106540352242922 <id>   # back as a fresh batch
+    python -m worker.review drop    --tenant 106540352242922 <id>
+
+Items live in the tenant's review hash (`HGETALL 'wa:{<tenant>}:review'`), one JSON per batch
+id with reason, error, attempts and the messages. Requeue makes the item a fresh batch
+(attempt 0, due now, exempt from the age check since a human asked for it); it waits while
+the person has another batch in flight, to keep the person's order.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from typing import Any
+
+import orjson
+
+from shared.keys import Keys
+from shared.redis_client import make_redis
+from shared.scripts import Scripts
+from shared.settings import ConfigError, Settings
+
+
+class ReviewError(Exception):
+    """An operation on the review list that cannot be done; the message says why."""
+
+
+class ReviewList:
+    def __init__(self, redis: Any, keys: Keys, scripts: Scripts) -> None:
+        self._redis = redis
+        self._keys = keys
+        self._scripts = scripts
+
+    async def items(self, tenant: str, reason: str | None = None) -> list[dict[str, Any]]:
+        raw = await self._redis.hgetall(self._keys.tenant(tenant).review)
+        items = [orjson.loads(v) for v in raw.values()]
+        if reason:
+            items = [i for i in items if i.get("reason") == reason]
+        return sorted(items, key=lambda i: (i.get("reviewed_ms", 0), i.get("id", "")))
+
+    async def get(self, tenant: str, item_id: str) -> dict[str, Any]:
+        raw = await self._redis.hget(self._keys.tenant(tenant).review, item_id)
+        if raw is None:
+            raise ReviewError(f"no review item {item_id!r} for tenant {tenant!r}")
+        item: dict[str, Any] = orjson.loads(raw)
+        return item
+
+    async def requeue(self, tenant: str, item_id: str) -> None:
+        item = await self.get(tenant, item_id)
+        k = self._keys.tenant(tenant)
+        result = await self._scripts.requeue(
+            self._redis,
+            [k.due, k.review],
+            [k.conversation_prefix, item_id, item["person"], orjson.dumps(item["messages"])],
+        )
+        if int(result) == 0:
+            raise ReviewError(f"review item {item_id!r} was removed meanwhile")
+        if int(result) == -1:
+            raise ReviewError(
+                f"person {item['person']} has a batch in flight; requeue again once it ended"
+            )
+
+    async def drop(self, tenant: str, item_id: str) -> None:
+        if not await self._redis.hdel(self._keys.tenant(tenant).review, item_id):
+            raise ReviewError(f"no review item {item_id!r} for tenant {tenant!r}")
+
+
+def _summary(item: dict[str, Any]) -> str:
+    messages = item.get("messages") or []
+    return (
+        f"{item.get('id')}  person={item.get('person')}  reason={item.get('reason')}  "
+        f"messages={len(messages)}  attempts={item.get('attempts')}  error={item.get('error')!r}"
+    )
+
+
+async def _run(args: argparse.Namespace, settings: Settings) -> int:
+    redis = make_redis(settings)
+    try:
+        review = ReviewList(redis, Keys(settings.key_prefix), Scripts())
+        if args.command == "list":
+            items = await review.items(args.tenant, args.reason)
+            for item in items:
+                print(_summary(item))
+            print(f"{len(items)} item(s)")
+        elif args.command == "show":
+            item = await review.get(args.tenant, args.id)
+            print(orjson.dumps(item, option=orjson.OPT_INDENT_2).decode())
+        elif args.command == "requeue":
+            await review.requeue(args.tenant, args.id)
+            print(f"requeued {args.id}")
+        elif args.command == "drop":
+            await review.drop(args.tenant, args.id)
+            print(f"dropped {args.id}")
+    except ReviewError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        await redis.aclose()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m worker.review",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name in ("list", "show", "requeue", "drop"):
+        p = sub.add_parser(name)
+        p.add_argument("--tenant", required=True, help="tenant id (phone_number_id)")
+        if name == "list":
+            p.add_argument("--reason", help="only items with this reason")
+        else:
+            p.add_argument("id", help="review item id (the batch id)")
+    args = parser.parse_args(argv)
+    try:
+        settings = Settings.from_env()
+    except ConfigError as exc:
+        print(f"configuration error: {exc}", file=sys.stderr)
+        return 2
+    return asyncio.run(_run(args, settings))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
