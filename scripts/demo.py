@@ -1,0 +1,496 @@
+"""Demo traffic: realistic, signed WhatsApp webhooks, and the replies they turned into.
+
+Every ~10 s two or three people write to one of two businesses (tenants) in bursts of 3-4
+lines, 0.3-1.5 s apart, as people do on WhatsApp; in each round one delivery arrives twice, as
+Meta's sometimes do. Meanwhile it tails the tenants' outbox lists and prints each reply next to
+the burst it answers, so one sees four lines become one reply. `scripts/run` starts it; it also
+runs alone against a running receiver:
+
+    .venv/bin/python scripts/demo.py --url http://127.0.0.1:8000 --secret dev-secret \\
+        --redis-url redis://127.0.0.1:6390/0 --bursts 3
+
+With `--bursts N` it sends N bursts, waits for their replies (at most `--timeout` seconds
+after the last message) and exits 0 only if every burst became exactly one reply.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import hmac
+import os
+import random
+import secrets
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import orjson
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from shared.keys import Keys
+
+
+@dataclass(frozen=True)
+class Tenant:
+    phone_number_id: str
+    display_phone_number: str
+    waba_id: str
+
+
+@dataclass(frozen=True)
+class Person:
+    wa_id: str
+    name: str
+
+
+TENANTS = (
+    Tenant("106500000000001", "15550001001", "102200000000001"),
+    Tenant("106500000000002", "15550001002", "102200000000002"),
+)
+PEOPLE = (
+    Person("5491155550001", "Ana Pérez"),
+    Person("5491155550002", "Martín Gómez"),
+    Person("14155550123", "Emily Clark"),
+    Person("5491155550003", "Lucía Fernández"),
+    Person("447700900123", "Oliver Smith"),
+    Person("5491155550004", "Diego Ruiz"),
+    Person("5215555550005", "Sofía Herrera"),
+)
+BURSTS = (
+    ("hola", "una consulta", "¿tienen turno el sábado?", "a la tarde"),
+    ("buenas!", "quería saber el precio del corte", "y si hacen color también"),
+    ("hi", "quick question", "do you deliver to Palermo?", "today if possible"),
+    ("hola, cómo va?", "ayer dejé una campera", "negra, talle M", "¿la tienen ahí?"),
+    ("hello", "I booked for tomorrow at 5", "can I move it to 6?"),
+    ("buen día", "¿hasta qué hora abren hoy?", "voy en auto, ¿hay estacionamiento?"),
+    ("good morning", "is the shop open on Sunday?", "and until what time?", "thanks!"),
+    ("hola", "me pasás la dirección?", "gracias!!"),
+)
+ROUND_INTERVAL_S = 10.0
+GAP_S = (0.3, 1.5)
+POLL_INTERVAL_S = 0.5
+PAGE = 100
+EXTRA_REPLY_GRACE_S = 2.0
+GIVE_UP_S = 60.0
+
+
+@dataclass(frozen=True)
+class Reply:
+    batch_id: str
+    text: str
+    message_ids: tuple[str, ...]
+
+
+@dataclass(eq=False)  # identity: a burst is a key in dicts and sets
+class Burst:
+    number: int
+    tenant: Tenant
+    person: Person
+    lines: tuple[str, ...]
+    duplicate_at: int | None
+    message_ids: list[str] = field(default_factory=list)
+    last_sent_s: float | None = None
+    replies: list[Reply] = field(default_factory=list)
+    answered: set[str] = field(default_factory=set)
+    problems: list[str] = field(default_factory=list)
+    missing_reported: bool = False
+
+    @property
+    def sent(self) -> bool:
+        return self.last_sent_s is not None
+
+    @property
+    def complete(self) -> bool:
+        return self.sent and self.answered >= set(self.message_ids)
+
+    @property
+    def ok(self) -> bool:
+        return self.complete and self.one_reply_per_message and not self.problems
+
+    @property
+    def one_reply_per_message(self) -> bool:
+        """One reply, listing each message once (a listed duplicate would mean no dedupe)."""
+        return len(self.replies) == 1 and len(self.replies[0].message_ids) == len(self.message_ids)
+
+
+@dataclass(frozen=True)
+class Options:
+    url: str
+    secret: str
+    redis_url: str
+    key_prefix: str
+    bursts: int | None
+    interval_s: float
+    timeout_s: float
+    seed: int | None
+
+
+def parse_options(argv: Sequence[str]) -> Options:
+    secret = os.environ.get("WHATSAPP_APP_SECRET", "").split(",")[0].strip() or "dev-secret"
+    parser = argparse.ArgumentParser(
+        description="Signed WhatsApp bursts to a receiver, and the replies they turned into."
+    )
+    port = os.environ.get("PORT") or "8000"
+    parser.add_argument("--url", default=f"http://127.0.0.1:{port}", help="the receiver")
+    parser.add_argument(
+        "--secret",
+        default=secret,
+        help="the receiver's WHATSAPP_APP_SECRET (default: $WHATSAPP_APP_SECRET or dev-secret)",
+    )
+    parser.add_argument(
+        "--redis-url",
+        default=os.environ.get("REDIS_URL") or "redis://127.0.0.1:6390/0",
+        help="the Redis the workers write their outbox to",
+    )
+    parser.add_argument("--key-prefix", default=os.environ.get("KEY_PREFIX") or "wa")
+    parser.add_argument("--bursts", type=int, help="send N bursts, check the replies, exit")
+    parser.add_argument("--interval", type=float, default=ROUND_INTERVAL_S, help="s per round")
+    parser.add_argument(
+        "--timeout", type=float, default=GIVE_UP_S, help="s to wait for replies (--bursts)"
+    )
+    parser.add_argument("--seed", type=int, help="for a reproducible sequence")
+    args = parser.parse_args(argv)
+    if args.bursts is not None and args.bursts < 1:
+        parser.error("--bursts must be at least 1")
+    return Options(
+        url=args.url.rstrip("/"),
+        secret=args.secret,
+        redis_url=args.redis_url,
+        key_prefix=args.key_prefix,
+        bursts=args.bursts,
+        interval_s=args.interval,
+        timeout_s=args.timeout,
+        seed=args.seed,
+    )
+
+
+def say(text: str) -> None:
+    print(f"[demo] {text}", flush=True)
+
+
+def quoted(text: str, limit: int = 160) -> str:
+    flat = " / ".join(part.strip() for part in text.splitlines() if part.strip())
+    return f'"{flat[: limit - 1]}…"' if len(flat) > limit else f'"{flat}"'
+
+
+def short(batch_id: str) -> str:
+    return batch_id if len(batch_id) <= 16 else f"{batch_id[:13]}..."
+
+
+def webhook_body(tenant: Tenant, person: Person, message_id: str, text: str) -> bytes:
+    """One inbound text message exactly as Meta's Cloud API delivers it."""
+    message = {
+        "from": person.wa_id,
+        "id": message_id,
+        "timestamp": str(int(time.time())),
+        "type": "text",
+        "text": {"body": text},
+    }
+    value = {
+        "messaging_product": "whatsapp",
+        "metadata": {
+            "display_phone_number": tenant.display_phone_number,
+            "phone_number_id": tenant.phone_number_id,
+        },
+        "contacts": [{"profile": {"name": person.name}, "wa_id": person.wa_id}],
+        "messages": [message],
+    }
+    change = {"field": "messages", "value": value}
+    entry = {"id": tenant.waba_id, "changes": [change]}
+    return orjson.dumps({"object": "whatsapp_business_account", "entry": [entry]})
+
+
+def signature(body: bytes, secret: str) -> str:
+    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+
+
+class Demo:
+    def __init__(self, options: Options, http: httpx.AsyncClient, redis: Any) -> None:
+        self.options = options
+        self.http = http
+        self.redis = redis
+        self.rng = random.Random(options.seed)
+        self.keys = Keys(options.key_prefix)
+        self.bursts: list[Burst] = []
+        self.by_message: dict[str, Burst] = {}
+        self.seen: set[bytes] = set()
+        self.redis_failing = False
+        self.replied = asyncio.Event()
+
+    async def run(self) -> int:
+        if not await self.receiver_ready():
+            return 2
+        try:
+            await self.skip_old_replies()
+        except RedisError as exc:
+            say(f"cannot read the outbox at {self.options.redis_url}: {exc}")
+            return 2
+        tail = asyncio.create_task(self.tail())
+        say(
+            "people write in bursts of 3-4 lines; each burst should come back as ONE reply, "
+            "a debounce window after its last line"
+        )
+        try:
+            if self.options.bursts is None:
+                await self.send_rounds(None)
+                return 0
+            await self.send_rounds(self.options.bursts)
+            return await self.verdict()
+        finally:
+            tail.cancel()
+
+    async def receiver_ready(self, timeout_s: float = 15.0) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                response = await self.http.get(f"{self.options.url}/readyz")
+                if response.status_code == 200:
+                    return True
+                detail = f"HTTP {response.status_code}"
+            except httpx.HTTPError as exc:
+                detail = type(exc).__name__
+            if time.monotonic() > deadline:
+                say(f"the receiver at {self.options.url} is not ready ({detail})")
+                return False
+            await asyncio.sleep(0.25)
+
+    # --- sending --------------------------------------------------------------------------
+    async def send_rounds(self, total: int | None) -> None:
+        sent = 0
+        while total is None or sent < total:
+            started = time.monotonic()
+            self.report_missing()
+            size = self.rng.randint(2, 3)
+            if total is not None:
+                size = min(size, total - sent)
+            round_ = self.plan_round(size)
+            await asyncio.gather(*(self.send_burst(b) for b in round_))
+            sent += len(round_)
+            if total is not None and sent >= total:
+                return
+            pause = self.options.interval_s * self.rng.uniform(0.9, 1.1)
+            await asyncio.sleep(max(0.0, started + pause - time.monotonic()))
+
+    def plan_round(self, size: int) -> list[Burst]:
+        """People with no burst awaiting its reply, each writing to one of the two tenants."""
+        waiting = {b.person for b in self.bursts if not b.complete and not self.given_up(b)}
+        free = [p for p in PEOPLE if p not in waiting]
+        people = self.rng.sample(free, min(size, len(free)))
+        first_tenant = self.rng.randrange(len(TENANTS))
+        duplicate_in = self.rng.randrange(len(people)) if people else -1
+        scripts = self.rng.sample(BURSTS, len(people))
+        round_ = []
+        for i, (person, lines) in enumerate(zip(people, scripts, strict=True)):
+            burst = Burst(
+                number=len(self.bursts) + 1,
+                tenant=TENANTS[(first_tenant + i) % len(TENANTS)],
+                person=person,
+                lines=lines,
+                duplicate_at=self.rng.randrange(len(lines)) if i == duplicate_in else None,
+            )
+            self.bursts.append(burst)
+            round_.append(burst)
+        return round_
+
+    def given_up(self, burst: Burst) -> bool:
+        return burst.last_sent_s is not None and time.monotonic() - burst.last_sent_s > GIVE_UP_S
+
+    def report_missing(self) -> None:
+        for burst in self.bursts:
+            if self.given_up(burst) and not burst.complete and not burst.missing_reported:
+                burst.missing_reported = True
+                n = len(burst.message_ids) - len(burst.answered)
+                say(f"no reply after {GIVE_UP_S:g}s for {n} messages of {burst.person.wa_id}")
+
+    async def send_burst(self, burst: Burst) -> None:
+        await asyncio.sleep(self.rng.uniform(0.0, 1.0))  # people do not start in lockstep
+        who = f"{burst.person.wa_id} ({burst.person.name.split()[0]})"
+        for i, text in enumerate(burst.lines):
+            if i:
+                await asyncio.sleep(self.rng.uniform(*GAP_S))
+            message_id = f"wamid.DEMO{secrets.token_hex(10).upper()}"
+            burst.message_ids.append(message_id)
+            self.by_message[message_id] = burst
+            body = webhook_body(burst.tenant, burst.person, message_id, text)
+            say(f"{who} -> tenant {burst.tenant.phone_number_id}: {quoted(text)}")
+            await self.deliver(body, burst)
+            if i == burst.duplicate_at:
+                await asyncio.sleep(self.rng.uniform(0.05, 0.3))
+                say(f"{who}: {quoted(text)} delivered twice (a duplicate: must count once)")
+                await self.deliver(body, burst)
+        burst.last_sent_s = time.monotonic()
+
+    async def deliver(self, body: bytes, burst: Burst, attempts: int = 4) -> None:
+        """POST like Meta does: signed raw bytes, retried while the answer is not 200."""
+        headers = {
+            "Content-Type": "application/json",
+            "X-Hub-Signature-256": signature(body, self.options.secret),
+        }
+        detail = ""
+        for attempt in range(attempts):
+            if attempt:
+                await asyncio.sleep(0.5 * 2 ** (attempt - 1))
+            try:
+                response = await self.http.post(
+                    f"{self.options.url}/webhooks/whatsapp", content=body, headers=headers
+                )
+            except httpx.HTTPError as exc:
+                detail = f"{type(exc).__name__}: {exc}"
+                continue
+            if response.status_code == 200:
+                return
+            detail = f"HTTP {response.status_code} {response.text[:120]!r}"
+            if response.status_code in (401, 403):
+                detail += " (is --secret the receiver's WHATSAPP_APP_SECRET?)"
+                break
+        burst.problems.append(f"delivery failed: {detail}")
+        say(f"delivery to {self.options.url} failed: {detail}")
+
+    # --- replies --------------------------------------------------------------------------
+    async def skip_old_replies(self) -> None:
+        """Replies already in the outbox (earlier runs) are not this run's."""
+        for tenant in TENANTS:
+            key = self.keys.tenant(tenant.phone_number_id).outbox
+            self.seen.update(await self.redis.lrange(key, 0, PAGE - 1))
+
+    async def tail(self) -> None:
+        while True:
+            try:
+                for tenant in TENANTS:
+                    for raw in await self.new_replies(tenant):
+                        self.on_reply(raw)
+                self.redis_failing = False
+            except RedisError as exc:
+                if not self.redis_failing:
+                    say(f"cannot read the outbox: {exc} (retrying)")
+                self.redis_failing = True
+            await asyncio.sleep(POLL_INTERVAL_S)
+
+    async def new_replies(self, tenant: Tenant) -> list[bytes]:
+        """Entries pushed since the last poll, oldest first (the sender LPUSHes: newest first)."""
+        key = self.keys.tenant(tenant.phone_number_id).outbox
+        fresh: list[bytes] = []
+        start = 0
+        while True:
+            page = await self.redis.lrange(key, start, start + PAGE - 1)
+            for raw in page:
+                if raw in self.seen:
+                    return fresh[::-1]
+                fresh.append(raw)
+            if len(page) < PAGE:
+                return fresh[::-1]
+            start += PAGE
+
+    def on_reply(self, raw: bytes) -> None:
+        self.seen.add(raw)
+        try:
+            entry = orjson.loads(raw)
+            reply = Reply(
+                batch_id=str(entry.get("batch_id", "?")),
+                text=str(entry.get("text", "")),
+                message_ids=tuple(str(i) for i in entry.get("message_ids") or ()),
+            )
+        except (orjson.JSONDecodeError, AttributeError, TypeError):
+            say(f"an outbox entry that is not a reply: {raw[:200]!r}")
+            return
+        known = [self.by_message[i] for i in reply.message_ids if i in self.by_message]
+        bursts = list(dict.fromkeys(known))
+        if not bursts:
+            person = entry.get("person", "?")
+            say(f"reply to {person} (batch {short(reply.batch_id)}): {quoted(reply.text)}")
+            return
+        for burst in bursts:
+            burst.replies.append(reply)
+            burst.answered.update(set(reply.message_ids) & set(burst.message_ids))
+            self.report(burst, reply)
+        self.replied.set()
+
+    def report(self, burst: Burst, reply: Reply) -> None:
+        who, n = burst.person.wa_id, len(burst.message_ids)
+        batch, text = short(reply.batch_id), quoted(reply.text)
+        if len(burst.replies) > 1:
+            say(f"WARNING {who}'s burst got reply #{len(burst.replies)} (batch {batch}): {text}")
+        elif burst.complete and not burst.one_reply_per_message:
+            listed = len(reply.message_ids)
+            say(f"WARNING {who}: the reply lists {listed} message ids for {n} messages: {text}")
+        elif burst.complete:
+            after = ""
+            if burst.last_sent_s is not None:
+                after = f" {time.monotonic() - burst.last_sent_s:.1f}s after the last line"
+            say(f"{who} sent {n} messages -> 1 reply (batch {batch}){after}: {text}")
+        else:
+            covered = len(burst.answered)
+            say(f"{who}: a reply (batch {batch}) covers {covered} of {n} messages so far: {text}")
+
+    async def verdict(self) -> int:
+        if await self.all_answered(self.options.timeout_s):
+            await asyncio.sleep(EXTRA_REPLY_GRACE_S)  # a second reply would be a bug: catch it
+        messages = sum(len(b.message_ids) for b in self.bursts)
+        duplicates = sum(b.duplicate_at is not None for b in self.bursts)
+        replies = len({r for b in self.bursts for r in b.replies})
+        summary = (
+            f"{len(self.bursts)} bursts, {messages} messages (+{duplicates} duplicate "
+            f"deliver{'y' if duplicates == 1 else 'ies'}) -> {replies} replies"
+        )
+        failed = [b for b in self.bursts if not b.ok]
+        if not failed:
+            say(f"{summary}: every burst became exactly one reply")
+            return 0
+        for burst in failed:
+            say(f"FAILED burst {burst.number} from {burst.person.wa_id}: {self.problem(burst)}")
+        say(f"{summary}: {len(failed)} of {len(self.bursts)} bursts did not become one reply")
+        return 1
+
+    async def all_answered(self, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while not all(b.complete for b in self.bursts):
+            self.replied.clear()
+            try:
+                await asyncio.wait_for(self.replied.wait(), deadline - time.monotonic())
+            except TimeoutError:
+                return False
+        return True
+
+    def problem(self, burst: Burst) -> str:
+        if burst.problems:
+            return "; ".join(dict.fromkeys(burst.problems))
+        if not burst.replies:
+            return f"no reply within {self.options.timeout_s:g}s"
+        if not burst.complete:
+            covered = len(burst.answered)
+            return f"replies covered {covered} of {len(burst.message_ids)} messages"
+        if len(burst.replies) > 1:
+            return f"{len(burst.replies)} replies instead of one"
+        listed = len(burst.replies[0].message_ids)
+        return f"the reply lists {listed} message ids for {len(burst.message_ids)} messages"
+
+
+async def run(options: Options) -> int:
+    task = asyncio.current_task()
+    assert task is not None
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
+    redis = Redis.from_url(options.redis_url, socket_timeout=2, socket_connect_timeout=2)
+    try:
+        async with httpx.AsyncClient(timeout=10.0) as http:
+            return await Demo(options, http, redis).run()
+    finally:
+        await redis.aclose()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    options = parse_options(sys.argv[1:] if argv is None else argv)
+    try:
+        return asyncio.run(run(options))
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,480 @@
+"""The local dev stack behind `scripts/run`: Redis, the receiver, N workers and the demo.
+
+Like foreman, it runs each process as a child with prefixed, line-buffered output
+(`web.1 | ...`, `worker.1 | ...`), stops them all on Ctrl-C / SIGTERM (SIGTERM first, a kill
+after a grace period, the embedded Redis last so it writes its AOF), and stops the whole stack
+when one of them dies. Without `REDIS_URL` it starts an embedded Redis whose data persists
+under `.devstack/redis`. Without real credentials it runs `scripts/demo.py`, which sends signed
+webhook bursts and shows each burst turning into a single reply.
+
+Children run in their own process groups: a Ctrl-C in the terminal reaches only this process,
+which forwards one SIGTERM. (A second signal makes uvicorn skip its graceful shutdown.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import fcntl
+import os
+import signal
+import socket
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+import httpx
+
+from shared.redis_server import RedisServer, free_port
+from shared.settings import ConfigError, Settings
+
+REPO = Path(__file__).resolve().parent.parent
+
+DEFAULT_REDIS_PORT = 6390
+DEFAULT_PORT = 8000
+STOP_GRACE_S = 12.0
+SAME_SIGNAL_S = 1.0
+READY_TIMEOUT_S = 30.0
+LINE_LIMIT_BYTES = 1024 * 1024
+
+# Short timers so a burst is visibly grouped within seconds; a value the user set always wins.
+DEV_DEFAULTS = {
+    "WHATSAPP_APP_SECRET": "dev-secret",
+    "WHATSAPP_VERIFY_TOKEN": "dev-verify",
+    "DEBOUNCE_WINDOW_S": "3",
+    "MAX_WAIT_S": "10",
+    "LEASE_S": "30",
+    "LEASE_RENEW_S": "10",
+}
+COLOURS = ("36", "33", "32", "35", "34", "96", "93", "92", "95", "94")
+
+
+@dataclass(frozen=True)
+class Options:
+    workers: int
+    port: int
+    demo: bool
+    bursts: int | None
+    exit_after_demo: bool
+    data_dir: Path
+    redis_port: int | None
+
+
+def parse_options(argv: Sequence[str], environ: Mapping[str, str]) -> Options:
+    parser = argparse.ArgumentParser(
+        prog="scripts/run",
+        description="Run Redis, the receiver, the workers and (without credentials) the demo.",
+    )
+    parser.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
+    parser.add_argument("--port", type=int, help=f"receiver port (default $PORT or {DEFAULT_PORT})")
+    demo = parser.add_mutually_exclusive_group()
+    demo.add_argument("--demo", dest="demo", action="store_true", default=None, help="force it on")
+    demo.add_argument("--no-demo", dest="demo", action="store_false", help="no demo traffic")
+    parser.add_argument("--bursts", type=int, help="the demo sends N bursts, then stays quiet")
+    parser.add_argument(
+        "--exit-after-demo",
+        action="store_true",
+        help="with --bursts: stop once the replies arrived (or 60 s passed); "
+        "exit 0 only if every burst got exactly one reply",
+    )
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        default=REPO / ".devstack",
+        help="where the embedded Redis keeps its data (default .devstack/)",
+    )
+    parser.add_argument(
+        "--redis-port",
+        type=int,
+        help=f"port of the embedded Redis (default {DEFAULT_REDIS_PORT} if free, else any)",
+    )
+    args = parser.parse_args(argv)
+    if args.workers < 1:
+        parser.error("--workers must be at least 1")
+    if args.bursts is not None and args.bursts < 1:
+        parser.error("--bursts must be at least 1")
+    if args.exit_after_demo and args.bursts is None:
+        parser.error("--exit-after-demo needs --bursts N")
+    if args.bursts is not None and args.demo is False:
+        parser.error("--bursts is a demo option; drop --no-demo")
+    wants_demo = args.demo
+    if wants_demo is None:
+        has_credentials = environ.get("WHATSAPP_ACCESS_TOKEN") or environ.get("ANTHROPIC_API_KEY")
+        wants_demo = args.bursts is not None or not has_credentials
+    port = args.port or int(environ.get("PORT") or DEFAULT_PORT)
+    return Options(
+        workers=args.workers,
+        port=port,
+        demo=wants_demo,
+        bursts=args.bursts,
+        exit_after_demo=args.exit_after_demo,
+        data_dir=args.data_dir.resolve(),
+        redis_port=args.redis_port,
+    )
+
+
+def dev_environment(environ: Mapping[str, str], redis_url: str, port: int) -> dict[str, str]:
+    """The children's environment: the user's, plus dev defaults for what the user left unset."""
+    env = dict(environ)
+    for name, value in DEV_DEFAULTS.items():
+        if not env.get(name):
+            env[name] = value
+    # Keep our defaults consistent with a longer window or a shorter lease the user chose
+    # (a value that is not a number is left to Settings, which reports it by name).
+    window, lease = _number(env["DEBOUNCE_WINDOW_S"]), _number(env["LEASE_S"])
+    if not environ.get("MAX_WAIT_S") and window is not None:
+        env["MAX_WAIT_S"] = f"{max(10.0, window):g}"
+    if not environ.get("LEASE_RENEW_S") and lease is not None:
+        env["LEASE_RENEW_S"] = f"{min(10.0, lease / 3):g}"
+    env["REDIS_URL"] = redis_url
+    env["PORT"] = str(port)
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def _number(raw: str) -> float | None:
+    try:
+        return float(raw)
+    except ValueError:
+        return None
+
+
+def port_is_free(port: int) -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+class Console:
+    """Writes `HH:MM:SS name | line`, foreman style, with a colour per name on a terminal."""
+
+    def __init__(self, names: Sequence[str]) -> None:
+        self.width = max(len(n) for n in names)
+        self.colour = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+        self.colours = {n: COLOURS[i % len(COLOURS)] for i, n in enumerate(names)}
+
+    def line(self, name: str, text: str) -> None:
+        prefix = f"{time.strftime('%H:%M:%S')} {name.ljust(self.width)} |"
+        if self.colour:
+            prefix = f"\x1b[{self.colours.get(name, '0')}m{prefix}\x1b[0m"
+        sys.stdout.write(f"{prefix} {text}\n")
+        sys.stdout.flush()
+
+    def say(self, text: str) -> None:
+        self.line("devstack", text)
+
+
+@dataclass
+class Child:
+    """One supervised process; `expected_exit` marks the demo, which may finish on its own."""
+
+    name: str
+    argv: list[str]
+    expected_exit: bool = False
+    process: asyncio.subprocess.Process | None = None
+    watcher: asyncio.Task[None] | None = None
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.returncode is None
+
+    def signal(self, signum: int) -> None:
+        if self.running:
+            assert self.process is not None
+            try:
+                self.process.send_signal(signum)
+            except ProcessLookupError:
+                pass
+
+
+@dataclass(frozen=True)
+class Exited:
+    child: Child
+    returncode: int
+
+
+@dataclass(frozen=True)
+class Ready:
+    ok: bool
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class Stop:
+    signum: int
+
+
+Event = Exited | Ready | Stop
+
+
+class DevStack:
+    def __init__(self, options: Options, environ: Mapping[str, str]) -> None:
+        self.options = options
+        self.environ = environ
+        self.redis: RedisServer | None = None
+        self.lock: IO[str] | None = None
+        self.children: list[Child] = []
+        self.events: asyncio.Queue[Event] = asyncio.Queue()
+        self.stopping = False
+        self.force = asyncio.Event()
+        self.signalled_at: float | None = None
+        self.tasks: set[asyncio.Task[None]] = set()
+        names = ["devstack", "web.1", "demo"] + [f"worker.{i + 1}" for i in range(options.workers)]
+        self.console = Console(names)
+
+    # --- start ----------------------------------------------------------------------------
+    async def run(self) -> int:
+        self.install_signal_handlers()
+        if not port_is_free(self.options.port):
+            self.console.say(f"port {self.options.port} is in use: pass --port or set PORT")
+            return 2
+        try:
+            redis_url = self.environ.get("REDIS_URL") or self.embedded_redis()
+            env = dev_environment(self.environ, redis_url, self.options.port)
+            settings = Settings.from_env(env)
+            self.start_redis()
+        except (ConfigError, RuntimeError) as exc:
+            self.console.say(f"cannot start: {exc}")
+            return 2
+        try:
+            for child in self.service_children():
+                await self.start(child, env)
+            self.tasks.add(asyncio.create_task(self.wait_ready()))
+            return await self.supervise(env, settings)
+        finally:
+            await self.stop_children()
+            self.stop_redis()
+
+    def embedded_redis(self) -> str:
+        port = self.options.redis_port
+        if port is None:
+            port = DEFAULT_REDIS_PORT if port_is_free(DEFAULT_REDIS_PORT) else free_port()
+        directory = self.options.data_dir / "redis"
+        self.redis = RedisServer(port=port, directory=directory, appendonly=True)
+        return self.redis.url
+
+    def start_redis(self) -> None:
+        if self.redis is None:
+            return
+        self.lock_data_dir()
+        self.redis.start()
+        pid = self.redis.process.pid if self.redis.process else "?"
+        self.console.say(
+            f"embedded Redis on port {self.redis.port} (pid {pid}), data in {self.redis.directory}"
+        )
+
+    def lock_data_dir(self) -> None:
+        """Two Redis servers appending to one AOF would corrupt it: one stack per data dir."""
+        self.options.data_dir.mkdir(parents=True, exist_ok=True)
+        self.lock = (self.options.data_dir / "devstack.lock").open("w")
+        try:
+            fcntl.flock(self.lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RuntimeError(
+                f"another devstack uses {self.options.data_dir}: stop it or pass --data-dir"
+            ) from None
+
+    def service_children(self) -> list[Child]:
+        web = [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "receiver.app:app",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.options.port),
+            "--loop",
+            "uvloop",
+            "--http",
+            "httptools",
+            "--no-access-log",
+        ]
+        workers = [
+            Child(f"worker.{i + 1}", [sys.executable, "-m", "worker"])
+            for i in range(self.options.workers)
+        ]
+        return [Child("web.1", web), *workers]
+
+    def demo_child(self) -> Child:
+        # The secret, REDIS_URL and KEY_PREFIX reach the demo through its environment, not its
+        # command line, which any user of the machine can read.
+        argv = [sys.executable, str(REPO / "scripts" / "demo.py"), "--url", self.receiver_url]
+        if self.options.bursts is not None:
+            argv += ["--bursts", str(self.options.bursts)]
+        return Child("demo", argv, expected_exit=self.options.bursts is not None)
+
+    async def start(self, child: Child, env: Mapping[str, str]) -> None:
+        child.process = await asyncio.create_subprocess_exec(
+            *child.argv,
+            cwd=REPO,
+            env=dict(env),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            process_group=0,
+            limit=LINE_LIMIT_BYTES,
+        )
+        self.children.append(child)
+        self.console.say(f"started {child.name} (pid {child.process.pid})")
+        child.watcher = asyncio.create_task(self.watch(child))
+
+    async def watch(self, child: Child) -> None:
+        assert child.process is not None and child.process.stdout is not None
+        stream = child.process.stdout
+        while True:
+            try:
+                raw = await stream.readline()
+            except ValueError:  # a line longer than the limit: show what we have
+                raw = await stream.read(LINE_LIMIT_BYTES)
+            if not raw:
+                break
+            self.console.line(child.name, raw.decode(errors="replace").rstrip("\r\n"))
+        returncode = await child.process.wait()
+        await self.events.put(Exited(child, returncode))
+
+    @property
+    def receiver_url(self) -> str:
+        return f"http://127.0.0.1:{self.options.port}"
+
+    async def wait_ready(self) -> None:
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        detail = "no answer"
+        async with httpx.AsyncClient(timeout=2.0) as client:
+            while time.monotonic() < deadline and not self.stopping:
+                try:
+                    response = await client.get(f"{self.receiver_url}/readyz")
+                    if response.status_code == 200:
+                        await self.events.put(Ready(True))
+                        return
+                    detail = f"HTTP {response.status_code}: {response.text[:200]}"
+                except httpx.HTTPError as exc:
+                    detail = type(exc).__name__
+                await asyncio.sleep(0.2)
+        await self.events.put(Ready(False, detail))
+
+    # --- supervise ------------------------------------------------------------------------
+    async def supervise(self, env: Mapping[str, str], settings: Settings) -> int:
+        while True:
+            event = await self.events.get()
+            if isinstance(event, Stop):
+                self.console.say(f"{signal.Signals(event.signum).name} received, stopping")
+                return 0
+            if isinstance(event, Ready):
+                if not event.ok:
+                    self.console.say(
+                        f"receiver not ready after {READY_TIMEOUT_S:g}s ({event.detail}); stopping"
+                    )
+                    return 1
+                self.print_banner(env, settings)
+                if self.options.demo:
+                    await self.start(self.demo_child(), env)
+                continue
+            outcome = self.on_exit(event)
+            if outcome is not None:
+                return outcome
+
+    def on_exit(self, event: Exited) -> int | None:
+        """What a child's exit means: None to keep running, else the stack's exit code."""
+        child, code = event.child, event.returncode
+        if child.expected_exit and code == 0:
+            if self.options.exit_after_demo:
+                self.console.say("demo finished: every burst got exactly one reply; stopping")
+                return 0
+            self.console.say("demo finished; the stack keeps running (Ctrl-C to stop)")
+            return None
+        if child.expected_exit:
+            self.console.say(f"demo failed (exit {code}): see its lines above; stopping")
+            return code or 1
+        self.console.say(f"{child.name} exited unexpectedly (exit {code}); stopping the stack")
+        return 1
+
+    def print_banner(self, env: Mapping[str, str], settings: Settings) -> None:
+        say = self.console.say
+        pattern = f"'{settings.key_prefix}:*'"
+        say(f"receiver  {self.receiver_url}  (POST /webhooks/whatsapp, GET /readyz)")
+        if self.redis is not None:
+            say(f"redis     {self.redis.url}  (embedded, AOF on, data in {self.redis.directory})")
+            say(f"inspect   redis-cli -p {self.redis.port} --scan --pattern {pattern}")
+        else:
+            say("redis     $REDIS_URL (yours)")
+            say(f'inspect   redis-cli -u "$REDIS_URL" --scan --pattern {pattern}')
+        say(
+            f"workers   {self.options.workers}, debounce {settings.debounce_window_s:g}s, "
+            f"max wait {settings.max_wait_s:g}s, brain {settings.brain}, "
+            f"sender {settings.sender}"
+        )
+        if self.options.demo:
+            say("demo      on: signed bursts from a few people to two tenants (--no-demo: off)")
+        else:
+            say("demo      off (--demo turns it on)")
+        say("Ctrl-C to stop")
+
+    # --- stop -----------------------------------------------------------------------------
+    def install_signal_handlers(self) -> None:
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, self.on_signal, signum)
+
+    def on_signal(self, signum: int) -> None:
+        now = time.monotonic()
+        if self.signalled_at is not None and now - self.signalled_at < SAME_SIGNAL_S:
+            return  # one stop request delivered twice (`timeout` signals us and our group)
+        first = self.signalled_at is None
+        self.signalled_at = now
+        if first and not self.stopping:
+            self.events.put_nowait(Stop(signum))
+            return
+        self.console.say("second signal: killing the children now")
+        self.force.set()
+
+    async def stop_children(self) -> None:
+        self.stopping = True
+        alive = [c for c in self.children if c.running]
+        if not alive:
+            return
+        self.console.say(f"stopping {', '.join(c.name for c in alive)} (SIGTERM)")
+        for child in alive:
+            child.signal(signal.SIGTERM)
+        exited = asyncio.create_task(self.wait_exited(alive))
+        forced = asyncio.create_task(self.force.wait())
+        await asyncio.wait({exited, forced}, timeout=STOP_GRACE_S, return_when="FIRST_COMPLETED")
+        forced.cancel()
+        for child in alive:
+            if child.running:
+                why = "" if self.force.is_set() else f" after {STOP_GRACE_S:g}s"
+                self.console.say(f"{child.name} still running{why}: killing it")
+                child.signal(signal.SIGKILL)
+        await exited
+        # Let the watchers print the children's last lines (bounded: a grandchild may hold a pipe).
+        watchers = [c.watcher for c in alive if c.watcher]
+        if watchers:
+            await asyncio.wait(watchers, timeout=2.0)
+
+    @staticmethod
+    async def wait_exited(children: Sequence[Child]) -> None:
+        for child in children:
+            if child.process is not None:
+                await child.process.wait()
+
+    def stop_redis(self) -> None:
+        if self.redis is not None:
+            self.console.say("stopping embedded Redis (SIGTERM, it writes its AOF)")
+            self.redis.stop()
+            self.redis = None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    options = parse_options(sys.argv[1:] if argv is None else argv, os.environ)
+    return asyncio.run(DevStack(options, os.environ).run())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

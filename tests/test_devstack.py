@@ -1,0 +1,207 @@
+"""`scripts/run`'s dev stack as a real process: embedded Redis, receiver, worker, demo bursts.
+
+Each test runs `scripts/devstack.py` in a subprocess with its own ports and data directory, and
+with none of the product's variables from the developer's shell, so the stack's dev defaults
+apply (a 3 s debounce window).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from shared.redis_server import free_port
+
+REPO = Path(__file__).resolve().parent.parent
+VENV_PYTHON = REPO / ".venv" / "bin" / "python"
+PYTHON = str(VENV_PYTHON) if VENV_PYTHON.exists() else sys.executable
+DEVSTACK = REPO / "scripts" / "devstack.py"
+PRODUCT_VARIABLES = (
+    "REDIS_URL REDIS_CLUSTER REDIS_TIMEOUT_S KEY_PREFIX PORT WHATSAPP_APP_SECRET "
+    "WHATSAPP_VERIFY_TOKEN WHATSAPP_ACCESS_TOKEN WHATSAPP_API_BASE_URL WHATSAPP_API_VERSION "
+    "ANTHROPIC_API_KEY ANTHROPIC_BASE_URL AI_MODEL SYSTEM_PROMPT BRAIN SENDER TENANTS_FILE "
+    "DEBOUNCE_WINDOW_S MAX_WAIT_S LEASE_S LEASE_RENEW_S MAX_ATTEMPTS RETRY_BASE_S "
+    "REVIEW_AFTER_S WORKER_CONCURRENCY POLL_INTERVAL_S SHUTDOWN_GRACE_S DEDUPE_TTL_S"
+).split()
+
+
+def load_devstack() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("devstack", DEVSTACK)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up while being built
+    spec.loader.exec_module(module)
+    return module
+
+
+def clean_environment() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in PRODUCT_VARIABLES}
+    env["NO_COLOR"] = "1"
+    return env
+
+
+class Stack:
+    """`devstack.py` in a subprocess; its output is collected line by line by a thread."""
+
+    def __init__(self, data_dir: Path, *args: str) -> None:
+        argv = [PYTHON, str(DEVSTACK), "--data-dir", str(data_dir), "--port", str(free_port())]
+        argv += ["--redis-port", str(free_port()), *args]
+        self.process = subprocess.Popen(
+            argv,
+            cwd=REPO,
+            env=clean_environment(),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        self.lines: list[str] = []
+        self._new: queue.Queue[str | None] = queue.Queue()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.lines.append(line)
+            self._new.put(line)
+        self._new.put(None)
+
+    @property
+    def output(self) -> str:
+        return "".join(self.lines)
+
+    def wait_for(self, pattern: str, timeout_s: float = 30.0) -> re.Match[str]:
+        deadline = time.monotonic() + timeout_s
+        while (remaining := deadline - time.monotonic()) > 0:
+            try:
+                line = self._new.get(timeout=remaining)
+            except queue.Empty:
+                break
+            if line is None:
+                break
+            if found := re.search(pattern, line):
+                return found
+        pytest.fail(f"no line matching {pattern!r} in:\n{self.output}")
+
+    def wait(self, timeout_s: float) -> int:
+        try:
+            code = self.process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.stop()
+            pytest.fail(f"devstack still running after {timeout_s}s:\n{self.output}")
+        self._reader.join(5)  # the rest of the output
+        return code
+
+    def stop(self) -> None:
+        """SIGTERM (the stack stops its children and Redis), then SIGKILL as a last resort."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    def pids(self) -> dict[str, int]:
+        """Every process the stack said it started, by name ("redis", "web.1", ...)."""
+        found = {}
+        for line in self.lines:
+            if m := re.search(r"(?:started (\S+)|embedded (Redis)) .*?\(pid (\d+)\)", line):
+                found[(m.group(1) or "redis").lower()] = int(m.group(3))
+        return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+@pytest.mark.slow
+def test_each_demo_burst_becomes_one_reply(tmp_path: Path) -> None:
+    stack = Stack(tmp_path, "--bursts", "2", "--exit-after-demo")
+    try:
+        code = stack.wait(timeout_s=90)
+    finally:
+        stack.stop()
+    output = stack.output
+    assert code == 0, output
+    replies = re.findall(r"\[demo\] (\d+) sent (\d) messages -> 1 reply \(batch ", output)
+    assert len(replies) == 2, output
+    assert all(int(n) >= 3 for _, n in replies), output
+    assert "every burst became exactly one reply" in output
+    assert re.search(r"\[demo\] \d+ \(\w+\): .* delivered twice", output), "a duplicate was sent"
+    assert "WARNING" not in output and "FAILED" not in output, output
+    assert list((tmp_path / "redis").rglob("appendonly*")), "the embedded Redis keeps an AOF"
+    assert not [name for name, pid in stack.pids().items() if alive(pid)], output
+
+
+@pytest.mark.slow
+def test_sigint_stops_children_then_redis(tmp_path: Path) -> None:
+    stack = Stack(tmp_path, "--no-demo", "--workers", "2")
+    try:
+        stack.wait_for(r"Ctrl-C to stop")
+        pids = stack.pids()
+        assert set(pids) == {"redis", "web.1", "worker.1", "worker.2"}, stack.output
+        stack.process.send_signal(signal.SIGINT)
+        code = stack.wait(timeout_s=30)
+    finally:
+        stack.stop()
+    output = stack.output
+    assert code == 0, output
+    assert "started demo" not in output
+    assert output.index("stopping web.1, worker.1, worker.2") < output.index(
+        "stopping embedded Redis"
+    )
+    assert not [name for name, pid in pids.items() if alive(pid)], output
+
+
+@pytest.mark.slow
+def test_a_child_that_dies_stops_the_stack(tmp_path: Path) -> None:
+    stack = Stack(tmp_path, "--no-demo")
+    try:
+        stack.wait_for(r"Ctrl-C to stop")
+        pids = stack.pids()
+        os.kill(pids["worker.1"], signal.SIGKILL)
+        code = stack.wait(timeout_s=30)
+    finally:
+        stack.stop()
+    assert code != 0, stack.output
+    assert "worker.1 exited unexpectedly (exit -9); stopping the stack" in stack.output
+    assert not [name for name, pid in pids.items() if alive(pid)], stack.output
+
+
+def test_dev_defaults_never_override_the_users_settings() -> None:
+    devstack = load_devstack()
+    user = {"DEBOUNCE_WINDOW_S": "20", "LEASE_S": "6", "WHATSAPP_APP_SECRET": "mine"}
+    env = devstack.dev_environment(user, "redis://127.0.0.1:7000/0", 9000)
+    assert env["DEBOUNCE_WINDOW_S"] == "20"
+    assert env["WHATSAPP_APP_SECRET"] == "mine"
+    assert env["WHATSAPP_VERIFY_TOKEN"] == "dev-verify"
+    assert env["MAX_WAIT_S"] == "20"  # never shorter than the user's window
+    assert env["LEASE_RENEW_S"] == "2"  # renewed well within the user's lease
+    assert (env["REDIS_URL"], env["PORT"]) == ("redis://127.0.0.1:7000/0", "9000")
+
+
+def test_demo_is_on_without_credentials_only() -> None:
+    devstack = load_devstack()
+    assert devstack.parse_options([], {}).demo
+    assert not devstack.parse_options([], {"ANTHROPIC_API_KEY": "k"}).demo
+    assert not devstack.parse_options([], {"WHATSAPP_ACCESS_TOKEN": "t"}).demo
+    assert devstack.parse_options(["--demo"], {"ANTHROPIC_API_KEY": "k"}).demo
+    assert not devstack.parse_options(["--no-demo"], {}).demo
