@@ -1,0 +1,91 @@
+"""Local stand-ins for the outside systems: Meta's Graph API and Anthropic's Messages API.
+
+Test infrastructure, used in-process from pytest (`with GraphApiStandIn() as graph: ...`) and as
+scripts by the dev stack (`scripts/graph_standin`, `scripts/anthropic_standin`). Each one records
+every request and takes injected faults from Python or over HTTP (`POST /_control`).
+
+Names are imported lazily, so `python -m scripts.standins.graph_api` does not load the module
+twice.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from scripts.standins._common import RecordedRequest
+    from scripts.standins.graph_api import (
+        META_ERRORS,
+        GraphApiStandIn,
+        GraphFault,
+        ReadReceipt,
+        SentMessage,
+        WebhookDelivery,
+        meta_error_body,
+        sign_body,
+        status_webhook,
+    )
+    from scripts.standins.messages_api import (
+        ERROR_TYPES,
+        MessagesApiStandIn,
+        MessagesFault,
+        anthropic_error_body,
+        last_user_text,
+        system_text,
+    )
+    from scripts.standins.server import BackgroundServer, free_port
+
+_WHERE = {
+    "RecordedRequest": "_common",
+    "META_ERRORS": "graph_api",
+    "GraphApiStandIn": "graph_api",
+    "GraphFault": "graph_api",
+    "ReadReceipt": "graph_api",
+    "SentMessage": "graph_api",
+    "WebhookDelivery": "graph_api",
+    "meta_error_body": "graph_api",
+    "sign_body": "graph_api",
+    "status_webhook": "graph_api",
+    "ERROR_TYPES": "messages_api",
+    "MessagesApiStandIn": "messages_api",
+    "MessagesFault": "messages_api",
+    "anthropic_error_body": "messages_api",
+    "last_user_text": "messages_api",
+    "system_text": "messages_api",
+    "BackgroundServer": "server",
+    "free_port": "server",
+}
+
+__all__ = [
+    "ERROR_TYPES",
+    "META_ERRORS",
+    "BackgroundServer",
+    "GraphApiStandIn",
+    "GraphFault",
+    "MessagesApiStandIn",
+    "MessagesFault",
+    "ReadReceipt",
+    "RecordedRequest",
+    "SentMessage",
+    "WebhookDelivery",
+    "anthropic_error_body",
+    "free_port",
+    "last_user_text",
+    "meta_error_body",
+    "sign_body",
+    "status_webhook",
+    "system_text",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -1,0 +1,874 @@
+"""A local stand-in for Anthropic's Messages API, for tests and the dev stack.
+
+    ai = MessagesApiStandIn(api_keys="test").start()              # or `with` / `async with`
+    client = anthropic.AsyncAnthropic(base_url=ai.url, api_key="test", max_retries=0)
+    ai.queue_reply("¡Hola! Sí, tenemos turno el sábado.")
+    ai.fail_next(1, "overloaded")                                  # next call: 529
+
+`POST /v1/messages` behaves like the real endpoint for non-streaming calls: `x-api-key` (or
+`Authorization: Bearer`) and `anthropic-version` are checked, the body is validated (model,
+max_tokens, messages), and the answer is a Message the SDK parses (`content[0].text`, `usage`
+with cache fields, `stop_reason`). Replies come from a queue (strings, content-block lists,
+partial Message dicts, callables taking the request JSON, or a `MessagesFault`), else from the
+default reply "stand-in reply to: <last user text>". Errors use Anthropic's body
+`{"type": "error", "error": {"type", "message"}, "request_id"}` and a `request-id` header.
+
+NOTE: the SDK retries 408/409/429/5xx/529 and timeouts by itself (`max_retries`, default 2,
+with backoff honouring `retry-after`). A test that asserts on ONE injected failure must build
+its client with `max_retries=0`, or inject `max_retries + 1` failures.
+
+Control endpoint (`POST /_control`, JSON; `GET /_control` shows the state, `GET /_requests`
+lists the records): see `MessagesApiStandIn.control`.
+
+Run alone: `scripts/anthropic_standin --port 8082 [--api-key K] [--reply TEXT ...]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import hmac
+import logging
+import math
+import os
+import random
+import secrets
+import string
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import orjson
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import Route
+
+from scripts.standins._common import (
+    RecordedRequest,
+    StandInBase,
+    as_tuple,
+    json_response,
+    pick_headers,
+)
+
+__all__ = [
+    "ERROR_TYPES",
+    "MessagesApiStandIn",
+    "MessagesFault",
+    "Reply",
+    "anthropic_error_body",
+    "last_user_text",
+    "system_text",
+]
+
+log = logging.getLogger(__name__)
+
+# error.type -> (HTTP status, default message)
+ERROR_TYPES: dict[str, tuple[int, str]] = {
+    "invalid_request_error": (400, "Invalid request."),
+    "authentication_error": (401, "invalid x-api-key"),
+    "billing_error": (402, "Your credit balance is too low to access the Anthropic API."),
+    "permission_error": (
+        403,
+        "Your API key does not have permission to use the specified resource.",
+    ),
+    "not_found_error": (404, "The requested resource could not be found."),
+    "request_too_large": (413, "Request exceeds the maximum allowed number of bytes."),
+    "rate_limit_error": (
+        429,
+        "This request would exceed the rate limit for your organization. Please try again later.",
+    ),
+    "api_error": (500, "Internal server error"),
+    "timeout_error": (504, "Request timed out"),
+    "overloaded_error": (529, "Overloaded"),
+}
+ALIASES = {
+    "overloaded": "overloaded_error",
+    "rate_limit": "rate_limit_error",
+    "api": "api_error",
+    "internal": "api_error",
+    "server": "api_error",
+    "invalid_request": "invalid_request_error",
+    "bad_request": "invalid_request_error",
+    "authentication": "authentication_error",
+    "auth": "authentication_error",
+    "permission": "permission_error",
+    "not_found": "not_found_error",
+    "timeout": "timeout_error",
+    "billing": "billing_error",
+}
+STATUS_TO_TYPE = {status: name for name, (status, _) in ERROR_TYPES.items()}
+BASE62 = string.digits + string.ascii_letters
+
+
+def error_type_of(name: str | None, status: int | None = None) -> str:
+    if name is None:
+        if status is None:
+            raise ValueError("give an error type or a status")
+        return STATUS_TO_TYPE.get(status, "api_error" if status >= 500 else "invalid_request_error")
+    name = ALIASES.get(name, name)
+    if name not in ERROR_TYPES:
+        raise ValueError(f"unknown error type {name!r}; one of {sorted(ERROR_TYPES)}")
+    return name
+
+
+def anthropic_error_body(
+    error_type: str, message: str | None = None, request_id: str | None = None
+) -> dict[str, Any]:
+    """Anthropic's error body: `{"type":"error","error":{"type","message"},"request_id"}`."""
+    error_type = error_type_of(error_type)
+    return {
+        "type": "error",
+        "error": {
+            "type": error_type,
+            "message": message if message is not None else ERROR_TYPES[error_type][1],
+        },
+        "request_id": request_id or _new_id("req_"),
+    }
+
+
+def _new_id(prefix: str) -> str:
+    return prefix + "01" + "".join(secrets.choice(BASE62) for _ in range(22))
+
+
+def _text_of(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(
+            str(block.get("text", ""))
+            for block in content
+            if isinstance(block, dict) and block.get("type") == "text"
+        )
+    return ""
+
+
+def last_user_text(body: Mapping[str, Any]) -> str:
+    """The text of the last `user` message of a Messages request ("" if none)."""
+    for message in reversed(body.get("messages") or []):
+        if isinstance(message, dict) and message.get("role") == "user":
+            return _text_of(message.get("content"))
+    return ""
+
+
+def system_text(body: Mapping[str, Any]) -> str:
+    """The system prompt of a Messages request as one string (blocks joined)."""
+    return _text_of(body.get("system"))
+
+
+def _tokens(value: Any) -> int:
+    """A rough token estimate: four bytes of JSON per token, at least one."""
+    return max(1, math.ceil(len(orjson.dumps(value)) / 4))
+
+
+# ---------------------------------------------------------------------- public data types
+
+
+@dataclass
+class MessagesFault:
+    """One fault. In the fault list (see `fail_next`) it applies to requests as they arrive,
+    after the key check; queued as a reply (`queue_reply`) it is the answer to that turn.
+
+    After `delay` seconds: `raw_body` set → HTTP `status` (default 502) with that non-JSON body;
+    `error_type` or `status` set → Anthropic's error body (429 also gets `retry-after`);
+    neither (a pure delay, `hang_next`) → the request is then answered normally.
+    """
+
+    error_type: str | None = None
+    status: int | None = None
+    message: str | None = None
+    retry_after: float | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    raw_body: str | None = None
+    content_type: str = "text/html"
+    delay: float = 0.0
+    count: int | None = 1
+    probability: float = 1.0
+    hits: int = 0
+
+    def __post_init__(self) -> None:
+        if self.error_type is not None or (self.status is not None and self.raw_body is None):
+            self.error_type = error_type_of(self.error_type, self.status)
+            if self.status is None:
+                self.status = ERROR_TYPES[self.error_type][0]
+        if self.raw_body is not None and self.status is None:
+            self.status = 502
+
+    @property
+    def is_error(self) -> bool:
+        return self.error_type is not None or self.raw_body is not None
+
+    def response(self) -> tuple[Response, Any]:
+        assert self.status is not None
+        request_id = _new_id("req_")
+        headers = {"request-id": request_id, **self.headers}
+        if self.raw_body is not None:
+            return (
+                Response(
+                    self.raw_body,
+                    status_code=self.status,
+                    headers=headers,
+                    media_type=self.content_type,
+                ),
+                self.raw_body,
+            )
+        assert self.error_type is not None
+        if self.error_type == "rate_limit_error" or self.retry_after is not None:
+            headers.setdefault("retry-after", _fmt_seconds(self.retry_after or 1))
+        body = anthropic_error_body(self.error_type, self.message, request_id)
+        return json_response(body, self.status, headers), body
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _fmt_seconds(seconds: float) -> str:
+    return str(int(seconds)) if float(seconds).is_integer() else str(seconds)
+
+
+ReplyValue = str | list[dict[str, Any]] | dict[str, Any] | MessagesFault
+Reply = ReplyValue | Callable[[dict[str, Any]], ReplyValue]
+"""A reply: a text; a list of content blocks; a partial Message dict merged over the default
+(e.g. `{"content": [...], "stop_reason": "max_tokens"}`); a `MessagesFault` (this turn fails);
+or a callable taking the request JSON and returning one of those."""
+
+
+def default_reply(body: dict[str, Any]) -> str:
+    return f"stand-in reply to: {last_user_text(body)}"
+
+
+# ---------------------------------------------------------------------- the stand-in
+
+
+class MessagesApiStandIn(StandInBase):
+    """Anthropic's `POST /v1/messages` (and `/v1/messages/count_tokens`), non-streaming.
+
+    Constructor (keyword-only):
+    - `api_keys`: accepted keys (str, comma-separated str, or iterable), checked against
+      `x-api-key` or `Authorization: Bearer`; None accepts any non-empty key. Default "test".
+    - `replies`: initial reply queue (see `Reply`); `default_reply`: used when the queue is
+      empty (a text, or a callable taking the request JSON).
+    - `models`: if given, other model names get 404 not_found_error (as retired models do).
+    - `require_version`: demand the `anthropic-version` header (the SDK always sends it).
+    - `seed`: seeds the RNG used by `fail_fraction`.
+    - `host`, `port`: where `start()` listens (port 0: a free one).
+    """
+
+    name = "messages-standin"
+
+    def __init__(
+        self,
+        *,
+        api_keys: str | Iterable[str] | None = ("test",),
+        replies: Iterable[Reply] = (),
+        default_reply: Reply = default_reply,
+        models: Iterable[str] | None = None,
+        require_version: bool = True,
+        seed: int | None = 0,
+        host: str = "127.0.0.1",
+        port: int = 0,
+    ) -> None:
+        super().__init__(host=host, port=port)
+        self.api_keys = as_tuple(api_keys)
+        self.models = frozenset(models) if models is not None else None
+        self.require_version = require_version
+        self._initial_config: dict[str, Any] = {
+            "api_keys": self.api_keys,
+            "models": self.models,
+            "require_version": require_version,
+        }
+        self.default_reply: Reply = default_reply
+        self._initial_default_reply: Reply = default_reply
+        self.latency = 0.0
+        self._initial_replies: tuple[Reply, ...] = tuple(replies)
+        self._replies: deque[Reply] = deque(self._initial_replies)
+        self._faults: list[MessagesFault] = []
+        self._seed = seed
+        self._rng = random.Random(seed)
+        self._cache: set[str] = set()
+        self._app = Starlette(
+            routes=[
+                Route("/_control", self._control_endpoint, methods=["GET", "POST"]),
+                Route("/_requests", self._requests_endpoint, methods=["GET"]),
+                Route("/_health", self._health, methods=["GET"]),
+                Route("/v1/messages", self._messages, methods=["POST"]),
+                Route("/v1/messages/count_tokens", self._count_tokens, methods=["POST"]),
+                Route("/{path:path}", self._not_found, methods=["GET", "POST", "PUT", "DELETE"]),
+            ]
+        )
+
+    @property
+    def app(self) -> Starlette:
+        return self._app
+
+    # ------------------------------------------------------------------ configuration
+
+    _UNSET: Any = object()
+
+    def configure(
+        self,
+        *,
+        api_keys: str | Iterable[str] | None = _UNSET,
+        models: Iterable[str] | None = _UNSET,
+        require_version: bool = _UNSET,
+    ) -> None:
+        """Change settings at runtime (only the ones given; None for keys/models = any)."""
+        with self._lock:
+            if api_keys is not self._UNSET:
+                self.api_keys = as_tuple(api_keys)
+            if models is not self._UNSET:
+                self.models = frozenset(models) if models is not None else None
+            if require_version is not self._UNSET:
+                self.require_version = bool(require_version)
+
+    # ------------------------------------------------------------------ replies
+
+    def queue_reply(self, *replies: Reply) -> None:
+        """Answer the next calls with these, in order (then the default reply again)."""
+        with self._lock:
+            self._replies.extend(replies)
+
+    def set_default_reply(self, reply: Reply) -> None:
+        with self._lock:
+            self.default_reply = reply
+
+    def clear_replies(self) -> None:
+        with self._lock:
+            self._replies.clear()
+
+    @property
+    def pending_replies(self) -> int:
+        with self._lock:
+            return len(self._replies)
+
+    # ------------------------------------------------------------------ faults
+
+    def add_fault(self, fault: MessagesFault) -> MessagesFault:
+        with self._lock:
+            self._faults.append(fault)
+        return fault
+
+    def fail_next(
+        self,
+        n: int = 1,
+        error: str = "overloaded_error",
+        *,
+        status: int | None = None,
+        message: str | None = None,
+        retry_after: float | None = None,
+        headers: Mapping[str, str] | None = None,
+        delay: float = 0.0,
+    ) -> MessagesFault:
+        """The next `n` calls fail with `error` (an error type, or its short alias: overloaded
+        529, rate_limit 429 + retry-after, api_error 500, invalid_request 400, authentication
+        401, permission 403, not_found 404, timeout 504, billing 402)."""
+        return self.add_fault(
+            MessagesFault(
+                error_type=error,
+                status=status,
+                message=message,
+                retry_after=retry_after,
+                headers=dict(headers or {}),
+                delay=delay,
+                count=n,
+            )
+        )
+
+    def fail_fraction(
+        self,
+        p: float,
+        error: str = "overloaded_error",
+        *,
+        seed: int | None = None,
+        n: int | None = None,
+        status: int | None = None,
+        message: str | None = None,
+    ) -> MessagesFault:
+        """Each call fails with probability `p` (at most `n` times; None: no limit)."""
+        if seed is not None:
+            with self._lock:
+                self._rng.seed(seed)
+        return self.add_fault(
+            MessagesFault(error_type=error, status=status, message=message, probability=p, count=n)
+        )
+
+    def fail_raw(
+        self,
+        n: int = 1,
+        status: int = 502,
+        body: str = "<html><body><h1>502 Bad Gateway</h1></body></html>",
+        *,
+        content_type: str = "text/html",
+    ) -> MessagesFault:
+        """The next `n` calls get HTTP `status` with a non-JSON body (a proxy's error page)."""
+        return self.add_fault(
+            MessagesFault(status=status, raw_body=body, content_type=content_type, count=n)
+        )
+
+    def hang_next(self, n: int = 1, seconds: float = 30.0) -> MessagesFault:
+        """The next `n` calls wait `seconds` before answering normally (client timeouts)."""
+        return self.add_fault(MessagesFault(delay=seconds, count=n))
+
+    def set_latency(self, seconds: float) -> None:
+        """Every call waits `seconds` before being handled."""
+        with self._lock:
+            self.latency = float(seconds)
+
+    def remove_fault(self, fault: MessagesFault) -> None:
+        with self._lock:
+            if fault in self._faults:
+                self._faults.remove(fault)
+
+    @property
+    def faults(self) -> list[MessagesFault]:
+        with self._lock:
+            return list(self._faults)
+
+    def reset_faults(self) -> None:
+        """No faults, no latency."""
+        with self._lock:
+            self._faults.clear()
+            self.latency = 0.0
+
+    def reset(self) -> None:
+        """Back to the state right after the constructor: `reset_faults()`, `clear()`, the
+        constructor's replies / default reply / keys / models / RNG seed, an empty prompt cache."""
+        self.reset_faults()
+        self.clear()
+        with self._lock:
+            self._rng.seed(self._seed)
+            self._replies = deque(self._initial_replies)
+            self.default_reply = self._initial_default_reply
+            self._cache.clear()
+        self.configure(**self._initial_config)
+
+    def _take_fault(self) -> MessagesFault | None:
+        with self._lock:
+            for fault in self._faults:
+                if fault.probability < 1.0 and self._rng.random() >= fault.probability:
+                    continue
+                fault.hits += 1
+                if fault.count is not None:
+                    fault.count -= 1
+                    if fault.count <= 0:
+                        self._faults.remove(fault)
+                return fault
+        return None
+
+    # ------------------------------------------------------------------ what was asked
+
+    def bodies(self, ok_only: bool = False) -> list[dict[str, Any]]:
+        """The JSON bodies of `/v1/messages` calls, oldest first (`ok_only`: answered 200)."""
+        with self._lock:
+            return [
+                r.body
+                for r in self._records
+                if r.kind == "messages" and isinstance(r.body, dict) and (r.ok or not ok_only)
+            ]
+
+    @property
+    def last_body(self) -> dict[str, Any] | None:
+        bodies = self.bodies()
+        return bodies[-1] if bodies else None
+
+    def replies_sent(self) -> list[str]:
+        """The text of every Message answered (200), oldest first."""
+        with self._lock:
+            return [
+                _text_of(r.response.get("content"))
+                for r in self._records
+                if r.kind == "messages" and r.ok and isinstance(r.response, dict)
+            ]
+
+    # ------------------------------------------------------------------ HTTP control
+
+    def control(self, payload: Mapping[str, Any]) -> dict[str, Any]:
+        """What `POST /_control` does; returns the new state. `op` is one of:
+
+        - `{"op": "reply", "text": "..."}` / `{"texts": [...]}` / `{"content": [blocks]}` /
+          `{"message": {partial Message}}`: queue replies.
+        - `{"op": "default_reply", "text": "..."}`: a fixed default reply (null: the echo).
+        - `{"op": "fail", "error": "overloaded", "count": 1}`: add a fault; fields of
+          `MessagesFault` (error/error_type, status, message, retry_after, headers, raw_body,
+          content_type, delay, count (null = forever), probability), plus `seed`.
+        - `{"op": "hang", "seconds": 30, "count": 1}`, `{"op": "latency", "seconds": 0.5}`
+        - `{"op": "config", "api_keys": [...]|null, "models": [...]|null, "require_version": b}`
+        - `{"op": "reset"}` (faults, latency), `{"op": "clear"}` (records),
+          `{"op": "reset_all"}` (`reset()`: replies, configuration, prompt cache too).
+        """
+        op = payload.get("op")
+        if op == "reply":
+            if "text" in payload:
+                self.queue_reply(str(payload["text"]))
+            if "texts" in payload:
+                self.queue_reply(*[str(t) for t in payload["texts"]])
+            if "content" in payload:
+                self.queue_reply(list(payload["content"]))
+            if "message" in payload:
+                self.queue_reply(dict(payload["message"]))
+        elif op == "default_reply":
+            text = payload.get("text")
+            self.set_default_reply(default_reply if text is None else str(text))
+        elif op == "fail":
+            if payload.get("seed") is not None:
+                with self._lock:
+                    self._rng.seed(payload["seed"])
+            fields = {
+                k: payload[k]
+                for k in (
+                    "error_type",
+                    "status",
+                    "message",
+                    "retry_after",
+                    "headers",
+                    "raw_body",
+                    "content_type",
+                    "delay",
+                    "count",
+                    "probability",
+                )
+                if k in payload
+            }
+            if "error" in payload:
+                fields["error_type"] = payload["error"]
+            fault = MessagesFault(**fields)
+            if not fault.is_error and not fault.delay:
+                raise ValueError("a fault needs error, status, raw_body or delay")
+            self.add_fault(fault)
+        elif op == "hang":
+            self.hang_next(int(payload.get("count", 1)), float(payload.get("seconds", 30.0)))
+        elif op == "latency":
+            self.set_latency(float(payload.get("seconds", 0.0)))
+        elif op == "config":
+            self.configure(**{k: v for k, v in payload.items() if k != "op"})
+        elif op == "reset":
+            self.reset_faults()
+        elif op == "clear":
+            self.clear()
+        elif op == "reset_all":
+            self.reset()
+        else:
+            raise ValueError(f"unknown op {op!r}")
+        return self.state()
+
+    def state(self) -> dict[str, Any]:
+        with self._lock:
+            return {
+                "api_keys": list(self.api_keys) if self.api_keys is not None else None,
+                "models": sorted(self.models) if self.models is not None else None,
+                "require_version": self.require_version,
+                "latency": self.latency,
+                "faults": [f.to_json() for f in self._faults],
+                "pending_replies": len(self._replies),
+                "requests": len(self._records),
+            }
+
+    async def _control_endpoint(self, request: Request) -> Response:
+        if request.method == "GET":
+            return json_response(self.state())
+        try:
+            payload = orjson.loads(await request.body())
+            if not isinstance(payload, dict):
+                raise ValueError("expected a JSON object")
+            return json_response({"ok": True, "state": self.control(payload)})
+        except (ValueError, TypeError, KeyError) as exc:
+            return json_response({"ok": False, "error": str(exc)}, 400)
+
+    async def _requests_endpoint(self, request: Request) -> Response:
+        with self._lock:
+            records = [r.to_json() for r in self._records]
+        return json_response({"requests": records})
+
+    async def _health(self, request: Request) -> Response:
+        return PlainTextResponse("ok")
+
+    # ------------------------------------------------------------------ the Messages API
+
+    def _key_problem(self, request: Request) -> str | None:
+        key = request.headers.get("x-api-key")
+        if key is None:
+            auth = request.headers.get("authorization", "")
+            if auth.lower().startswith("bearer "):
+                key = auth[7:].strip()
+        if not key:
+            return "x-api-key header is required"
+        keys = self.api_keys
+        if keys is None or any(hmac.compare_digest(key.encode(), k.encode()) for k in keys):
+            return None
+        return "invalid x-api-key"
+
+    async def _begin(self, request: Request, kind: str) -> tuple[RecordedRequest, Response | None]:
+        """Record, latency, key check, injected faults; a Response means "answer this"."""
+        raw = await request.body()
+        record = self._record(
+            RecordedRequest(
+                time=time.time(),
+                method=request.method,
+                path=request.url.path,
+                headers=pick_headers(request.headers),
+                raw=raw,
+                kind=kind,
+            )
+        )
+        generation = record.generation
+        try:
+            record.body = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            record.body = None
+        if self.latency > 0 and not await self._sleep(self.latency, generation):
+            return record, self._stale(record)
+        problem = self._key_problem(request)
+        if problem is not None:
+            return record, self._error(record, "authentication_error", problem)
+        fault = self._take_fault()
+        if fault is not None:
+            record.fault = fault
+            if fault.delay > 0 and not await self._sleep(fault.delay, generation):
+                return record, self._stale(record)
+            if fault.is_error:
+                response, body = fault.response()
+                self._finish(record, response.status_code, body)
+                return record, response
+        if self.require_version and not request.headers.get("anthropic-version"):
+            return record, self._error(
+                record, "invalid_request_error", "anthropic-version: header is required"
+            )
+        if not isinstance(record.body, dict):
+            return record, self._error(
+                record, "invalid_request_error", "The request body is not valid JSON."
+            )
+        return record, None
+
+    def _stale(self, record: RecordedRequest) -> Response:
+        return self._error(record, "api_error", "The stand-in was reset meanwhile.", status=503)
+
+    def _error(
+        self, record: RecordedRequest, error_type: str, message: str, status: int | None = None
+    ) -> Response:
+        request_id = _new_id("req_")
+        body = anthropic_error_body(error_type, message, request_id)
+        status = status or ERROR_TYPES[body["error"]["type"]][0]
+        self._finish(record, status, body)
+        return json_response(body, status, {"request-id": request_id})
+
+    async def _messages(self, request: Request) -> Response:
+        record, early = await self._begin(request, "messages")
+        if early is not None:
+            return early
+        body: dict[str, Any] = record.body
+        problem = _validate(body)
+        if problem is not None:
+            return self._error(record, "invalid_request_error", problem)
+        if body.get("stream"):
+            return self._error(
+                record, "invalid_request_error", "stream: the stand-in does not stream"
+            )
+        if self.models is not None and body["model"] not in self.models:
+            return self._error(record, "not_found_error", f"model: {body['model']}")
+
+        with self._lock:
+            reply: Reply = self._replies.popleft() if self._replies else self.default_reply
+        try:
+            value = reply(body) if callable(reply) else reply
+        except Exception as exc:
+            log.exception("scripted reply raised")
+            return self._error(record, "api_error", f"scripted reply raised {exc!r}")
+        if isinstance(value, MessagesFault):
+            record.fault = value
+            if value.delay > 0 and not await self._sleep(value.delay, record.generation):
+                return self._stale(record)
+            if value.is_error:
+                response, error_body = value.response()
+                self._finish(record, response.status_code, error_body)
+                return response
+            value = default_reply(body)
+        message = self._message(body, value)
+        self._finish(record, 200, message)
+        return json_response(message, 200, {"request-id": _new_id("req_")})
+
+    def _message(self, body: dict[str, Any], value: ReplyValue) -> dict[str, Any]:
+        overrides: dict[str, Any] = {}
+        if isinstance(value, dict):
+            overrides = dict(value)
+            content: Any = overrides.pop("content", default_reply(body))
+        else:
+            content = value
+        if isinstance(content, str):
+            content = [{"type": "text", "text": content}]
+        content = list(content)
+        stop_reason = (
+            "tool_use"
+            if any(isinstance(b, dict) and b.get("type") == "tool_use" for b in content)
+            else "end_turn"
+        )
+        total = _tokens([body.get("system"), body.get("tools"), body["messages"]])
+        created, read = self._cache_tokens(body)
+        message: dict[str, Any] = {
+            "id": _new_id("msg_"),
+            "type": "message",
+            "role": "assistant",
+            "model": body["model"],
+            "content": content,
+            "stop_reason": stop_reason,
+            "stop_sequence": None,
+            "usage": {
+                "input_tokens": max(1, total - created - read),
+                "output_tokens": _tokens(content),
+                "cache_creation_input_tokens": created,
+                "cache_read_input_tokens": read,
+                "service_tier": "standard",
+            },
+        }
+        usage_overrides = overrides.pop("usage", None)
+        message.update(overrides)
+        if isinstance(usage_overrides, dict):
+            message["usage"].update(usage_overrides)
+        return message
+
+    def _cache_tokens(self, body: dict[str, Any]) -> tuple[int, int]:
+        """Prompt caching, roughly: the prefix up to the last `cache_control` block is
+        "created" the first time it is seen and "read" after that (no minimum length, no TTL)."""
+        prefix: list[Any] = []
+        cached: list[Any] | None = None
+        parts: list[Any] = list(body.get("tools") or [])
+        system = body.get("system")
+        parts += system if isinstance(system, list) else ([system] if system else [])
+        for message in body.get("messages") or []:
+            content = message.get("content") if isinstance(message, dict) else None
+            parts += content if isinstance(content, list) else [content]
+        for part in parts:
+            prefix.append(part)
+            if isinstance(part, dict) and part.get("cache_control"):
+                cached = list(prefix)
+        if cached is None:
+            return 0, 0
+        key = hashlib.sha256(orjson.dumps([body.get("model"), cached])).hexdigest()
+        tokens = _tokens(cached)
+        with self._lock:
+            if key in self._cache:
+                return 0, tokens
+            self._cache.add(key)
+            return tokens, 0
+
+    async def _count_tokens(self, request: Request) -> Response:
+        record, early = await self._begin(request, "count_tokens")
+        if early is not None:
+            return early
+        body: dict[str, Any] = record.body
+        if not isinstance(body.get("model"), str) or not isinstance(body.get("messages"), list):
+            return self._error(record, "invalid_request_error", "model and messages are required")
+        result = {"input_tokens": _tokens([body.get("system"), body["messages"]])}
+        self._finish(record, 200, result)
+        return json_response(result)
+
+    async def _not_found(self, request: Request) -> Response:
+        record = self._record(
+            RecordedRequest(
+                time=time.time(),
+                method=request.method,
+                path=request.url.path,
+                headers=pick_headers(request.headers),
+                raw=await request.body(),
+                kind="invalid",
+            )
+        )
+        return self._error(record, "not_found_error", "Not Found")
+
+
+def _validate(body: dict[str, Any]) -> str | None:
+    """The first problem with a Messages request, worded like the API, or None."""
+    for name in ("model", "max_tokens", "messages"):
+        if name not in body:
+            return f"{name}: Field required"
+    if not isinstance(body["model"], str) or not body["model"]:
+        return "model: Input should be a valid string"
+    max_tokens = body["max_tokens"]
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+        return "max_tokens: Input should be a valid integer greater than or equal to 1"
+    messages = body["messages"]
+    if not isinstance(messages, list):
+        return "messages: Input should be a valid list"
+    if not messages:
+        return "messages: at least one message is required"
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict):
+            return f"messages.{i}: Input should be a valid dictionary"
+        if message.get("role") not in ("user", "assistant"):
+            return f"messages.{i}.role: Input should be 'user' or 'assistant'"
+        content = message.get("content")
+        if isinstance(content, str):
+            if not content and i < len(messages) - 1:
+                return f"messages.{i}: text content blocks must be non-empty"
+        elif isinstance(content, list):
+            if not content:
+                return f"messages.{i}: all messages must have non-empty content"
+            for j, block in enumerate(content):
+                if not isinstance(block, dict) or not isinstance(block.get("type"), str):
+                    return f"messages.{i}.content.{j}.type: Field required"
+                if block["type"] == "text" and not block.get("text"):
+                    return f"messages.{i}.content.{j}: text content blocks must be non-empty"
+        else:
+            return f"messages.{i}.content: Input should be a valid string or list"
+    system = body.get("system")
+    if system is not None and not isinstance(system, str):
+        if not isinstance(system, list) or not all(
+            isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str)
+            for b in system
+        ):
+            return "system: Input should be a valid string or a list of text blocks"
+    temperature = body.get("temperature")
+    if temperature is not None and (
+        not isinstance(temperature, int | float) or not 0 <= temperature <= 1
+    ):
+        return "temperature: Input should be less than or equal to 1"
+    return None
+
+
+# ---------------------------------------------------------------------- script
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    import uvicorn
+
+    parser = argparse.ArgumentParser(
+        prog="anthropic_standin", description="Local stand-in for Anthropic's Messages API."
+    )
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument(
+        "--port", type=int, default=int(os.environ.get("ANTHROPIC_STANDIN_PORT", 8082))
+    )
+    parser.add_argument(
+        "--api-key",
+        action="append",
+        help="accepted key (repeatable; default $ANTHROPIC_API_KEY or test)",
+    )
+    parser.add_argument("--any-key", action="store_true", help="accept any non-empty key")
+    parser.add_argument("--reply", action="append", default=[], help="queue a reply (repeatable)")
+    parser.add_argument("--default-reply", help="fixed reply when the queue is empty")
+    parser.add_argument("--model", action="append", help="allowed model (repeatable; default any)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--log-level", default="info")
+    args = parser.parse_args(argv)
+
+    keys: str | list[str] | None
+    if args.any_key:
+        keys = None
+    else:
+        keys = args.api_key or os.environ.get("ANTHROPIC_API_KEY") or "test"
+    standin = MessagesApiStandIn(
+        api_keys=keys,
+        replies=args.reply,
+        default_reply=args.default_reply if args.default_reply is not None else default_reply,
+        models=args.model,
+        seed=args.seed,
+    )
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(message)s")
+    print(f"messages stand-in on http://{args.host}:{args.port}  (POST /_control to script it)")
+    uvicorn.run(standin.app, host=args.host, port=args.port, log_level=args.log_level)
+
+
+if __name__ == "__main__":
+    main()

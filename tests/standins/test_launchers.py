@@ -1,0 +1,85 @@
+"""The executable launchers start each stand-in as its own process (as the dev stack does)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import anthropic
+import httpx
+import pytest
+
+from scripts.standins import free_port
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def launch(name: str, *args: str) -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    proc = subprocess.Popen(
+        [str(REPO / "scripts" / name), "--port", str(port), "--log-level", "warning", *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 15
+    while True:
+        try:
+            if httpx.get(url + "/_health", timeout=0.5).status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            _, err = proc.communicate()
+            raise AssertionError(f"{name} did not start: {err.decode()[-2000:]}")
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def processes() -> Iterator[list[subprocess.Popen[bytes]]]:
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for proc in started:
+        proc.terminate()
+    for proc in started:
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="bash launchers")
+def test_graph_standin_launcher(processes: list[subprocess.Popen[bytes]]) -> None:
+    proc, url = launch("graph_standin", "--token", "tok")
+    processes.append(proc)
+    path = url + "/v23.0/106500000000001/messages"
+    body = {"messaging_product": "whatsapp", "to": "5491155550001", "text": {"body": "hi"}}
+    headers = {"Authorization": "Bearer tok"}
+    assert httpx.post(path, json=body, headers=headers).status_code == 200
+    control = httpx.post(url + "/_control", json={"op": "fail", "code": 131056})
+    assert control.json()["ok"]
+    response = httpx.post(path, json=body, headers=headers)
+    assert response.status_code == 400 and response.json()["error"]["code"] == 131056
+    requests = httpx.get(url + "/_requests").json()["requests"]
+    assert [r["status"] for r in requests] == [200, 400]
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="bash launchers")
+def test_anthropic_standin_launcher(processes: list[subprocess.Popen[bytes]]) -> None:
+    proc, url = launch("anthropic_standin", "--api-key", "k", "--reply", "scripted")
+    processes.append(proc)
+    with anthropic.Anthropic(base_url=url, api_key="k", max_retries=0) as client:
+        first = client.messages.create(
+            model="m", max_tokens=9, messages=[{"role": "user", "content": "hola"}]
+        )
+        assert first.content[0].type == "text" and first.content[0].text == "scripted"
+        httpx.post(url + "/_control", json={"op": "fail", "error": "overloaded"})
+        with pytest.raises(anthropic.OverloadedError):
+            client.messages.create(
+                model="m", max_tokens=9, messages=[{"role": "user", "content": "hola"}]
+            )
