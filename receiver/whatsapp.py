@@ -1,0 +1,358 @@
+"""WhatsApp Cloud API webhook bodies turned into inbox events: pure functions, no I/O.
+
+Meta batches many updates into one POST (several entries, changes, messages and statuses, even
+several tenants), so every level is walked, never only `[0]`.
+
+Partially valid bodies: every item that can be understood becomes an event, and each one that
+cannot (a message without id or sender, a tenant id that would break the Redis hash tag, an
+entry that is not an object, ...) is recorded as a *problem*. The caller stores the good items
+and, when there is any problem, also keeps the whole raw body on the dead-letter list. Storing
+the good items means one bad item never holds a customer's other messages hostage; keeping
+the body means nothing that was skipped is lost (re-driving it later is safe: the good items
+are deduplicated). Changes whose `field` is not "messages" are not problems: they are other
+subscriptions and are only reported in `ignored_fields`.
+
+A missing or malformed `timestamp` is not a problem either: the event gets the receive time.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from shared.events import dedupe_id, encode, message_event, status_event
+
+CHANNEL = "whatsapp"
+EXPECTED_OBJECT = "whatsapp_business_account"
+MAX_TS = 2**53  # keeps the timestamp a JSON-safe integer
+
+
+class Invalid(ValueError):
+    """One item (or the whole body) is not in the shape Meta documents; the text says why.
+
+    The text is fixed wording, never content of the body, so it can be logged.
+    """
+
+
+Item = tuple[str, bytes]  # (dedupe id, encoded event): what the ingest script stores
+
+
+@dataclass(slots=True)
+class Parsed:
+    """What one webhook body contained, grouped by tenant in body order."""
+
+    events: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    items: dict[str, list[Item]] = field(default_factory=dict)  # the same events, encoded
+    problems: list[str] = field(default_factory=list)
+    ignored_fields: list[str] = field(default_factory=list)
+
+    @property
+    def count(self) -> int:
+        return sum(len(events) for events in self.events.values())
+
+    def add(self, tenant: str, event: dict[str, Any]) -> None:
+        """Keep an event; encoding it here means an unstorable one is a problem, not a crash."""
+        try:
+            data = encode(event)
+        except orjson.JSONEncodeError:  # e.g. deeper nesting than orjson writes
+            raise Invalid("item cannot be encoded") from None
+        self.events.setdefault(tenant, []).append(event)
+        self.items.setdefault(tenant, []).append((dedupe_id(event), data))
+
+
+def parse_body(body: bytes, received_ms: int) -> Parsed:
+    """Parse raw webhook bytes; a body that is not JSON yields a `Parsed` with one problem."""
+    try:
+        payload = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return Parsed(problems=["body is not JSON"])
+    return parse_payload(payload, received_ms)
+
+
+def parse_payload(payload: Any, received_ms: int) -> Parsed:
+    """Every message and status of every change of every entry, grouped by tenant in order."""
+    parsed = Parsed()
+    try:
+        entries = _entries(payload)
+    except Invalid as exc:
+        parsed.problems.append(str(exc))
+        return parsed
+    for entry in entries:
+        try:
+            changes = _list(_dict(entry, "entry").get("changes"), "entry.changes")
+        except Invalid as exc:
+            parsed.problems.append(str(exc))
+            continue
+        for change in changes:
+            _parse_change(change, received_ms, parsed)
+    return parsed
+
+
+def _entries(payload: Any) -> list[Any]:
+    body = _dict(payload, "body")
+    obj = body.get("object", EXPECTED_OBJECT)
+    if obj != EXPECTED_OBJECT:
+        raise Invalid("object is not whatsapp_business_account")
+    return _list(body.get("entry"), "body.entry")
+
+
+def _parse_change(change: Any, received_ms: int, parsed: Parsed) -> None:
+    try:
+        change = _dict(change, "change")
+        name = change.get("field")
+        if name != "messages":
+            parsed.ignored_fields.append(name if isinstance(name, str) else repr(type(name)))
+            return
+        value = _dict(change.get("value"), "change.value")
+        tenant = _usable_id(_dict(value.get("metadata"), "metadata").get("phone_number_id"))
+    except Invalid as exc:
+        parsed.problems.append(str(exc))
+        return
+    contacts = Contacts.parse(value.get("contacts"))
+    for message in _optional_list(value.get("messages"), "messages", parsed):
+        try:
+            parsed.add(tenant, message_from(message, tenant, contacts, received_ms))
+        except Invalid as exc:
+            parsed.problems.append(str(exc))
+    for status in _optional_list(value.get("statuses"), "statuses", parsed):
+        try:
+            parsed.add(tenant, status_from(status, tenant, received_ms))
+        except Invalid as exc:
+            parsed.problems.append(str(exc))
+
+
+def message_from(message: Any, tenant: str, contacts: Contacts, received_ms: int) -> dict[str, Any]:
+    """The inbox event of one inbound message; `contacts` gives the sender's profile name."""
+    message = _dict(message, "message")
+    message_id = _required_str(message.get("id"), "message without id")
+    person = _sender(message, contacts)
+    context = message.get("context")
+    context_id = context.get("id") if isinstance(context, dict) else None
+    return message_event(
+        channel=CHANNEL,
+        tenant=tenant,
+        person=person,
+        message_id=message_id,
+        type=_type(message),
+        text=describe(message),
+        ts=timestamp(message.get("timestamp"), received_ms),
+        received_ms=received_ms,
+        name=contacts.name(person),
+        context=context_id if isinstance(context_id, str) else "",
+        raw=message,
+    )
+
+
+def status_from(status: Any, tenant: str, received_ms: int) -> dict[str, Any]:
+    """The inbox event of one delivery receipt (sent, delivered, read, failed, played)."""
+    status = _dict(status, "status")
+    errors = status.get("errors")
+    person = status.get("recipient_id") or status.get("recipient_user_id")
+    return status_event(
+        channel=CHANNEL,
+        tenant=tenant,
+        person=_usable_id(person, "status without recipient"),
+        message_id=_required_str(status.get("id"), "status without id"),
+        status=_required_str(status.get("status"), "status without status"),
+        ts=timestamp(status.get("timestamp"), received_ms),
+        received_ms=received_ms,
+        errors=errors if isinstance(errors, list) else [],
+        raw=status,
+    )
+
+
+def describe(message: dict[str, Any]) -> str:
+    """The text of a text message, else a short bracketed description: `[image: caption]`."""
+    kind = _type(message)
+    describer = _DESCRIBERS.get(kind)
+    if describer is None:
+        return f"[{kind}]"
+    return describer(message.get(kind))
+
+
+def timestamp(value: Any, received_ms: int) -> int:
+    """Provider unix seconds (Meta sends a string); the receive time when absent or absurd."""
+    try:
+        if isinstance(value, str):
+            ts = int(value)
+        elif isinstance(value, float) and math.isfinite(value):
+            ts = int(value)
+        elif isinstance(value, int) and not isinstance(value, bool):
+            ts = value
+        else:
+            raise ValueError
+    except ValueError:
+        return received_ms // 1000
+    return ts if 0 <= ts < MAX_TS else received_ms // 1000
+
+
+def _sender(message: dict[str, Any], contacts: Contacts) -> str:
+    person = message.get("from") or message.get("from_user_id") or contacts.sole_user_id
+    return _usable_id(person, "message without from")
+
+
+@dataclass(frozen=True, slots=True)
+class Contacts:
+    """The `contacts` of one change: profile name by wa_id and user_id."""
+
+    names: dict[str, str] = field(default_factory=dict)
+    sole_user_id: str | None = None  # the sender when a lone contact has no number
+
+    @classmethod
+    def parse(cls, value: Any) -> Contacts:
+        names: dict[str, str] = {}
+        contacts = _dicts(value)
+        for contact in contacts:
+            name = _get(contact.get("profile"), "name")
+            for id_key in ("wa_id", "user_id"):
+                contact_id = _get(contact, id_key)
+                if contact_id:
+                    names.setdefault(contact_id, name)
+        sole = _get(contacts[0], "user_id") if len(contacts) == 1 else ""
+        return cls(names, sole or None)
+
+    def name(self, person: str) -> str:
+        return self.names.get(person, "")
+
+
+# --- descriptions of non-text messages: each gets the message's `<type>` value ---------------
+
+
+def _text(body: Any) -> str:
+    return _get(body, "body")
+
+
+def _media(label: str) -> Callable[[Any], str]:
+    return lambda body: _bracket(label, _get(body, "caption"))
+
+
+def _document(body: Any) -> str:
+    return _bracket("document", _get(body, "filename") or _get(body, "caption"))
+
+
+def _location(body: Any) -> str:
+    parts = [_get(body, "name"), _get(body, "address")]
+    if not any(parts) and isinstance(body, dict):
+        parts = [_number(body.get("latitude")), _number(body.get("longitude"))]
+    return _bracket("location", ", ".join(p for p in parts if p))
+
+
+def _contacts_card(body: Any) -> str:
+    names = [_get(c.get("name"), "formatted_name") for c in _dicts(body)]
+    return _bracket("contacts", ", ".join(n for n in names if n))
+
+
+def _interactive(body: Any) -> str:
+    if not isinstance(body, dict):
+        return "[interactive]"
+    for reply in ("button_reply", "list_reply"):
+        chosen = body.get(reply)
+        if isinstance(chosen, dict):
+            return _bracket("button", _get(chosen, "title") or _get(chosen, "id"))
+    return "[interactive]"
+
+
+def _button(body: Any) -> str:
+    return _bracket("button", _get(body, "text") or _get(body, "payload"))
+
+
+def _reaction(body: Any) -> str:
+    return _bracket("reaction", _get(body, "emoji"))
+
+
+def _order(body: Any) -> str:
+    items = body.get("product_items") if isinstance(body, dict) else None
+    return _bracket("order", f"{len(items)} items" if isinstance(items, list) else "")
+
+
+def _system(body: Any) -> str:
+    return _bracket("system", _get(body, "body"))
+
+
+def _plain(label: str) -> Callable[[Any], str]:
+    return lambda body: f"[{label}]"
+
+
+_DESCRIBERS: dict[str, Callable[[Any], str]] = {
+    "text": _text,
+    "image": _media("image"),
+    "video": _media("video"),
+    "document": _document,
+    "audio": _plain("audio"),
+    "sticker": _plain("sticker"),
+    "location": _location,
+    "contacts": _contacts_card,
+    "interactive": _interactive,
+    "button": _button,
+    "reaction": _reaction,
+    "order": _order,
+    "system": _system,
+    "unsupported": _plain("unsupported"),
+}
+
+
+def _bracket(label: str, detail: str) -> str:
+    return f"[{label}: {detail}]" if detail else f"[{label}]"
+
+
+# --- small type guards -----------------------------------------------------------------------
+
+
+def _type(message: dict[str, Any]) -> str:
+    kind = message.get("type")
+    return kind if isinstance(kind, str) and kind else "unknown"
+
+
+def _str(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _get(obj: Any, key: str) -> str:
+    """`obj[key]` when obj is an object and that value a string, else ""."""
+    return _str(obj.get(key)) if isinstance(obj, dict) else ""
+
+
+def _dicts(value: Any) -> list[dict[str, Any]]:
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+
+
+def _number(value: Any) -> str:
+    return str(value) if isinstance(value, int | float) and not isinstance(value, bool) else ""
+
+
+def _dict(value: Any, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise Invalid(f"{what} is not an object")
+    return value
+
+
+def _list(value: Any, what: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise Invalid(f"{what} is not a list")
+    return value
+
+
+def _optional_list(value: Any, what: str, parsed: Parsed) -> list[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        parsed.problems.append(f"{what} is not a list")
+        return []
+    return value
+
+
+def _required_str(value: Any, problem: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise Invalid(problem)
+    return value
+
+
+def _usable_id(value: Any, problem: str = "tenant id missing or unusable in a Redis key") -> str:
+    """An id that may go into a Redis key: a non-empty string without hash-tag braces."""
+    if not isinstance(value, str) or not value or "{" in value or "}" in value:
+        raise Invalid(problem)
+    return value

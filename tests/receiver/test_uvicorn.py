@@ -1,0 +1,151 @@
+"""The real server process (`uvicorn receiver.app:app`, as the Procfile runs it) over real HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from redis.asyncio import Redis
+
+from shared.redis_server import RedisServer, free_port
+from tests.conftest import APP_SECRET, VERIFY_TOKEN, fixture_bytes, sign
+from tests.receiver.conftest import TENANT, URL, dumps, inbox, payload, text_message
+
+ROOT = Path(__file__).resolve().parents[2]
+MAX_BODY = 65536
+
+
+class Uvicorn:
+    def __init__(self, redis_url: str, **env: str) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.env = {
+            **os.environ,
+            "REDIS_URL": redis_url,
+            "REDIS_TIMEOUT_S": "0.5",
+            "WHATSAPP_APP_SECRET": APP_SECRET,
+            "WHATSAPP_VERIFY_TOKEN": VERIFY_TOKEN,
+            "MAX_BODY_BYTES": str(MAX_BODY),
+            **env,
+        }
+        command = [sys.executable, "-m", "uvicorn", "receiver.app:app", "--port", str(self.port)]
+        self.process = subprocess.Popen(
+            [*command, "--loop", "uvloop", "--http", "httptools", "--no-access-log"],
+            cwd=ROOT,
+            env=self.env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        self._wait_until_up()
+
+    def _wait_until_up(self, timeout_s: float = 15.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"uvicorn exited: {self.process.stderr.read()!r}")  # type: ignore[union-attr]
+            try:
+                if httpx.get(f"{self.url}/healthz", timeout=0.5).status_code == 200:
+                    return
+            except httpx.TransportError:
+                time.sleep(0.05)
+        raise RuntimeError("uvicorn did not come up")
+
+    def terminate(self) -> tuple[int, str]:
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            _, stderr = self.process.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            _, stderr = self.process.communicate()
+        return self.process.returncode, stderr.decode(errors="replace")
+
+
+@pytest.fixture(scope="module")
+def server(redis_server: RedisServer) -> Iterator[Uvicorn]:
+    process = Uvicorn(redis_server.url)
+    try:
+        yield process
+    finally:
+        process.terminate()
+
+
+@pytest.fixture
+async def http(server: Uvicorn, redis: Redis) -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(base_url=server.url, timeout=10) as client:
+        yield client
+
+
+async def signed_post(client: httpx.AsyncClient, body: bytes) -> httpx.Response:
+    return await client.post(URL, content=body, headers={"X-Hub-Signature-256": sign(body)})
+
+
+async def test_five_concurrent_deliveries_one_item(http: httpx.AsyncClient, redis: Redis) -> None:
+    body = fixture_bytes("whatsapp/burst_one_post.json")
+    responses = await asyncio.gather(*(signed_post(http, body) for _ in range(5)))
+    assert [r.status_code for r in responses] == [200] * 5
+    assert sum(r.json()["stored"] for r in responses) == 3
+    assert [e["id"] for e in await inbox(redis)] == [
+        "wamid.FIXTURE0002",
+        "wamid.FIXTURE0003",
+        "wamid.FIXTURE0004",
+    ]
+
+
+async def test_many_concurrent_requests_each_confirmed(
+    http: httpx.AsyncClient, redis: Redis
+) -> None:
+    bodies = [dumps(payload((TENANT, [text_message(f"w{i}")], []))) for i in range(200)]
+    responses = await asyncio.gather(*(signed_post(http, b) for b in bodies))
+    assert all(r.json() == {"stored": 1, "duplicates": 0} for r in responses)
+    assert sorted(e["id"] for e in await inbox(redis)) == sorted(f"w{i}" for i in range(200))
+
+
+async def test_handshake_and_signature_over_http(http: httpx.AsyncClient, redis: Redis) -> None:
+    params = {"hub.mode": "subscribe", "hub.verify_token": VERIFY_TOKEN, "hub.challenge": "42"}
+    assert (await http.get(URL, params=params)).text == "42"
+    body = fixture_bytes("whatsapp/text.json")
+    assert (await http.post(URL, content=body)).status_code == 401
+    bad = {"X-Hub-Signature-256": sign(body, "nope")}
+    assert (await http.post(URL, content=body, headers=bad)).status_code == 403
+    assert await redis.dbsize() == 0
+
+
+async def test_oversize_over_http(http: httpx.AsyncClient, redis: Redis) -> None:
+    body = b"{" + b" " * MAX_BODY
+    headers = {"X-Hub-Signature-256": sign(body)}
+    assert (await http.post(URL, content=body, headers=headers)).status_code == 413
+
+    async def chunks() -> AsyncIterator[bytes]:
+        for _ in range(MAX_BODY // 1024 + 8):
+            yield b" " * 1024
+
+    response = await http.post(URL, content=chunks(), headers={"X-Hub-Signature-256": "sha256=00"})
+    assert response.status_code == 413
+    assert await redis.dbsize() == 0
+
+
+def test_starts_without_redis_and_stops_cleanly() -> None:
+    dead = f"redis://127.0.0.1:{free_port()}/0"
+    process = Uvicorn(dead, WHATSAPP_APP_SECRET="")
+    try:
+        assert httpx.get(f"{process.url}/healthz").status_code == 200
+        assert httpx.get(f"{process.url}/readyz").status_code == 503
+        body = fixture_bytes("whatsapp/text.json")
+        response = httpx.post(
+            f"{process.url}{URL}", content=body, headers={"X-Hub-Signature-256": sign(body)}
+        )
+        assert response.status_code == 403  # no secret configured: refused, never accepted
+    finally:
+        code, stderr = process.terminate()
+    assert code in (0, -signal.SIGTERM)  # uvicorn re-raises the signal after a graceful stop
+    assert "WHATSAPP_APP_SECRET is not set" in stderr
+    assert "receiver stopped" in stderr
+    assert "Traceback" not in stderr
