@@ -18,7 +18,13 @@ def load_object(spec: str, var: str, settings: Settings, method: str) -> Any:
     except (ImportError, AttributeError) as exc:
         raise ConfigError(f"{var}={spec!r} cannot be loaded: {exc}") from exc
     if isinstance(obj, type) or not hasattr(obj, method):
-        obj = obj(settings)
+        try:
+            obj = obj(settings)
+        except TypeError as exc:  # not callable, or not with the settings as argument
+            raise ConfigError(
+                f"{var}={spec!r} is neither an object with {method}() nor a factory "
+                f"taking the settings: {exc}"
+            ) from exc
     if not callable(getattr(obj, method, None)):
         raise ConfigError(f"{var}={spec!r} has no {method}() method")
     return obj

@@ -266,6 +266,9 @@ class Worker:
             log.exception("turn could not be finished tenant=%s batch=%s", batch.tenant, batch.id)
         finally:
             self._turns.pop((batch.tenant, batch.person), None)
+            # The finish may have made this tenant due sooner than the wake time we hold
+            # (a retry delay, messages that came during the turn): look again at once.
+            self._dirty.add(batch.tenant)
             self._wake.set()
 
     async def _execute(self, batch: Batch) -> None:

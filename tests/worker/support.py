@@ -1,0 +1,314 @@
+"""Helpers for the worker tests: inject messages as the receiver does, run and watch workers.
+
+`push_message` is the one way the tests put messages in: the same three steps as the receiver
+(SADD the tenant into the registry, the `ingest` script's atomic dedupe + LPUSH, PUBLISH on the
+wake-up channel). `WorkerFleet` starts real `python -m worker` processes and always kills them.
+The recording brain (tests/worker/brains.py) writes one JSON record per turn event to
+`record_key(prefix)`; `Records` reads them back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from redis.asyncio import Redis
+
+from shared import events
+from shared.keys import Keys
+from shared.scripts import Scripts
+
+T = TypeVar("T")
+REPO = Path(__file__).resolve().parents[2]
+TENANT = "106540352242922"
+RECORDING_BRAIN = "tests.worker.brains:RecordingBrain"
+_SCRIPTS = Scripts()
+
+# Variables of the Settings contract: a developer's own environment must not leak into workers.
+_CONTRACT_VARS = (
+    "REDIS_URL REDIS_CLUSTER REDIS_TIMEOUT_S KEY_PREFIX PORT WHATSAPP_APP_SECRET "
+    "WHATSAPP_VERIFY_TOKEN WHATSAPP_ACCESS_TOKEN WHATSAPP_API_BASE_URL WHATSAPP_API_VERSION "
+    "ANTHROPIC_API_KEY ANTHROPIC_BASE_URL AI_MODEL SYSTEM_PROMPT BRAIN SENDER TENANTS_FILE "
+    "DEBOUNCE_WINDOW_S MAX_WAIT_S LEASE_S LEASE_RENEW_S MAX_ATTEMPTS RETRY_BASE_S "
+    "REVIEW_AFTER_S WORKER_CONCURRENCY POLL_INTERVAL_S SHUTDOWN_GRACE_S DEDUPE_TTL_S"
+).split()
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def record_key(prefix: str) -> str:
+    """Where the recording brain writes; outside `<prefix>:*` so keyspace scans ignore it."""
+    return f"test:{prefix}:turns"
+
+
+# --- injecting work, exactly as the receiver does ----------------------------------------------
+async def push_message(
+    redis: Redis,
+    prefix: str,
+    person: str,
+    message_id: str,
+    text: str,
+    *,
+    tenant: str = TENANT,
+    type: str = "text",
+    ts: int | None = None,
+    channel: str = "whatsapp",
+    dedupe_ttl_s: int = 3600,
+) -> bool:
+    """Store one inbound message like the receiver; True if stored, False if a duplicate."""
+    event = events.message_event(
+        channel=channel,
+        tenant=tenant,
+        person=person,
+        message_id=message_id,
+        type=type,
+        text=text,
+        ts=int(time.time()) if ts is None else ts,
+        received_ms=now_ms(),
+        raw={"id": message_id, "type": type},
+    )
+    return await _store(redis, prefix, tenant, event, dedupe_ttl_s)
+
+
+async def push_status(
+    redis: Redis,
+    prefix: str,
+    person: str,
+    message_id: str,
+    status: str,
+    *,
+    tenant: str = TENANT,
+    channel: str = "whatsapp",
+) -> bool:
+    event = events.status_event(
+        channel=channel,
+        tenant=tenant,
+        person=person,
+        message_id=message_id,
+        status=status,
+        ts=int(time.time()),
+        received_ms=now_ms(),
+        raw={"id": message_id, "status": status},
+    )
+    return await _store(redis, prefix, tenant, event, 3600)
+
+
+async def _store(
+    redis: Redis, prefix: str, tenant: str, event: dict[str, Any], dedupe_ttl_s: int
+) -> bool:
+    keys = Keys(prefix)
+    k = keys.tenant(tenant)
+    await redis.sadd(keys.tenants, tenant)
+    (stored,) = await _SCRIPTS.ingest(
+        redis, [k.inbox, k.seen(events.dedupe_id(event))], [dedupe_ttl_s, events.encode(event)]
+    )
+    await redis.publish(keys.wake_channel, tenant)
+    return bool(int(stored))
+
+
+# --- waiting ----------------------------------------------------------------------------------
+async def wait_for(
+    probe: Callable[[], Awaitable[T | None]],
+    what: str,
+    timeout_s: float = 15.0,
+    every_s: float = 0.05,
+) -> T:
+    """Poll `probe` until it returns something truthy; fail naming `what` at the deadline."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = await probe()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+        await asyncio.sleep(every_s)
+
+
+async def wait_exit(proc: subprocess.Popen[bytes], timeout_s: float) -> int:
+    deadline = time.monotonic() + timeout_s
+    while proc.poll() is None:
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"worker pid {proc.pid} still running after {timeout_s}s")
+        await asyncio.sleep(0.02)
+    return int(proc.returncode)
+
+
+# --- what the recording brain saw -------------------------------------------------------------
+@dataclass(frozen=True)
+class Turn:
+    """One brain call: its start record and, unless it never ended, its last record."""
+
+    start: dict[str, Any]
+    last: dict[str, Any] | None
+
+    @property
+    def person(self) -> str:
+        return str(self.start["person"])
+
+    @property
+    def batch(self) -> str:
+        return str(self.start["batch"])
+
+    @property
+    def ids(self) -> list[str]:
+        return list(self.start["ids"])
+
+    @property
+    def outcome(self) -> str | None:
+        return None if self.last is None else str(self.last["event"])
+
+
+class Records:
+    def __init__(self, redis: Redis, prefix: str) -> None:
+        self._redis = redis
+        self._key = record_key(prefix)
+
+    async def all(self) -> list[dict[str, Any]]:
+        return [json.loads(r) for r in await self._redis.lrange(self._key, 0, -1)]
+
+    async def turns(self, person: str | None = None) -> list[Turn]:
+        """Brain calls in start order, pairing each start with the same call's last record."""
+        open_: dict[str, dict[str, Any]] = {}
+        closed: dict[str, dict[str, Any]] = {}
+        for rec in await self.all():
+            if person is not None and rec["person"] != person:
+                continue
+            if rec["event"] == "start":
+                open_[rec["call"]] = rec
+            else:
+                closed[rec["call"]] = rec
+        return sorted(
+            (Turn(start, closed.get(call)) for call, start in open_.items()),
+            key=lambda t: (t.start["ms"], t.start["call"]),
+        )
+
+    async def wait_turns(
+        self, person: str, count: int, outcome: str | None = "end", timeout_s: float = 15.0
+    ) -> list[Turn]:
+        """Wait until `person` has `count` turns with `outcome` (None: started), return all."""
+
+        async def probe() -> list[Turn] | None:
+            turns = await self.turns(person)
+            done = [t for t in turns if outcome is None or t.outcome == outcome]
+            return turns if len(done) >= count else None
+
+        return await wait_for(probe, f"{count} turn(s) of {person} ({outcome})", timeout_s)
+
+
+async def outbox(redis: Redis, prefix: str, tenant: str = TENANT) -> list[dict[str, Any]]:
+    """Replies the outbox sender recorded, oldest first."""
+    raw = await redis.lrange(Keys(prefix).tenant(tenant).outbox, 0, -1)
+    return [json.loads(r) for r in reversed(raw)]
+
+
+async def review_items(redis: Redis, prefix: str, tenant: str = TENANT) -> list[dict[str, Any]]:
+    raw = await redis.hgetall(Keys(prefix).tenant(tenant).review)
+    return [json.loads(v) for v in raw.values()]
+
+
+async def stats(redis: Redis, prefix: str, tenant: str = TENANT) -> dict[str, int]:
+    raw = await redis.hgetall(Keys(prefix).tenant(tenant).stats)
+    return {_text(k): int(v) for k, v in raw.items()}
+
+
+async def subscribers(redis: Redis, prefix: str) -> int:
+    """How many connections listen on the wake-up channel (one per running worker)."""
+    ((_, count),) = await redis.pubsub_numsub(Keys(prefix).wake_channel)
+    return int(count)
+
+
+async def scan_keys(redis: Redis, prefix: str) -> list[str]:
+    return sorted([_text(k) async for k in redis.scan_iter(match=f"{prefix}:*", count=1000)])
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+# --- worker processes -------------------------------------------------------------------------
+class WorkerFleet:
+    """Starts `python -m worker` processes against the test Redis; `close()` kills them all."""
+
+    def __init__(self, redis: Redis, redis_url: str, prefix: str, log_dir: Path) -> None:
+        self.redis = redis
+        self.prefix = prefix
+        self._redis_url = redis_url
+        self._log_dir = log_dir
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.logs: list[Path] = []
+
+    def env(self, **overrides: object) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if k not in _CONTRACT_VARS}
+        env.update(
+            REDIS_URL=self._redis_url,
+            KEY_PREFIX=self.prefix,
+            BRAIN=RECORDING_BRAIN,
+            DEBOUNCE_WINDOW_S="0.3",
+            MAX_WAIT_S="3",
+            LEASE_S="5",
+            LEASE_RENEW_S="1",
+            RETRY_BASE_S="0.2",
+            MAX_ATTEMPTS="4",
+            SHUTDOWN_GRACE_S="5",
+            # Far beyond every test's duration: turns must start from wake-ups and due times,
+            # never from the safety sweep.
+            POLL_INTERVAL_S="60",
+            LOG_LEVEL="INFO",
+            PYTHONUNBUFFERED="1",
+        )
+        env.update({k: str(v) for k, v in overrides.items()})
+        return env
+
+    async def start(self, count: int = 1, **overrides: object) -> list[subprocess.Popen[bytes]]:
+        """Start `count` workers (env overrides by variable name) and wait until subscribed."""
+        started = [self._spawn(self.env(**overrides)) for _ in range(count)]
+        await self.wait_subscribed(sum(1 for p in self.procs if p.poll() is None))
+        return started
+
+    def _spawn(self, env: dict[str, str]) -> subprocess.Popen[bytes]:
+        log = self._log_dir / f"worker-{len(self.procs)}.log"
+        with log.open("wb") as out:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "worker"],
+                cwd=REPO,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        self.procs.append(proc)
+        self.logs.append(log)
+        return proc
+
+    async def wait_subscribed(self, count: int) -> None:
+        """Until `count` processes listen on the wake-up channel (i.e. they are up)."""
+
+        async def probe() -> bool:
+            for proc in self.procs:
+                if proc.poll() is not None and proc.returncode not in (0, -9, -15):
+                    raise AssertionError(f"worker exited with {proc.returncode}: {self.dump()}")
+            return await subscribers(self.redis, self.prefix) >= count
+
+        await wait_for(probe, f"{count} worker(s) subscribed", timeout_s=15)
+
+    def dump(self) -> str:
+        return "\n".join(f"--- {p.name}\n{p.read_text()[-6000:]}" for p in self.logs if p.exists())
+
+    def close(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+        for proc in self.procs:
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL does not time out
+                pass

@@ -1,0 +1,102 @@
+"""Nothing grows without bound, and delivery statuses are consumed and counted: processes."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+from redis.asyncio import Redis
+
+from shared import events
+from shared.keys import Keys
+from shared.scripts import Scripts
+from tests.worker.support import (
+    TENANT,
+    Records,
+    WorkerFleet,
+    outbox,
+    push_message,
+    push_status,
+    review_items,
+    scan_keys,
+    stats,
+    wait_for,
+)
+
+pytestmark = pytest.mark.slow
+
+
+async def test_finished_conversations_leave_no_keys_or_entries_behind(
+    redis: Redis, prefix: str, fleet: WorkerFleet, records: Records
+) -> None:
+    await fleet.start(1, REVIEW_AFTER_S="60")
+    plain, flaky, human, old, chatty = (f"54911000000{i}" for i in range(41, 46))
+    await push_message(redis, prefix, plain, "wamid.h.1", "hola")
+    await push_message(redis, prefix, plain, "wamid.h.2", "una consulta")
+    await push_message(redis, prefix, flaky, "wamid.h.3", "!fail=1")
+    await push_message(redis, prefix, human, "wamid.h.4", "!review=asks_for_human")
+    await push_message(redis, prefix, old, "wamid.h.5", "viejo", ts=int(time.time()) - 3600)
+    await push_message(redis, prefix, chatty, "wamid.h.6", "primero !sleep=0.8")
+    await records.wait_turns(chatty, 1, outcome=None)
+    await push_message(redis, prefix, chatty, "wamid.h.7", "durante el turno")
+
+    for person in (plain, flaky):
+        await records.wait_turns(person, 1)
+    await records.wait_turns(chatty, 2)
+
+    async def two_reviews() -> bool:
+        return len(await review_items(redis, prefix)) == 2
+
+    await wait_for(two_reviews, "two review items")
+    await asyncio.sleep(0.3)  # let the last finish land
+
+    keys = Keys(prefix)
+    k = keys.tenant(TENANT)
+    found = await scan_keys(redis, prefix)
+    seen = [key for key in found if key.startswith(k.seen(""))]
+    assert len(seen) == 7
+    for key in seen:
+        assert 0 < await redis.ttl(key) <= 3600, f"{key} must expire"
+    # Only the bounded or permanent records remain: registry, counters, capped outbox, review.
+    assert sorted(set(found) - set(seen)) == sorted([keys.tenants, k.stats, k.outbox, k.review]), (
+        "no inbox, due, running, burst, pending, batch or lock keys left"
+    )
+    assert await redis.llen(k.outbox) == 4  # plain, flaky, chatty x2
+    assert (await stats(redis, prefix))["messages"] == 7
+
+
+async def test_statuses_are_consumed_and_counted(
+    redis: Redis, prefix: str, fleet: WorkerFleet, records: Records
+) -> None:
+    await fleet.start(1)
+    recipient = "5491100000051"
+    for message_id, status in [
+        ("wamid.out.1", "sent"),
+        ("wamid.out.1", "delivered"),
+        ("wamid.out.1", "read"),
+        ("wamid.out.2", "sent"),
+        ("wamid.out.2", "failed"),
+    ]:
+        assert await push_status(redis, prefix, recipient, message_id, status)
+    assert not await push_status(redis, prefix, recipient, "wamid.out.1", "read")  # duplicate
+    # An event kind the worker does not know is kept whole for an operator, not dropped.
+    k = Keys(prefix).tenant(TENANT)
+    odd = events.encode({"v": 1, "kind": "typing", "person": recipient, "id": "x"})
+    await Scripts().ingest(redis, [k.inbox, k.seen("whatsapp:typing:x")], [60, odd])
+    await redis.publish(Keys(prefix).wake_channel, TENANT)
+
+    async def counted() -> dict[str, int] | None:
+        counts = await stats(redis, prefix)
+        return counts if counts.get("statuses") == 5 else None
+
+    counts = await wait_for(counted, "five statuses counted")
+    assert counts["status:sent"] == 2 and counts["status:failed"] == 1
+    assert counts["status:delivered"] == 1 and counts["status:read"] == 1
+    assert "messages" not in counts
+    assert await redis.llen(k.inbox) == 0
+    assert await redis.lrange(k.unroutable, 0, -1) == [odd]
+    await asyncio.sleep(0.5)
+    assert await records.turns(recipient) == [], "a status never starts a turn"
+    assert await outbox(redis, prefix) == []
+    assert not await redis.exists(k.pending(recipient), k.due, k.burst)

@@ -1,0 +1,112 @@
+"""Leases: a killed worker's batch resumes elsewhere; renewal keeps a long turn; a lost lease
+stops the turn before it sends. Real worker processes with leases of a second or two."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+
+import pytest
+from redis.asyncio import Redis
+
+from shared.keys import Keys
+from tests.worker.support import (
+    TENANT,
+    Records,
+    Turn,
+    WorkerFleet,
+    now_ms,
+    outbox,
+    push_message,
+    review_items,
+    stats,
+    wait_exit,
+    wait_for,
+)
+
+pytestmark = pytest.mark.slow
+SHORT_LEASE = {"LEASE_S": "2", "LEASE_RENEW_S": "0.5"}
+
+
+async def test_a_worker_killed_mid_turn_loses_nothing(
+    redis: Redis, prefix: str, fleet: WorkerFleet, records: Records
+) -> None:
+    (victim,) = await fleet.start(1, **SHORT_LEASE)
+    person = "5491100000021"
+    ids = ["wamid.k.1", "wamid.k.2", "wamid.k.3"]
+    # Attempt 0 fails fast; attempt 1 is slow the first time, and is killed in the middle.
+    await push_message(redis, prefix, person, ids[0], "uno !fail=1 !sleeponce=30")
+    await push_message(redis, prefix, person, ids[1], "dos")
+    await push_message(redis, prefix, person, ids[2], "tres")
+
+    async def slow_attempt_started() -> list[Turn]:
+        turns = await records.turns(person)
+        return turns if any(t.start["attempt"] == 1 for t in turns) else []
+
+    turns = await wait_for(slow_attempt_started, "attempt 1 started")
+    assert turns[-1].start["pid"] == victim.pid
+    victim.send_signal(signal.SIGKILL)
+    await wait_exit(victim, 5)
+    pttl = await redis.pttl(Keys(prefix).tenant(TENANT).lock(person))
+    assert pttl > 0, "the dead worker's lock stays until its lease ends"
+    lease_ends_ms = now_ms() + pttl
+    # A message while nobody holds the person: it must wait for the resumed batch.
+    await push_message(redis, prefix, person, "wamid.k.4", "cuatro")
+    (rescuer,) = await fleet.start(1, **SHORT_LEASE)
+
+    turns = await records.wait_turns(person, 2, outcome="end")
+    failed, killed, resumed, after = turns
+    assert failed.outcome == "error" and killed.outcome is None
+    assert killed.start["pid"] == victim.pid and resumed.start["pid"] == rescuer.pid
+    assert resumed.batch == killed.batch == failed.batch
+    assert resumed.ids == killed.ids == ids
+    assert resumed.start["attempt"] == 1, "a crash does not count as an attempt"
+    assert resumed.start["ms"] >= lease_ends_ms - 50, "not before the victim's lease ended"
+    assert after.ids == ["wamid.k.4"] and after.start["ms"] >= resumed.start["ms"]
+
+    replies = await outbox(redis, prefix)
+    assert [r["message_ids"] for r in replies] == [ids, ["wamid.k.4"]]
+    assert await review_items(redis, prefix) == []
+    assert (await stats(redis, prefix))["leases_expired"] == 1
+
+
+async def test_renewal_keeps_a_turn_longer_than_its_lease(
+    redis: Redis, prefix: str, fleet: WorkerFleet, records: Records
+) -> None:
+    await fleet.start(2, LEASE_S="1.5", LEASE_RENEW_S="0.3")
+    person = "5491100000022"
+    await push_message(redis, prefix, person, "wamid.long", "largo !sleep=4")
+    (turn,) = await records.wait_turns(person, 1, timeout_s=20)
+    await asyncio.sleep(0.5)
+    assert len(await records.turns(person)) == 1, "nobody took the turn over"
+    assert turn.last is not None and turn.last["ms"] - turn.start["ms"] >= 4000
+    assert len(await outbox(redis, prefix)) == 1
+    assert "leases_expired" not in await stats(redis, prefix)
+
+
+@pytest.mark.parametrize("how", ["deleted", "stolen"])
+async def test_a_turn_whose_lock_is_lost_is_cancelled_before_it_sends(
+    redis: Redis, prefix: str, fleet: WorkerFleet, records: Records, how: str
+) -> None:
+    await fleet.start(1, LEASE_S="2", LEASE_RENEW_S="0.3")
+    person = "5491100000023"
+    lock = Keys(prefix).tenant(TENANT).lock(person)
+    await push_message(redis, prefix, person, "wamid.lost", "hola !sleeponce=3")
+    await records.wait_turns(person, 1, outcome=None)
+    assert await redis.get(lock)
+    if how == "deleted":
+        await redis.delete(lock)
+    else:
+        await redis.set(lock, "someone-else", px=1000)
+    lost_ms = now_ms()
+
+    (cancelled, *_) = await records.wait_turns(person, 1, outcome="cancelled", timeout_s=5)
+    assert cancelled.last is not None and cancelled.last["ms"] - lost_ms <= 1000
+    assert await outbox(redis, prefix) == [], "a turn without its lease must not send"
+
+    # The batch itself is not lost: it resumes once the lease it had has ended.
+    turns = await records.wait_turns(person, 1, outcome="end")
+    cancelled, resumed = turns
+    assert resumed.batch == cancelled.batch and resumed.ids == ["wamid.lost"]
+    (reply,) = await outbox(redis, prefix)
+    assert reply["batch_id"] == resumed.batch and reply["sent_ms"] >= resumed.start["ms"]

@@ -1,0 +1,108 @@
+"""Graceful shutdown of a worker process: SIGTERM drains within the grace, never releases a
+lease early; a second SIGTERM exits at once."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+
+import pytest
+from redis.asyncio import Redis
+
+from shared.keys import Keys
+from tests.worker.support import (
+    TENANT,
+    Records,
+    WorkerFleet,
+    now_ms,
+    outbox,
+    push_message,
+    wait_exit,
+)
+
+pytestmark = pytest.mark.slow
+
+
+async def test_sigterm_lets_the_running_turn_finish_holding_its_lease(
+    redis: Redis, prefix: str, fleet: WorkerFleet, records: Records
+) -> None:
+    env = {"LEASE_S": "1.5", "LEASE_RENEW_S": "0.3", "SHUTDOWN_GRACE_S": "8"}
+    (stopping,) = await fleet.start(1, **env)
+    person = "5491100000031"
+    lock = Keys(prefix).tenant(TENANT).lock(person)
+    await push_message(redis, prefix, person, "wamid.term", "hola !sleep=3")
+    await records.wait_turns(person, 1, outcome=None)
+    token = await redis.get(lock)
+    assert token
+    # Another worker is ready to take the person over the moment the lease lapses.
+    await fleet.start(1, **env)
+    stopping.send_signal(signal.SIGTERM)
+    signalled = time.monotonic()
+
+    # The turn runs 3 s, twice the lease: renewal must go on while the process drains.
+    while stopping.poll() is None:
+        held = await redis.get(lock)
+        if held != token:
+            assert held is None and await outbox(redis, prefix), "lock gone before the reply"
+        await asyncio.sleep(0.02)
+    assert stopping.returncode == 0
+    assert time.monotonic() - signalled <= 8
+
+    (turn,) = await records.turns(person)
+    assert turn.outcome == "end" and turn.start["pid"] == stopping.pid
+    (reply,) = await outbox(redis, prefix)
+    assert reply["message_ids"] == ["wamid.term"]
+    assert not await redis.exists(lock)
+    await asyncio.sleep(0.5)
+    assert len(await records.turns(person)) == 1, "the other worker never ran it again"
+
+
+async def test_a_turn_outliving_the_grace_keeps_its_lock_and_resumes_after_the_lease(
+    redis: Redis, prefix: str, fleet: WorkerFleet, records: Records
+) -> None:
+    env = {"LEASE_S": "2", "LEASE_RENEW_S": "0.5", "SHUTDOWN_GRACE_S": "1"}
+    (stopping,) = await fleet.start(1, **env)
+    person = "5491100000032"
+    lock = Keys(prefix).tenant(TENANT).lock(person)
+    await push_message(redis, prefix, person, "wamid.grace", "hola !sleeponce=30")
+    await records.wait_turns(person, 1, outcome=None)
+    (rescuer,) = await fleet.start(1, **env)
+
+    stopping.send_signal(signal.SIGTERM)
+    signalled = time.monotonic()
+    assert await wait_exit(stopping, 5) == 0
+    assert time.monotonic() - signalled <= 1 + 1.0, "exits once the grace is over"
+    exited_ms = now_ms()
+    pttl = await redis.pttl(lock)
+    assert 0 < pttl <= 2000, "the lock stays, with its TTL, for the lease to run out"
+
+    turns = await records.wait_turns(person, 1, outcome="end")
+    cut, resumed = turns
+    assert cut.start["pid"] == stopping.pid and cut.outcome == "cancelled"
+    assert resumed.start["pid"] == rescuer.pid
+    assert resumed.batch == cut.batch and resumed.ids == ["wamid.grace"]
+    assert resumed.start["attempt"] == cut.start["attempt"] == 0
+    assert resumed.start["ms"] >= exited_ms + pttl - 100, "not before the lease ended"
+    (reply,) = await outbox(redis, prefix)
+    assert reply["batch_id"] == cut.batch
+
+
+async def test_a_second_sigterm_exits_at_once(
+    redis: Redis, prefix: str, fleet: WorkerFleet, records: Records
+) -> None:
+    (stopping,) = await fleet.start(1, SHUTDOWN_GRACE_S="30")
+    person = "5491100000033"
+    lock = Keys(prefix).tenant(TENANT).lock(person)
+    await push_message(redis, prefix, person, "wamid.twice", "hola !sleep=30")
+    await records.wait_turns(person, 1, outcome=None)
+
+    stopping.send_signal(signal.SIGTERM)
+    await asyncio.sleep(0.5)
+    assert stopping.poll() is None, "the first signal waits for the running turn"
+    stopping.send_signal(signal.SIGTERM)
+    signalled = time.monotonic()
+    await wait_exit(stopping, 5)
+    assert time.monotonic() - signalled <= 1.5
+    assert await redis.pttl(lock) > 0, "the lease is left to expire, not released"
+    assert await outbox(redis, prefix) == []

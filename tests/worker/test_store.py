@@ -1,0 +1,155 @@
+"""The conversation scripts (claim, renew, finish) through ConversationStore, on real Redis,
+without worker processes: exact due times, lock and lease bookkeeping, lost leases."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+
+import pytest
+from redis.asyncio import Redis
+
+from shared.group_commit import GroupCommitter
+from shared.keys import Keys
+from shared.scripts import Scripts
+from shared.settings import Settings
+from tests.worker.support import TENANT, push_message
+from worker.store import ConversationStore
+
+PERSON = "5491155550001"
+
+
+@pytest.fixture
+def store(redis: Redis, settings: Settings, prefix: str) -> ConversationStore:
+    s = settings.with_overrides(
+        key_prefix=prefix,
+        debounce_window_s=1,
+        max_wait_s=1.5,
+        lease_s=10,
+        lease_renew_s=1,
+    )
+    scripts = Scripts()
+    return ConversationStore(s, scripts, GroupCommitter(redis, scripts))
+
+
+async def _redis_ms(redis: Redis) -> int:
+    sec, usec = await redis.time()
+    return int(sec) * 1000 + int(usec) // 1000
+
+
+async def test_due_is_last_plus_window_capped_at_first_plus_max_wait(
+    redis: Redis, store: ConversationStore, prefix: str
+) -> None:
+    k = Keys(prefix).tenant(TENANT)
+    await push_message(redis, prefix, PERSON, "m1", "hola")
+    first = await store.claim(TENANT, 0, "t")
+    assert await redis.zscore(k.due, PERSON) == first.now_ms + 1000
+    assert first.next_ms == first.now_ms + 1000 and first.batches == []
+
+    await asyncio.sleep(0.3)
+    await push_message(redis, prefix, PERSON, "m2", "sigo")
+    second = await store.claim(TENANT, 5, "t")
+    assert await redis.zscore(k.due, PERSON) == second.now_ms + 1000, "window from the last"
+    assert second.batches == [], "not due yet"
+
+    await asyncio.sleep(0.5)
+    await push_message(redis, prefix, PERSON, "m3", "y algo más")
+    third = await store.claim(TENANT, 5, "t")
+    assert third.now_ms + 1000 > first.now_ms + 1500
+    assert await redis.zscore(k.due, PERSON) == first.now_ms + 1500, "capped by max wait"
+    assert await redis.hget(k.burst, PERSON) == f"{first.now_ms},{third.now_ms}".encode()
+
+
+async def test_claim_takes_the_pending_messages_under_a_lock_with_a_lease(
+    redis: Redis, store: ConversationStore, prefix: str
+) -> None:
+    k = Keys(prefix).tenant(TENANT)
+    for i in range(3):
+        await push_message(redis, prefix, PERSON, f"m{i}", f"texto {i}")
+    await store.claim(TENANT, 0, "t")
+    await redis.zadd(k.due, {PERSON: 0})  # due now
+    claim = await store.claim(TENANT, 5, "tok")
+    (batch,) = claim.batches
+    assert batch.token == "tok:1" and batch.attempt == 0 and batch.person == PERSON
+    assert [m.id for m in batch.messages] == ["m0", "m1", "m2"]
+    assert batch.claimed_ms == claim.now_ms and batch.due_ms == 0
+    assert await redis.get(k.lock(PERSON)) == b"tok:1"
+    assert 9000 < await redis.pttl(k.lock(PERSON)) <= 10000
+    assert await redis.zscore(k.running, PERSON) == claim.now_ms + 10000
+    assert claim.next_ms == claim.now_ms + 10000
+    assert not await redis.exists(k.pending(PERSON), k.due, k.burst)
+
+    # While the batch runs, new messages wait and are not scheduled...
+    await push_message(redis, prefix, PERSON, "m3", "durante")
+    again = await store.claim(TENANT, 5, "other")
+    assert again.batches == [] and not await redis.exists(k.due)
+    # ...until the turn is done: then they are due as their burst says.
+    assert not await store.finish_done(replace(batch, token="wrong"))
+    assert await redis.get(k.lock(PERSON)) == b"tok:1", "a stale token changes nothing"
+    assert await store.finish_done(batch)
+    assert await redis.zscore(k.due, PERSON) == again.now_ms + 1000
+    assert not await redis.exists(k.lock(PERSON), k.batch(PERSON), k.running)
+
+
+async def test_retry_keeps_the_batch_and_schedules_it_after_the_delay(
+    redis: Redis, store: ConversationStore, prefix: str
+) -> None:
+    k = Keys(prefix).tenant(TENANT)
+    await push_message(redis, prefix, PERSON, "m1", "hola")
+    await store.claim(TENANT, 0, "t")
+    await redis.zadd(k.due, {PERSON: 0})
+    (batch,) = (await store.claim(TENANT, 5, "a")).batches
+    before = await _redis_ms(redis)
+    assert await store.finish_retry(batch, 2.5, "RuntimeError: boom")
+    after = await _redis_ms(redis)
+    due = await redis.zscore(k.due, PERSON)
+    assert due is not None and before + 2500 <= due <= after + 2500
+    assert await redis.hget(k.batch(PERSON), "attempt") == b"1"
+    assert await redis.hget(k.batch(PERSON), "last_error") == b"RuntimeError: boom"
+    assert not await redis.exists(k.lock(PERSON), k.running)
+
+    await redis.zadd(k.due, {PERSON: 0})
+    (retried,) = (await store.claim(TENANT, 5, "b")).batches
+    assert retried.id == batch.id and retried.attempt == 1 and retried.token == "b:1"
+    assert [m.id for m in retried.messages] == ["m1"]
+
+
+async def test_renew_extends_only_the_holders_lease(
+    redis: Redis, store: ConversationStore, prefix: str
+) -> None:
+    k = Keys(prefix).tenant(TENANT)
+    await push_message(redis, prefix, PERSON, "m1", "hola")
+    await store.claim(TENANT, 0, "t")
+    await redis.zadd(k.due, {PERSON: 0})
+    (batch,) = (await store.claim(TENANT, 5, "a")).batches
+    await redis.pexpire(k.lock(PERSON), 500)
+    assert await store.renew(TENANT, [(PERSON, "not-mine")]) == [False]
+    assert await redis.pttl(k.lock(PERSON)) <= 500
+    assert await store.renew(TENANT, [(PERSON, batch.token)]) == [True]
+    assert await redis.pttl(k.lock(PERSON)) > 9000
+    await redis.delete(k.lock(PERSON))
+    assert await store.renew(TENANT, [(PERSON, batch.token)]) == [False]
+    assert not await store.finish_done(batch), "a lost lease cannot finish"
+    assert await redis.exists(k.batch(PERSON)), "the batch is kept for whoever resumes it"
+
+
+async def test_an_expired_lease_makes_the_same_batch_claimable_again(
+    redis: Redis, settings: Settings, prefix: str
+) -> None:
+    s = settings.with_overrides(
+        key_prefix=prefix, debounce_window_s=0.01, max_wait_s=0.01, lease_s=0.3, lease_renew_s=0.1
+    )
+    scripts = Scripts()
+    store = ConversationStore(s, scripts, GroupCommitter(redis, scripts))
+    await push_message(redis, prefix, PERSON, "m1", "hola")
+    await store.claim(TENANT, 0, "t")
+    await asyncio.sleep(0.05)
+    (batch,) = (await store.claim(TENANT, 5, "dead")).batches
+    assert (await store.claim(TENANT, 5, "early")).batches == [], "held while the lease runs"
+    await asyncio.sleep(0.4)
+    (resumed,) = (await store.claim(TENANT, 5, "alive")).batches
+    assert resumed.id == batch.id and resumed.attempt == batch.attempt
+    assert resumed.messages_json == batch.messages_json and resumed.token == "alive:1"
+    assert await redis.hget(Keys(prefix).tenant(TENANT).stats, "leases_expired") == b"1"
+    assert not await store.finish_done(batch), "the dead holder's token is void"
+    assert await store.finish_done(resumed)
