@@ -27,7 +27,6 @@ from starlette.routing import Route
 from receiver.signature import SignatureChecker, SignatureError, token_matches
 from receiver.store import InboxWriter, StoreUnavailable
 from receiver.whatsapp import Parsed, parse_body
-from shared.group_commit import GroupCommitter
 from shared.keys import Keys
 from shared.redis_client import make_redis
 from shared.scripts import Scripts
@@ -110,13 +109,8 @@ class Receiver:
             settings, retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,))
         )
         await self._prepare_redis()
-        committer = GroupCommitter(self.redis, self.scripts)
         self.writer = InboxWriter(
-            self.keys,
-            committer,
-            self.scripts.ingest,
-            settings.dedupe_ttl_s,
-            settings.redis_timeout_s,
+            self.redis, self.scripts, self.keys, settings.dedupe_ttl_s, settings.redis_timeout_s
         )
         try:
             yield

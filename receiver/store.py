@@ -1,28 +1,32 @@
-"""Writes one webhook's items to Redis in one group-committed round trip.
+"""Writes webhook items to Redis, many concurrent requests per round trip (group commit).
 
-Per request, queued in this order on the shared pipeline round:
+Requests in flight together join one *round*. Their items are merged per tenant, so a round
+sends, in one pipeline and in this order:
 
 1. `SADD tenants <tenant…>`: the registry workers scan, before any item can be seen;
-2. one `ingest` script call per tenant: each item's dedupe marker and its LPUSH, atomically;
-3. `LPUSH deadletter <body>` when the body (or part of it) could not be understood;
+2. one `ingest` script call per tenant (chunks of `MAX_ITEMS_PER_CALL`) holding the items of
+   every request of the round: each item's dedupe marker and its LPUSH, atomically;
+3. `LPUSH deadletter <body…>` for bodies (or parts) that could not be understood;
 4. `PUBLISH wake <tenant>` per tenant, so idle workers look at once.
 
-The caller learns the outcome only after Redis answered all of them; any error, or no answer
-within the timeout, raises `StoreUnavailable` (the webhook answers 503 and the provider retries,
-which the dedupe markers make safe).
+Merging is what makes this fast: the Redis client's cost is per command, so one script call
+for 32 requests' items costs a fraction of 32 calls. Each request still learns its own
+outcome only after Redis answered the whole round; any error, or no answer within the
+timeout, raises `StoreUnavailable` (the webhook answers 503 and the provider retries, which
+the dedupe markers make safe). While a round is in flight the next one gathers.
 """
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
-from functools import partial
+from dataclasses import dataclass, field
 from typing import Any
 
 from receiver.whatsapp import Item
-from shared.group_commit import GroupCommitter
 from shared.keys import Keys
-from shared.scripts import Script
+from shared.scripts import Scripts, is_noscript
+
+MAX_ITEMS_PER_CALL = 500  # bounds how long one script call holds Redis
 
 
 class StoreUnavailable(Exception):
@@ -37,75 +41,128 @@ class Saved:
     duplicates: int
 
 
+@dataclass(slots=True)
+class _Round:
+    """Everything the requests of one round want written."""
+
+    seen: dict[str, list[str]] = field(default_factory=dict)  # tenant -> dedupe keys
+    data: dict[str, list[bytes]] = field(default_factory=dict)  # tenant -> encoded events
+    deadletters: list[bytes] = field(default_factory=list)
+    # each request: its future and, per tenant, where its items sit in that tenant's lists
+    waiters: list[tuple[asyncio.Future[list[int]], list[tuple[str, int, int]]]] = field(
+        default_factory=list
+    )
+
+
 class InboxWriter:
-    """Stores parsed events (and dead-letter bodies) through a `GroupCommitter`."""
+    """Stores parsed events (and dead-letter bodies), group-committing concurrent requests."""
 
     def __init__(
-        self,
-        keys: Keys,
-        committer: GroupCommitter,
-        ingest: Script,
-        dedupe_ttl_s: int,
-        timeout_s: float,
+        self, redis: Any, scripts: Scripts, keys: Keys, dedupe_ttl_s: int, timeout_s: float
     ) -> None:
+        self._redis = redis
+        self._scripts = scripts
         self._keys = keys
-        self._committer = committer
-        self._ingest = ingest
         self._dedupe_ttl_s = dedupe_ttl_s
         self._timeout_s = timeout_s
+        self._round = _Round()
+        self._flusher: asyncio.Task[None] | None = None
 
     async def save(self, items: dict[str, list[Item]], deadletter: bytes | None = None) -> Saved:
         """Store every item (grouped by tenant) and the optional dead-letter body."""
-        submit = self._committer.submit
-        keys = self._keys
-        required: list[asyncio.Future[Any]] = []
-        if items:
-            required.append(submit(partial(_sadd, keys.tenants, tuple(items))))
-        ingests = [submit(self._ingest_call(tenant, batch)) for tenant, batch in items.items()]
-        if deadletter is not None:
-            required.append(submit(partial(_lpush, keys.deadletter, deadletter)))
-        required.extend(submit(partial(_publish, keys.wake_channel, t)) for t in items)
+        if not items and deadletter is None:
+            return Saved(0, 0)
+        future = self._join(items, deadletter)
         try:
             async with asyncio.timeout(self._timeout_s):
-                results = [await future for future in ingests]
-                for future in required:
-                    await future
+                results = await future
         except TimeoutError as exc:
-            _settle(ingests, required)
             raise StoreUnavailable(f"Redis did not confirm within {self._timeout_s}s") from exc
         except Exception as exc:
-            _settle(ingests, required)
             raise StoreUnavailable(f"Redis error: {exc!r}") from exc
-        stored = sum(sum(r) for r in results)
-        return Saved(stored, sum(len(batch) for batch in items.values()) - stored)
+        stored = sum(results)
+        return Saved(stored, len(results) - stored)
 
-    def _ingest_call(self, tenant: str, batch: list[Item]) -> Any:
-        tenant_keys = self._keys.tenant(tenant)
-        script_keys = [tenant_keys.inbox]
-        script_args: list[bytes | int] = [self._dedupe_ttl_s]
-        for item_id, data in batch:
-            script_keys.append(tenant_keys.seen(item_id))
-            script_args.append(data)
-        return partial(self._ingest.queue, keys=script_keys, args=script_args)
+    def _join(
+        self, items: dict[str, list[Item]], deadletter: bytes | None
+    ) -> asyncio.Future[list[int]]:
+        round_ = self._round
+        places = []
+        for tenant, batch in items.items():
+            tenant_keys = self._keys.tenant(tenant)
+            seen = round_.seen.setdefault(tenant, [])
+            data = round_.data.setdefault(tenant, [])
+            places.append((tenant, len(seen), len(batch)))
+            for item_id, encoded in batch:
+                seen.append(tenant_keys.seen(item_id))
+                data.append(encoded)
+        if deadletter is not None:
+            round_.deadletters.append(deadletter)
+        future: asyncio.Future[list[int]] = asyncio.get_running_loop().create_future()
+        round_.waiters.append((future, places))
+        if self._flusher is None:
+            self._flusher = asyncio.create_task(self._flush_rounds())
+        return future
 
+    async def _flush_rounds(self) -> None:
+        try:
+            await asyncio.sleep(0)  # let every request woken in this loop turn join
+            while self._round.waiters:
+                round_, self._round = self._round, _Round()
+                await self._commit(round_)
+        finally:
+            self._flusher = None
 
-def _settle(*groups: list[asyncio.Future[Any]]) -> None:
-    """After a failure: withdraw what is still queued, and mark the other errors as seen."""
-    for futures in groups:
-        for future in futures:
+    async def _commit(self, round_: _Round) -> None:
+        try:
+            per_tenant = await self._write(round_)
+        except Exception as exc:
+            for future, _ in round_.waiters:
+                if not future.done():
+                    future.set_exception(exc)
+                    future.exception()  # a caller that timed out never reads it
+            return
+        for future, places in round_.waiters:
             if not future.done():
-                future.cancel()  # the committer skips cancelled calls
-            elif not future.cancelled():
-                future.exception()
+                future.set_result(
+                    [r for t, start, n in places for r in per_tenant[t][start : start + n]]
+                )
 
-
-def _sadd(key: str, members: tuple[str, ...], pipe: Any) -> None:
-    pipe.sadd(key, *members)
-
-
-def _lpush(key: str, value: bytes, pipe: Any) -> None:
-    pipe.lpush(key, value)
-
-
-def _publish(channel: str, message: str, pipe: Any) -> None:
-    pipe.publish(channel, message)
+    async def _write(self, round_: _Round) -> dict[str, list[int]]:
+        """One pipeline for the round; returns each tenant's per-item results (1 new, 0 dup)."""
+        keys = self._keys
+        calls: list[tuple[str, list[str], list[bytes | int]]] = []
+        for tenant, seen in round_.seen.items():
+            inbox = keys.tenant(tenant).inbox
+            data = round_.data[tenant]
+            for i in range(0, len(seen), MAX_ITEMS_PER_CALL):
+                chunk = slice(i, i + MAX_ITEMS_PER_CALL)
+                calls.append((tenant, [inbox, *seen[chunk]], [self._dedupe_ttl_s, *data[chunk]]))
+        ingest = self._scripts.ingest
+        pipe = self._redis.pipeline(transaction=False)
+        if round_.seen:
+            pipe.sadd(keys.tenants, *round_.seen)
+        for _, script_keys, script_args in calls:
+            ingest.queue(pipe, script_keys, script_args)
+        if round_.deadletters:
+            pipe.lpush(keys.deadletter, *round_.deadletters)
+        for tenant in round_.seen:
+            pipe.publish(keys.wake_channel, tenant)
+        results = await pipe.execute(raise_on_error=False)
+        offset = 1 if round_.seen else 0
+        replies = list(results[offset : offset + len(calls)])
+        if any(is_noscript(r) for r in replies):
+            # Redis lost its script cache (restart, failover): nothing ran; load and repeat.
+            await self._scripts.load(self._redis)
+            for i, reply in enumerate(replies):
+                if is_noscript(reply):
+                    _, script_keys, script_args = calls[i]
+                    replies[i] = await ingest(self._redis, script_keys, script_args)
+            results[offset : offset + len(calls)] = replies
+        for result in results:
+            if isinstance(result, Exception):
+                raise result
+        per_tenant: dict[str, list[int]] = {}
+        for (tenant, _, _), reply in zip(calls, replies, strict=True):
+            per_tenant.setdefault(tenant, []).extend(int(r) for r in reply)
+        return per_tenant

@@ -1,4 +1,4 @@
-"""The group-committed writer on its own: timeouts and errors become `StoreUnavailable`."""
+"""The writer on its own: merged rounds; timeouts and errors become `StoreUnavailable`."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from redis.asyncio import Redis
 
 from receiver.store import InboxWriter, StoreUnavailable
 from receiver.whatsapp import parse_body
-from shared.group_commit import GroupCommitter
 from shared.keys import Keys
 from shared.redis_server import RedisServer
 from shared.scripts import Scripts
@@ -33,8 +32,7 @@ async def untimed(redis_server: RedisServer, redis: Redis) -> AsyncIterator[Redi
 
 
 def writer(client: Redis, timeout_s: float = 2.0) -> InboxWriter:
-    scripts = Scripts()
-    return InboxWriter(Keys(), GroupCommitter(client, scripts), scripts.ingest, 60, timeout_s)
+    return InboxWriter(client, Scripts(), Keys(), 60, timeout_s)
 
 
 async def test_save_counts_stored_and_duplicates(untimed: Redis, redis: Redis) -> None:
@@ -72,3 +70,21 @@ async def test_redis_error_is_store_unavailable(redis: Redis) -> None:
             await writer(client).save(ITEMS, b"dead letter")
     finally:
         await client.aclose()
+
+
+async def test_concurrent_requests_share_one_script_call_and_keep_their_own_results(
+    untimed: Redis, redis: Redis
+) -> None:
+    """Ten requests in one round: one ingest call per tenant, each request gets its own counts."""
+    w = writer(untimed)
+    await w.save(ITEMS)  # these three are now duplicates for whoever sends them again
+    other = parse_body(fixture_bytes("whatsapp/two_tenants_one_post.json"), 1).items
+    await redis.config_resetstat()
+    saved = await asyncio.gather(
+        *[w.save(ITEMS) for _ in range(5)], *[w.save(other) for _ in range(5)]
+    )
+    assert [(s.stored, s.duplicates) for s in saved[:5]] == [(0, 3)] * 5
+    assert sorted((s.stored, s.duplicates) for s in saved[5:]) == [(0, 2)] * 4 + [(2, 0)]
+    info = await redis.info("commandstats")
+    assert info["cmdstat_evalsha"]["calls"] == 2  # one per tenant for the whole round
+    assert len(await inbox(redis)) == 4  # burst (3) + this tenant's message of the other body
