@@ -1,1 +1,1 @@
-"""Developer scripts (dev stack, benchmarks, local stand-ins); a package so tests can import them."""
+"""Developer scripts: dev stack, benchmarks, local stand-ins (a package so tests import them)."""

@@ -22,6 +22,10 @@ Layout (prefix `wa`, tenant 106540352242922, person 16505551234):
     wa:{…}:c:16505551234:pending        LIST    messages waiting for the next batch, in order
     wa:{…}:c:16505551234:batch          HASH    the batch being worked on or waiting for a retry
     wa:{…}:c:16505551234:lock           STRING  token of the worker holding the turn (PX lease)
+    wa:{…}:c:16505551234:lastin         STRING  provider ts of the last inbound message (expires
+                                                when the 24-hour window closes)
+    wa:{…}:c:16505551234:memory         LIST    recent exchanges for the AI (capped, idle TTL)
+    wa:{106540352242922}:out:<wamid>    HASH    one sent reply part: batch, person, part, status
 """
 
 from __future__ import annotations
@@ -114,11 +118,25 @@ class TenantKeys:
     def lock(self, person: str) -> str:
         return f"{self.conversation_prefix}{_check(person, 'person')}:{LOCK}"
 
+    def last_inbound(self, person: str) -> str:
+        return f"{self.conversation_prefix}{_check(person, 'person')}:{LASTIN}"
+
+    def memory(self, person: str) -> str:
+        return f"{self.conversation_prefix}{_check(person, 'person')}:{MEMORY}"
+
+    @property
+    def outbound_prefix(self) -> str:
+        """Scripts append a provider message id to this to reach its outbound record."""
+        return f"{self.base}:out:"
+
+    def outbound(self, provider_id: str) -> str:
+        return f"{self.outbound_prefix}{provider_id}"
+
 
 # Suffixes of a conversation's keys. Scripts that visit many conversations (claim, intake)
 # cannot receive every key through KEYS; they get the tenant's conversation prefix and these
 # suffixes through `lua_prelude()`, so this module stays the only place a key is spelled.
-PENDING, BATCH, LOCK = "pending", "batch", "lock"
+PENDING, BATCH, LOCK, LASTIN, MEMORY = "pending", "batch", "lock", "lastin", "memory"
 
 
 def lua_prelude() -> str:
@@ -128,4 +146,5 @@ def lua_prelude() -> str:
         "  return prefix .. person .. ':' .. kind\n"
         "end\n"
         f"local PENDING, BATCH, LOCK = '{PENDING}', '{BATCH}', '{LOCK}'\n"
+        f"local LASTIN, MEMORY = '{LASTIN}', '{MEMORY}'\n"
     )

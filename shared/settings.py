@@ -7,6 +7,7 @@ The names are a contract: tools outside the repo drive the product with them.
 
 from __future__ import annotations
 
+import math
 import os
 import tomllib
 from collections.abc import Callable, Mapping
@@ -30,6 +31,7 @@ class TenantConfig:
     system_prompt: str | None = None
     access_token: str | None = None
     template: str | None = None
+    template_language: str = "en_US"
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,10 @@ class Settings:
     anthropic_api_key: str = ""
     ai_model: str = "claude-sonnet-4-5"
     system_prompt: str = "You are a helpful assistant answering customers on WhatsApp."
+    ai_max_tokens: int = 1024
+    ai_timeout_s: float = 60.0
+    memory_turns: int = 10
+    memory_ttl_s: float = 86400.0
     brain: str = "echo"
     sender: str = "outbox"
     tenants_file: str = ""
@@ -91,9 +97,16 @@ class Settings:
             "anthropic_api_key": api_key,
             "ai_model": _str(env, "AI_MODEL", d.ai_model),
             "system_prompt": _str(env, "SYSTEM_PROMPT", d.system_prompt),
+            "ai_max_tokens": _num(env, "AI_MAX_TOKENS", d.ai_max_tokens, int),
+            "ai_timeout_s": _num(env, "AI_TIMEOUT_S", d.ai_timeout_s, float),
+            "memory_turns": _num(env, "MEMORY_TURNS", d.memory_turns, int),
+            "memory_ttl_s": _num(env, "MEMORY_TTL_S", d.memory_ttl_s, float),
             # With a key the real AI is the sensible default; without one, the offline echo.
             "brain": _str(env, "BRAIN", "anthropic" if api_key else "echo"),
-            "sender": _str(env, "SENDER", d.sender),
+            # With a Graph API token replies go to WhatsApp; without one, to the Redis outbox.
+            "sender": _str(
+                env, "SENDER", "whatsapp" if env.get("WHATSAPP_ACCESS_TOKEN") else d.sender
+            ),
             "tenants_file": env.get("TENANTS_FILE", ""),
             "debounce_window_s": _num(env, "DEBOUNCE_WINDOW_S", d.debounce_window_s, float),
             "max_wait_s": _num(env, "MAX_WAIT_S", d.max_wait_s, float),
@@ -117,12 +130,15 @@ class Settings:
     def validate(self) -> None:
         positive = (
             "redis_timeout_s debounce_window_s max_wait_s lease_s lease_renew_s max_attempts "
+            "ai_max_tokens ai_timeout_s memory_ttl_s "
             "retry_base_s review_after_s worker_concurrency poll_interval_s dedupe_ttl_s "
             "max_body_bytes"
         ).split()
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name.upper()} must be > 0, got {getattr(self, name)!r}")
+        if self.memory_turns < 0:
+            raise ConfigError("MEMORY_TURNS must be >= 0")
         if self.shutdown_grace_s < 0:
             raise ConfigError("SHUTDOWN_GRACE_S must be >= 0")
         if self.lease_renew_s >= self.lease_s:
@@ -224,10 +240,13 @@ def _num(env: Mapping[str, str], name: str, default: T, kind: Callable[[str], T]
     if raw is None or raw == "":
         return default
     try:
-        return kind(raw.strip())
+        value = kind(raw.strip())
     except ValueError:
         word = "an integer" if kind is int else "a number"
         raise ConfigError(f"{name} must be {word}, got {raw!r}") from None
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{name} must be a finite number, got {raw!r}")
+    return value
 
 
 def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:

@@ -7,6 +7,8 @@ from typing import Any
 
 import orjson
 
+SERVICE_WINDOW_S = 24 * 3600  # WhatsApp's customer-service window
+
 
 @dataclass(frozen=True)
 class Message:
@@ -48,6 +50,15 @@ class Batch:
     messages: list[Message]
     messages_json: bytes = b"[]"
     fields: dict[str, str] = field(default_factory=dict)
+    # Earlier exchanges with this person, oldest first: [{"user": ..., "assistant": ...}]
+    history: list[dict[str, Any]] = field(default_factory=list)
+    # Provider ts of the person's latest message (0: unknown, or the window has closed).
+    last_inbound_ts: int = 0
+    # The reply stored by an earlier attempt (never ask the AI twice) and the parts of it the
+    # provider already accepted: part index -> provider message id ("" = deliberately skipped).
+    reply: str | None = None
+    sent_parts: dict[int, str] = field(default_factory=dict)
+    template_sent: bool = False
 
     @classmethod
     def from_claim(cls, tenant: str, row: list[Any]) -> Batch:
@@ -57,6 +68,9 @@ class Batch:
         fields = dict(zip(flat[::2], flat[1::2], strict=True))
         raw_messages = fields.pop("messages", "[]")
         events = orjson.loads(raw_messages)
+        sent_parts = {
+            int(name[5:]): value for name, value in fields.items() if name.startswith("part:")
+        }
         return cls(
             tenant=tenant,
             person=person,
@@ -69,7 +83,21 @@ class Batch:
             messages=[Message.from_event(e) for e in events],
             messages_json=raw_messages.encode(),
             fields=fields,
+            history=orjson.loads(fields.pop("history", "[]")),
+            last_inbound_ts=int(fields.pop("last_inbound", 0) or 0),
+            reply=fields.get("reply"),
+            sent_parts=sent_parts,
         )
+
+    def window_closed(self, now_s: float, window_s: float = SERVICE_WINDOW_S) -> bool:
+        """Whether the 24-hour customer-service window has closed for this person."""
+        latest = max([self.last_inbound_ts, *(m.ts for m in self.messages)])
+        return bool(latest) and now_s - latest >= window_s
+
+    @property
+    def user_text(self) -> str:
+        """Every message of the burst, in order, one per line (what the AI is asked)."""
+        return "\n".join(m.text for m in self.messages if m.text)
 
     @property
     def oldest_ts(self) -> int:

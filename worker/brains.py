@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from shared.settings import ConfigError, Settings
+from shared.settings import Settings
 from worker.batch import Batch
 from worker.plugins import load_object
 
@@ -34,9 +34,8 @@ def load_brain(settings: Settings) -> Brain:
     if name == "echo":
         return EchoBrain()
     if name == "anthropic":
-        raise ConfigError(
-            "BRAIN=anthropic (the default when ANTHROPIC_API_KEY is set) is not available in "
-            "this version yet; set BRAIN=echo or BRAIN=package.module:attr"
-        )
+        from worker.anthropic_brain import AnthropicBrain
+
+        return AnthropicBrain(settings)
     brain: Brain = load_object(name, "BRAIN", settings, "reply")
     return brain

@@ -18,3 +18,7 @@ class NeedsReview(TurnError):
         super().__init__(f"{reason}: {detail}" if detail else reason)
         self.reason = reason
         self.detail = detail
+
+
+class LeaseLost(Exception):
+    """This worker no longer holds the person's lock: stop, change nothing, let the holder go on."""

@@ -52,6 +52,8 @@ class ReviewList:
 
     async def requeue(self, tenant: str, item_id: str) -> None:
         item = await self.get(tenant, item_id)
+        if not item.get("messages"):
+            raise ReviewError(f"review item {item_id!r} has no messages to answer; drop it")
         k = self._keys.tenant(tenant)
         result = await self._scripts.requeue(
             self._redis,

@@ -25,6 +25,7 @@ import socket
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
@@ -35,8 +36,9 @@ from shared.scripts import Scripts
 from shared.settings import Settings
 from worker.batch import Batch
 from worker.brains import Brain, load_brain
-from worker.errors import NeedsReview
+from worker.errors import LeaseLost, NeedsReview
 from worker.senders import Sender, load_sender
+from worker.split import WHATSAPP_MAX_CHARS, split_reply
 from worker.store import Claim, ConversationStore
 
 log = logging.getLogger(__name__)
@@ -73,7 +75,9 @@ class Worker:
         self._wake = asyncio.Event()
         self._force_exit = asyncio.Event()
         self._stopping = False
+        self._next_sweep = 0.0  # loop time of the next safety sweep of the tenant registry
         self._background: list[asyncio.Task[None]] = []
+        self._farewells: list[asyncio.Task[None]] = []  # wake-ups sent while shutting down
         self.redis: Any = None
         self._pubsub_redis: Redis | None = None
 
@@ -137,9 +141,11 @@ class Worker:
                 for task in left:
                     task.cancel()
                 await asyncio.gather(*left, return_exceptions=True)
-        for task in self._background:
+        if self._farewells:
+            await asyncio.wait(self._farewells, timeout=1.0)
+        for task in self._background + self._farewells:
             task.cancel()
-        await asyncio.gather(*self._background, return_exceptions=True)
+        await asyncio.gather(*self._background, *self._farewells, return_exceptions=True)
         if self._pubsub_redis is not None:
             await self._pubsub_redis.aclose()
         if self.redis is not None:
@@ -168,14 +174,14 @@ class Worker:
 
     async def main_loop(self) -> None:
         loop = asyncio.get_running_loop()
-        next_sweep = 0.0
+        self._next_sweep = 0.0
         while not self._stopping:
             self._wake.clear()
             now = loop.time()
             try:
-                if now >= next_sweep:
+                if now >= self._next_sweep:
                     await self._refresh_tenants()
-                    next_sweep = now + self.settings.poll_interval_s
+                    self._next_sweep = now + self.settings.poll_interval_s
                 todo = self._dirty | {t for t, at in self._next_wake.items() if at <= now}
                 self._dirty = set()
                 if todo:
@@ -184,7 +190,7 @@ class Worker:
                 log.warning("redis unavailable in main loop: %s", exc)
                 await self._sleep(min(1.0, self.settings.poll_interval_s))
                 continue
-            await self._sleep(self._sleep_time(next_sweep))
+            await self._sleep(self._sleep_time(self._next_sweep))
 
     async def _sleep(self, seconds: float) -> None:
         if seconds <= 0:
@@ -270,6 +276,16 @@ class Worker:
             # (a retry delay, messages that came during the turn): look again at once.
             self._dirty.add(batch.tenant)
             self._wake.set()
+            if self._stopping:
+                # This process claims nothing more: tell the fleet, in case the finish made
+                # the person's next batch due.
+                self._farewells.append(asyncio.create_task(self._publish_wake(batch.tenant)))
+
+    async def _publish_wake(self, tenant: str) -> None:
+        try:
+            await self.redis.publish(self.keys.wake_channel, tenant)
+        except (RedisError, OSError) as exc:
+            log.info("could not wake the fleet for tenant=%s: %s", tenant, exc)
 
     async def _execute(self, batch: Batch) -> None:
         s = self.settings
@@ -282,11 +298,8 @@ class Worker:
                 batch,
             )
             return
-        assert self._brain is not None and self._sender is not None
         try:
-            reply = await self._brain.reply(batch)
-            if reply:
-                await self._sender.send(batch, reply)
+            reply = await self._reply(batch)
         except NeedsReview as exc:
             log.info(
                 "batch to review tenant=%s batch=%s reason=%s", batch.tenant, batch.id, exc.reason
@@ -294,34 +307,72 @@ class Worker:
             await self._finish(
                 self.store.finish_review(batch, exc.reason, exc.detail, batch.claimed_ms), batch
             )
+        except LeaseLost:
+            log.warning("lease lost mid-turn tenant=%s batch=%s", batch.tenant, batch.id)
         except Exception as exc:
-            attempts = batch.attempt + 1
-            error = f"{type(exc).__name__}: {exc}"
-            if attempts >= s.max_attempts:
-                log.warning(
-                    "batch failed %d times, to review tenant=%s batch=%s: %s",
-                    attempts,
-                    batch.tenant,
-                    batch.id,
-                    error,
-                )
-                await self._finish(
-                    self.store.finish_review(batch, "max_attempts", error, batch.claimed_ms),
-                    batch,
-                )
-            else:
-                delay = s.retry_base_s * 2 ** (attempts - 1)
-                log.warning(
-                    "turn failed (attempt %d), retry in %.1fs tenant=%s batch=%s: %s",
-                    attempts,
-                    delay,
-                    batch.tenant,
-                    batch.id,
-                    error,
-                )
-                await self._finish(self.store.finish_retry(batch, delay, error), batch)
+            await self._failed(batch, exc)
         else:
-            await self._finish(self.store.finish_done(batch), batch)
+            remember = b""
+            if reply:
+                remember = orjson.dumps({"user": batch.user_text, "assistant": reply})
+            await self._finish(self.store.finish_done(batch, remember), batch)
+
+    async def _reply(self, batch: Batch) -> str | None:
+        """Ask the brain (unless an earlier attempt stored a reply) and send what is not sent.
+
+        The reply is stored on the batch before the first part goes out, and each part the
+        provider accepted is recorded with its id, so a resumed or retried turn neither asks
+        the AI again nor re-sends an accepted part.
+        """
+        assert self._brain is not None and self._sender is not None
+        reply = batch.reply
+        if reply is None:
+            begin = getattr(self._sender, "begin_turn", None)
+            if begin is not None:
+                await begin(batch)  # read receipt + typing indicator, where the provider has it
+            answer = await self._brain.reply(batch)
+            if not answer:
+                return None
+            reply = await self.store.save_reply(batch, answer)
+            if reply is None:
+                raise LeaseLost
+            batch.reply = reply
+        limit = getattr(self._sender, "max_part_chars", WHATSAPP_MAX_CHARS)
+        for index, part in enumerate(split_reply(reply, limit)):
+            if index in batch.sent_parts:
+                continue
+            provider_id = await self._sender.send(batch, part, index) or ""
+            if not await self.store.record_part(batch, index, provider_id):
+                raise LeaseLost
+            batch.sent_parts[index] = provider_id
+        return reply
+
+    async def _failed(self, batch: Batch, exc: Exception) -> None:
+        s = self.settings
+        attempts = batch.attempt + 1
+        error = f"{type(exc).__name__}: {exc}"
+        if attempts >= s.max_attempts:
+            log.warning(
+                "batch failed %d times, to review tenant=%s batch=%s: %s",
+                attempts,
+                batch.tenant,
+                batch.id,
+                error,
+            )
+            await self._finish(
+                self.store.finish_review(batch, "max_attempts", error, batch.claimed_ms), batch
+            )
+        else:
+            delay = s.retry_base_s * 2 ** (attempts - 1)
+            log.warning(
+                "turn failed (attempt %d), retry in %.1fs tenant=%s batch=%s: %s",
+                attempts,
+                delay,
+                batch.tenant,
+                batch.id,
+                error,
+            )
+            await self._finish(self.store.finish_retry(batch, delay, error), batch)
 
     async def _finish(self, call: Any, batch: Batch) -> None:
         if not await call:
@@ -335,7 +386,8 @@ class Worker:
             try:
                 async with self._pubsub_redis.pubsub(ignore_subscribe_messages=True) as pubsub:
                     await pubsub.subscribe(channel)
-                    self._dirty |= self._tenants  # anything published while unsubscribed
+                    # Anything published before we listened: read the registry again now.
+                    self._next_sweep = 0.0
                     self._wake.set()
                     async for message in pubsub.listen():
                         if message.get("type") != "message":

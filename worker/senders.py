@@ -1,8 +1,15 @@
-"""Senders deliver a reply. Chosen by `SENDER`: `outbox`, or `package.module:attr`.
+"""Senders deliver a reply. Chosen by `SENDER`: `whatsapp` (the default when
+`WHATSAPP_ACCESS_TOKEN` is set), `outbox` (otherwise), or `package.module:attr`.
 
-A sender is any object with `async def send(self, batch: Batch, text: str) -> None`. The
-`outbox` sender records replies on the tenant's outbox list in Redis (capped), for local runs
-and tests: `redis-cli LRANGE 'wa:{<tenant>}:outbox' 0 9`.
+A sender is any object with `async def send(self, batch, text, part) -> str | None` that sends
+part number `part` of the reply and returns the provider's message id (None if the provider
+gives none; delivery statuses are tracked by that id). It may also have
+`async def begin_turn(self, batch)` (read receipt, typing indicator; called before the AI) and
+`max_part_chars` (how long one part may be; 4096 if absent). It raises
+`worker.errors.NeedsReview` for what a person must handle and anything else to be retried.
+
+The `outbox` sender records replies on the tenant's outbox list in Redis (capped), for local
+runs and tests: `redis-cli LRANGE 'wa:{<tenant>}:outbox' 0 9`.
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ OUTBOX_MAX = 10_000
 
 
 class Sender(Protocol):
-    async def send(self, batch: Batch, text: str) -> None: ...
+    async def send(self, batch: Batch, text: str, part: int) -> str | None: ...
 
 
 class OutboxSender:
@@ -30,7 +37,7 @@ class OutboxSender:
         self._keys = keys
         self._committer = committer
 
-    async def send(self, batch: Batch, text: str) -> None:
+    async def send(self, batch: Batch, text: str, part: int) -> str | None:
         outbox = self._keys.tenant(batch.tenant).outbox
         entry = orjson.dumps(
             {
@@ -38,6 +45,7 @@ class OutboxSender:
                 "person": batch.person,
                 "batch_id": batch.id,
                 "text": text,
+                "part": part,
                 "message_ids": [m.id for m in batch.messages],
                 "sent_ms": int(time.time() * 1000),
             }
@@ -45,10 +53,15 @@ class OutboxSender:
         await self._committer.run(
             [lambda p: p.lpush(outbox, entry), lambda p: p.ltrim(outbox, 0, OUTBOX_MAX - 1)]
         )
+        return None  # no provider id: no delivery statuses will follow
 
 
 def load_sender(settings: Settings, keys: Keys, committer: GroupCommitter) -> Sender:
     if settings.sender == "outbox":
         return OutboxSender(keys, committer)
+    if settings.sender == "whatsapp":
+        from worker.whatsapp_sender import WhatsAppSender
+
+        return WhatsAppSender(settings)
     sender: Sender = load_object(settings.sender, "SENDER", settings, "send")
     return sender

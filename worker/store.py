@@ -15,9 +15,11 @@ from shared.group_commit import GroupCommitter
 from shared.keys import Keys
 from shared.scripts import Scripts
 from shared.settings import Settings
-from worker.batch import Batch
+from worker.batch import SERVICE_WINDOW_S, Batch
 
 MAX_INTAKE_PER_CALL = 1000
+# Outbound records live as long as a provider may still send statuses for them.
+OUTBOUND_TTL_S = 7 * 24 * 3600
 
 
 @dataclass(frozen=True)
@@ -42,7 +44,7 @@ class ConversationStore:
     async def claim(self, tenant: str, max_batches: int, token_prefix: str) -> Claim:
         k = self.keys.tenant(tenant)
         window_ms, max_wait_ms = self._timing(tenant)
-        keys = [k.inbox, k.due, k.running, k.burst, k.stats, k.unroutable]
+        keys = [k.inbox, k.due, k.running, k.burst, k.stats, k.unroutable, k.review]
         args: list[str | int] = [
             k.conversation_prefix,
             max_batches,
@@ -51,6 +53,8 @@ class ConversationStore:
             window_ms,
             max_wait_ms,
             MAX_INTAKE_PER_CALL,
+            k.outbound_prefix,
+            SERVICE_WINDOW_S,
         ]
         row = await self._committer.submit(lambda p: self._scripts.claim.queue(p, keys, args))
         return Claim(
@@ -71,8 +75,38 @@ class ConversationStore:
         )
         return [bool(int(x)) for x in result]
 
-    async def finish_done(self, batch: Batch) -> bool:
-        return await self._finish(batch, "done", "", "")
+    async def finish_done(self, batch: Batch, remember: bytes = b"") -> bool:
+        """End the turn; `remember` is the exchange to add to the person's memory (JSON)."""
+        return await self._finish(batch, "done", "", "", remember)
+
+    async def save_reply(self, batch: Batch, reply: str) -> str | None:
+        """Store the reply before sending; returns the one the batch holds (an earlier
+        attempt's wins), or None if this worker no longer holds the lock."""
+        k = self.keys.tenant(batch.tenant)
+        args = [k.conversation_prefix, batch.person, batch.token, reply]
+        result = await self._committer.submit(
+            lambda p: self._scripts.save_reply.queue(p, [k.stats], args)
+        )
+        if result is None:
+            return None
+        return result.decode() if isinstance(result, bytes) else str(result)
+
+    async def record_part(self, batch: Batch, part: int, provider_id: str) -> bool:
+        """Remember that part `part` was accepted as `provider_id`; False if the lock is lost."""
+        k = self.keys.tenant(batch.tenant)
+        args: list[str | int] = [
+            k.conversation_prefix,
+            k.outbound_prefix,
+            batch.person,
+            batch.token,
+            part,
+            provider_id,
+            OUTBOUND_TTL_S,
+        ]
+        result = await self._committer.submit(
+            lambda p: self._scripts.record_part.queue(p, [k.stats], args)
+        )
+        return bool(int(result))
 
     async def finish_retry(self, batch: Batch, delay_s: float, error: str) -> bool:
         return await self._finish(batch, "retry", int(delay_s * 1000), error[:2000])
@@ -92,7 +126,14 @@ class ConversationStore:
         )
         return await self._finish(batch, "review", reason, item)
 
-    async def _finish(self, batch: Batch, outcome: str, arg5: str | int, arg6: str | bytes) -> bool:
+    async def _finish(
+        self,
+        batch: Batch,
+        outcome: str,
+        arg5: str | int,
+        arg6: str | bytes,
+        remember: bytes = b"",
+    ) -> bool:
         k = self.keys.tenant(batch.tenant)
         window_ms, max_wait_ms = self._timing(batch.tenant)
         keys = [k.due, k.running, k.burst, k.review, k.stats]
@@ -105,6 +146,9 @@ class ConversationStore:
             arg6,
             window_ms,
             max_wait_ms,
+            remember,
+            self._settings.memory_turns,
+            int(self._settings.memory_ttl_s * 1000),
         ]
         result = await self._committer.submit(lambda p: self._scripts.finish.queue(p, keys, args))
         return bool(int(result))

@@ -2,6 +2,7 @@
 --
 -- KEYS[1] inbox (LIST)   KEYS[2] due (ZSET)   KEYS[3] running (ZSET)
 -- KEYS[4] burst (HASH)   KEYS[5] stats (HASH)   KEYS[6] unroutable (LIST)
+-- KEYS[7] review (HASH)
 -- ARGV[1] conversation key prefix of the tenant ("wa:{t}:c:"); conversation keys are built
 --         from it with conv_key() (same hash tag, so the same slot as KEYS)
 -- ARGV[2] how many batches to claim at most (0: intake and report only)
@@ -9,13 +10,17 @@
 -- ARGV[4] token prefix, unique per call; each claimed batch's lock gets ARGV[4] .. ':' .. i
 -- ARGV[5] debounce window in ms   ARGV[6] max wait in ms
 -- ARGV[7] how many inbox events to take in at most in this call
+-- ARGV[8] outbound record prefix of the tenant ("wa:{t}:out:"), for delivery statuses
+-- ARGV[9] customer-service window in seconds (86400): how long `lastin` lives
 --
 -- Returns {now_ms, next_ms, more, b1, b2, ...} where next_ms is the earliest due time or lease
 -- end still pending (-1 if none), more is 1 when the inbox was not drained (nothing was claimed:
 -- a message still in the inbox may belong to a due batch, so call again), and each b is
--- {person, token, field1, value1, ...} (the batch hash).
+-- {person, token, field1, value1, ...}: the batch hash, plus `last_inbound` (provider ts of
+-- the person's last message, 0 if the window has closed) and `history` (the memory, a JSON array).
 local prefix, max_claim, lease = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local window, max_wait, max_intake = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local out_prefix, service_window = ARGV[8], tonumber(ARGV[9])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
@@ -26,6 +31,39 @@ local function next_wake()
   if d[2] then best = tonumber(d[2]) end
   if r[2] and (best < 0 or tonumber(r[2]) < best) then best = tonumber(r[2]) end
   return best
+end
+
+-- Delivery statuses only move forward: a late "delivered" never undoes "read".
+local RANK = {accepted = 0, sent = 1, delivered = 2, read = 3, played = 4, failed = 5}
+
+local function apply_status(ev, person)
+  local st = string.match(ev, '"status":"(%a+)"') or 'unknown'
+  redis.call('HINCRBY', KEYS[5], 'status:' .. st, 1)
+  local id = string.match(ev, '"id":"([^"]+)"')
+  if not id then return end
+  local okey = out_prefix .. id
+  local current = redis.call('HGET', okey, 'status')
+  if not current or not RANK[st] or RANK[st] <= (RANK[current] or 0) then return end
+  redis.call('HSET', okey, 'status', st)
+  redis.call('HINCRBY', KEYS[5], 'parts_' .. st, 1)
+  if st ~= 'failed' then return end
+  local code = string.match(ev, '"code":(%d+)') or ''
+  redis.call('HSET', okey, 'error', code)
+  if code == '131047' then
+    -- Meta accepted the part but could not deliver it: the 24-hour window had closed.
+    -- A person has to look at this conversation.
+    local batch = redis.call('HGET', okey, 'batch') or ''
+    local item_id = batch .. ':undelivered:' .. id
+    local item = cjson.encode({
+      id = item_id, person = redis.call('HGET', okey, 'person') or person,
+      reason = 'window_closed', attempts = 0, reviewed_ms = now,
+      error = 'status failed 131047 (window closed) for part ' ..
+        (redis.call('HGET', okey, 'part') or '?') .. ' ' .. id,
+    })
+    -- cjson writes an empty table as {}; review items always carry a messages array.
+    redis.call('HSET', KEYS[7], item_id, string.sub(item, 1, -2) .. ',"messages":[]}')
+    redis.call('HINCRBY', KEYS[5], 'review:window_closed', 1)
+  end
 end
 
 -- 1. Intake: inbox events (oldest first) into per-person pending lists.
@@ -47,16 +85,22 @@ while taken < max_intake do
     local b = redis.call('HGET', KEYS[4], person)
     if b then first = tonumber(string.match(b, '^(%d+)')) end
     redis.call('HSET', KEYS[4], person, first .. ',' .. now)
+    -- The 24-hour window runs from the person's latest message (provider clock).
+    local ts = tonumber(string.match(ev, '"ts":(%d+)'))
+    if ts then
+      local lkey = conv_key(prefix, person, LASTIN)
+      if ts > tonumber(redis.call('GET', lkey) or 0) then
+        redis.call('SET', lkey, ts, 'EXAT', ts + service_window)
+      end
+    end
     -- While a batch exists (running or waiting for a retry) the conversation is scheduled
     -- by finish.lua; new messages wait for the next batch.
     if redis.call('EXISTS', conv_key(prefix, person, BATCH)) == 0 then
       redis.call('ZADD', KEYS[2], math.min(now + window, first + max_wait), person)
     end
   elseif kind == 'status' then
-    -- Delivery receipts are counted per status for now (sent, delivered, read, failed).
     statuses = statuses + 1
-    local st = string.match(ev, '"status":"(%a+)"') or 'unknown'
-    redis.call('HINCRBY', KEYS[5], 'status:' .. st, 1)
+    apply_status(ev, person)
   else
     -- Not ours to interpret: keep it whole for an operator instead of dropping it.
     redis.call('LPUSH', KEYS[6], ev)
@@ -115,6 +159,11 @@ if max_claim > 0 then
         redis.call('ZADD', KEYS[3], now + lease, person)
         redis.call('HSET', bkey, 'token', token, 'claimed_ms', now, 'due_ms', due_ms)
         local b = redis.call('HGETALL', bkey)
+        table.insert(b, 'last_inbound')
+        table.insert(b, redis.call('GET', conv_key(prefix, person, LASTIN)) or '0')
+        table.insert(b, 'history')
+        table.insert(b, '[' .. table.concat(
+          redis.call('LRANGE', conv_key(prefix, person, MEMORY), 0, -1), ',') .. ']')
         table.insert(b, 1, token)
         table.insert(b, 1, person)
         table.insert(out, b)

@@ -8,6 +8,8 @@
 -- ARGV[5] retry: delay in ms; review: the reason (counted in stats)
 -- ARGV[6] retry: the error text; review: the review item (JSON)
 -- ARGV[7] debounce window in ms   ARGV[8] max wait in ms
+-- ARGV[9] done: the exchange to remember (JSON, "" for none)
+-- ARGV[10] how many exchanges memory keeps   ARGV[11] memory idle TTL in ms
 --
 -- Returns 1, or 0 when the token does not hold the lock (lease lost: change nothing).
 local prefix, person, token, outcome = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
@@ -31,6 +33,12 @@ if outcome == 'review' then
   redis.call('HINCRBY', KEYS[5], 'review:' .. ARGV[5], 1)
 else
   redis.call('HINCRBY', KEYS[5], 'turns', 1)
+  if ARGV[9] and ARGV[9] ~= '' and tonumber(ARGV[10]) > 0 then
+    local mkey = conv_key(prefix, person, MEMORY)
+    redis.call('RPUSH', mkey, ARGV[9])
+    redis.call('LTRIM', mkey, -tonumber(ARGV[10]), -1)
+    redis.call('PEXPIRE', mkey, ARGV[11])
+  end
 end
 redis.call('DEL', bkey)
 -- Messages that arrived during the turn form the next batch, due as their burst says

@@ -1,0 +1,17 @@
+-- save_reply: store the AI's reply on the batch before anything is sent, as the lock holder.
+--
+-- KEYS[1] stats (HASH)
+-- ARGV[1] conversation key prefix of the tenant ("wa:{t}:c:")
+-- ARGV[2] person   ARGV[3] lock token   ARGV[4] the reply text
+--
+-- Returns the reply the batch holds: ARGV[4], or the one stored earlier (a resumed turn never
+-- asks the AI again, and never replaces what it may already have partly sent); false when the
+-- token does not hold the lock.
+local prefix, person, token = ARGV[1], ARGV[2], ARGV[3]
+if redis.call('GET', conv_key(prefix, person, LOCK)) ~= token then return false end
+local bkey = conv_key(prefix, person, BATCH)
+if redis.call('HSETNX', bkey, 'reply', ARGV[4]) == 1 then
+  redis.call('HINCRBY', KEYS[1], 'replies', 1)
+  return ARGV[4]
+end
+return redis.call('HGET', bkey, 'reply')

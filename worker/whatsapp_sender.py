@@ -1,0 +1,152 @@
+"""Replies through the WhatsApp Cloud API (Graph API `/{version}/{phone_number_id}/messages`).
+
+- `begin_turn` marks the last message read and shows the typing indicator (one call); it is
+  best effort: a failure there never fails the turn.
+- `send` sends one text part and returns the wamid Meta gave it. Outside the 24-hour window
+  (known from the person's last inbound message, or Meta's error 131047) it sends the tenant's
+  template instead, once per batch, or parks the batch for review ("window_closed").
+- Meta's error codes decide: throughput and transient errors are retried with backoff
+  (`RetryLater`); window, undeliverable, bad request and expired token go to review with the
+  code and message (`NeedsReview`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import httpx
+
+from shared.settings import Settings
+from worker.batch import Batch
+from worker.errors import NeedsReview, RetryLater
+from worker.split import WHATSAPP_MAX_CHARS
+
+log = logging.getLogger(__name__)
+
+RETRYABLE_CODES = frozenset({130429, 131056, 131000, 131016, 1, 2})
+WINDOW_CLOSED = 131047
+REVIEW_REASONS = {
+    WINDOW_CLOSED: "window_closed",
+    131026: "undeliverable",
+    131051: "unsupported_message",
+    100: "invalid_request",
+    131008: "invalid_request",
+    131009: "invalid_request",
+    190: "token_expired",
+}
+
+
+class GraphError(Exception):
+    def __init__(self, status: int, code: int | None, message: str) -> None:
+        super().__init__(f"HTTP {status}, code {code}: {message}")
+        self.status = status
+        self.code = code
+        self.message = message
+
+
+class WhatsAppSender:
+    max_part_chars = WHATSAPP_MAX_CHARS
+
+    def __init__(self, settings: Settings, client: httpx.AsyncClient | None = None) -> None:
+        self._settings = settings
+        self._client = client or httpx.AsyncClient(
+            base_url=f"{settings.whatsapp_api_base_url}/{settings.whatsapp_api_version}",
+            timeout=httpx.Timeout(15.0, connect=5.0),
+            limits=httpx.Limits(max_connections=100, max_keepalive_connections=20),
+        )
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    def _token(self, tenant: str) -> str:
+        return self._settings.tenant(tenant).access_token or self._settings.whatsapp_access_token
+
+    async def begin_turn(self, batch: Batch) -> None:
+        if not batch.messages:
+            return
+        body = {
+            "messaging_product": "whatsapp",
+            "status": "read",
+            "message_id": batch.messages[-1].id,
+            "typing_indicator": {"type": "text"},
+        }
+        try:
+            await self._post(batch.tenant, body)
+        except (GraphError, httpx.HTTPError) as exc:
+            log.info("read/typing failed tenant=%s batch=%s: %s", batch.tenant, batch.id, exc)
+
+    async def send(self, batch: Batch, text: str, part: int) -> str:
+        if batch.window_closed(time.time()):
+            return await self._outside_window(batch, part, "last message over 24 h ago")
+        body = {
+            "messaging_product": "whatsapp",
+            "recipient_type": "individual",
+            "to": batch.person,
+            "type": "text",
+            "text": {"body": text, "preview_url": False},
+        }
+        try:
+            return await self._send(batch.tenant, body)
+        except GraphError as exc:
+            if exc.code == WINDOW_CLOSED:
+                return await self._outside_window(batch, part, exc.message)
+            raise _classify(exc) from exc
+
+    async def _outside_window(self, batch: Batch, part: int, why: str) -> str:
+        template = self._settings.tenant(batch.tenant).template
+        if not template:
+            raise NeedsReview("window_closed", why)
+        if part > 0 or batch.template_sent:
+            return ""  # one template per batch: later parts are not sent
+        batch.template_sent = True
+        body = {
+            "messaging_product": "whatsapp",
+            "to": batch.person,
+            "type": "template",
+            "template": {
+                "name": template,
+                "language": {"code": self._settings.tenant(batch.tenant).template_language},
+            },
+        }
+        try:
+            return await self._send(batch.tenant, body)
+        except GraphError as exc:
+            raise _classify(exc) from exc
+
+    async def _send(self, tenant: str, body: dict[str, Any]) -> str:
+        data = await self._post(tenant, body)
+        try:
+            return str(data["messages"][0]["id"])
+        except (KeyError, IndexError, TypeError):
+            raise RetryLater(f"unexpected Graph API answer: {str(data)[:200]}") from None
+
+    async def _post(self, tenant: str, body: dict[str, Any]) -> Any:
+        try:
+            response = await self._client.post(
+                f"/{tenant}/messages",
+                json=body,
+                headers={"Authorization": f"Bearer {self._token(tenant)}"},
+            )
+        except httpx.TimeoutException as exc:
+            raise RetryLater(f"Graph API timeout: {exc!r}") from exc
+        except httpx.TransportError as exc:
+            raise RetryLater(f"Graph API unreachable: {exc!r}") from exc
+        if response.status_code == 200:
+            return response.json()
+        code, message = None, response.text[:300]
+        try:
+            error = response.json()["error"]
+            code, message = int(error.get("code")), str(error.get("message", ""))
+        except (ValueError, KeyError, TypeError):
+            pass
+        raise GraphError(response.status_code, code, message)
+
+
+def _classify(exc: GraphError) -> Exception:
+    if exc.code in REVIEW_REASONS:
+        return NeedsReview(REVIEW_REASONS[exc.code], f"{exc.code}: {exc.message}")
+    if exc.code in RETRYABLE_CODES or exc.status >= 500 or exc.status == 429:
+        return RetryLater(str(exc))
+    return exc  # unknown: retried with backoff, then review after MAX_ATTEMPTS
