@@ -97,3 +97,15 @@ def payload(*changes: tuple[str, list[Any], list[Any]]) -> dict[str, Any]:
             for tenant, messages, statuses in changes
         ],
     }
+
+
+def counts(response: httpx.Response) -> dict[str, Any]:
+    """What a 200 webhook answer reports, from its headers (the body is empty)."""
+    assert response.status_code == 200 and response.content == b""
+    answer: dict[str, Any] = {
+        "stored": int(response.headers["x-stored"]),
+        "duplicates": int(response.headers["x-duplicates"]),
+    }
+    if response.headers.get("x-deadlettered"):
+        answer["deadlettered"] = True
+    return answer
