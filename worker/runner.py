@@ -67,6 +67,7 @@ class Worker:
         self.keys = Keys(settings.key_prefix)
         self._brain = brain
         self._sender = sender
+        self._owned: list[object] = []  # brain/sender loaded here: their clients close here
         self._seq = itertools.count(1)
         self._turns: dict[tuple[str, str], RunningTurn] = {}
         self._tenants: set[str] = set()
@@ -112,8 +113,10 @@ class Worker:
         self.store = ConversationStore(s, self.scripts, self.committer)
         if self._brain is None:
             self._brain = load_brain(s)
+            self._owned.append(self._brain)
         if self._sender is None:
             self._sender = load_sender(s, self.keys, self.committer)
+            self._owned.append(self._sender)
         # Pub/sub holds its connection open waiting, so no read timeout on it. PUBLISH reaches
         # every node of a cluster, so one node's connection is enough there too.
         self._pubsub_redis = Redis.from_url(s.redis_url, socket_timeout=None)
@@ -146,11 +149,23 @@ class Worker:
         for task in self._background + self._farewells:
             task.cancel()
         await asyncio.gather(*self._background, *self._farewells, return_exceptions=True)
+        await self._close_owned()
         if self._pubsub_redis is not None:
             await self._pubsub_redis.aclose()
         if self.redis is not None:
             await self.redis.aclose()
         log.info("worker %s stopped", self.worker_id)
+
+    async def _close_owned(self) -> None:
+        """Close the HTTP clients of the brain and sender this worker loaded (`aclose()`)."""
+        for plugin in self._owned:
+            close = getattr(plugin, "aclose", None)
+            if close is None:
+                continue
+            try:
+                await close()
+            except Exception as exc:
+                log.warning("closing %s failed: %r", type(plugin).__name__, exc)
 
     async def _wait_running(
         self, running: list[asyncio.Task[None]], force: asyncio.Task[bool]
@@ -313,7 +328,8 @@ class Worker:
             await self._failed(batch, exc)
         else:
             remember = b""
-            if reply:
+            # A reply replaced by a template never reached the person: not part of the chat.
+            if reply and not batch.template_sent:
                 remember = orjson.dumps({"user": batch.user_text, "assistant": reply})
             await self._finish(self.store.finish_done(batch, remember), batch)
 

@@ -20,6 +20,9 @@ from worker.batch import SERVICE_WINDOW_S, Batch
 MAX_INTAKE_PER_CALL = 1000
 # Outbound records live as long as a provider may still send statuses for them.
 OUTBOUND_TTL_S = 7 * 24 * 3600
+# How long a status that overtook its send's answer waits for record_part (which normally
+# follows within milliseconds); statuses of messages sent by others expire with it.
+EARLY_STATUS_TTL_S = 3600
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,7 @@ class ConversationStore:
             MAX_INTAKE_PER_CALL,
             k.outbound_prefix,
             SERVICE_WINDOW_S,
+            EARLY_STATUS_TTL_S,
         ]
         row = await self._committer.submit(lambda p: self._scripts.claim.queue(p, keys, args))
         return Claim(
@@ -104,7 +108,7 @@ class ConversationStore:
             OUTBOUND_TTL_S,
         ]
         result = await self._committer.submit(
-            lambda p: self._scripts.record_part.queue(p, [k.stats], args)
+            lambda p: self._scripts.record_part.queue(p, [k.stats, k.review], args)
         )
         return bool(int(result))
 

@@ -64,8 +64,8 @@ class WhatsAppSender:
         return self._settings.tenant(tenant).access_token or self._settings.whatsapp_access_token
 
     async def begin_turn(self, batch: Batch) -> None:
-        if not batch.messages:
-            return
+        if not batch.messages or batch.window_closed(time.time()):
+            return  # the typing indicator promises a reply: none can follow outside the window
         body = {
             "messaging_product": "whatsapp",
             "status": "read",
@@ -74,8 +74,8 @@ class WhatsAppSender:
         }
         try:
             await self._post(batch.tenant, body)
-        except (GraphError, httpx.HTTPError) as exc:
-            log.info("read/typing failed tenant=%s batch=%s: %s", batch.tenant, batch.id, exc)
+        except Exception as exc:  # a timeout or garbage answer too (RetryLater, ValueError)
+            log.info("read/typing failed tenant=%s batch=%s: %r", batch.tenant, batch.id, exc)
 
     async def send(self, batch: Batch, text: str, part: int) -> str:
         if batch.window_closed(time.time()):
@@ -91,7 +91,7 @@ class WhatsAppSender:
             return await self._send(batch.tenant, body)
         except GraphError as exc:
             if exc.code == WINDOW_CLOSED:
-                return await self._outside_window(batch, part, exc.message)
+                return await self._outside_window(batch, part, f"{exc.code}: {exc.message}")
             raise _classify(exc) from exc
 
     async def _outside_window(self, batch: Batch, part: int, why: str) -> str:

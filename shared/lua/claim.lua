@@ -12,6 +12,7 @@
 -- ARGV[7] how many inbox events to take in at most in this call
 -- ARGV[8] outbound record prefix of the tenant ("wa:{t}:out:"), for delivery statuses
 -- ARGV[9] customer-service window in seconds (86400): how long `lastin` lives
+-- ARGV[10] seconds a status that arrived before its outbound record waits for record_part
 --
 -- Returns {now_ms, next_ms, more, b1, b2, ...} where next_ms is the earliest due time or lease
 -- end still pending (-1 if none), more is 1 when the inbox was not drained (nothing was claimed:
@@ -20,7 +21,7 @@
 -- the person's last message, 0 if the window has closed) and `history` (the memory, a JSON array).
 local prefix, max_claim, lease = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local window, max_wait, max_intake = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
-local out_prefix, service_window = ARGV[8], tonumber(ARGV[9])
+local out_prefix, service_window, early_ttl = ARGV[8], tonumber(ARGV[9]), tonumber(ARGV[10])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
@@ -42,12 +43,22 @@ local function apply_status(ev, person)
   local id = string.match(ev, '"id":"([^"]+)"')
   if not id then return end
   local okey = out_prefix .. id
+  local code = string.match(ev, '"code":(%d+)') or ''
   local current = redis.call('HGET', okey, 'status')
+  if not current and RANK[st] then
+    -- Meta's webhook overtook the send's answer: record_part has not run yet. Park the
+    -- furthest status on the record; record_part applies it. Ids that are not ours expire.
+    local early = redis.call('HGET', okey, 'early')
+    if not early or RANK[st] > RANK[early] then
+      redis.call('HSET', okey, 'early', st, 'early_error', code)
+      redis.call('EXPIRE', okey, early_ttl)
+    end
+    return
+  end
   if not current or not RANK[st] or RANK[st] <= (RANK[current] or 0) then return end
   redis.call('HSET', okey, 'status', st)
   redis.call('HINCRBY', KEYS[5], 'parts_' .. st, 1)
   if st ~= 'failed' then return end
-  local code = string.match(ev, '"code":(%d+)') or ''
   redis.call('HSET', okey, 'error', code)
   if code == '131047' then
     -- Meta accepted the part but could not deliver it: the 24-hour window had closed.

@@ -1,0 +1,173 @@
+"""The 24-hour customer-service window: outside it only the tenant's approved template may be
+sent (once per batch); without a template the batch goes to review as "window_closed". The
+window is known from the person's last inbound message, or from Meta answering 131047."""
+
+from __future__ import annotations
+
+import time
+
+from redis.asyncio import Redis
+
+from scripts.standins import GraphApiStandIn, MessagesApiStandIn
+from shared.keys import Keys
+from shared.scripts import Scripts
+from tests.delivery.support import (
+    DAY_S,
+    PLAIN_TENANT,
+    TEMPLATE,
+    TEMPLATE_LANGUAGE,
+    TENANT,
+    InProcessWorkers,
+    ai_requests,
+)
+from tests.worker.support import push_message, review_items, stats, wait_for
+from worker.review import ReviewList
+
+PERSON = "5491155550031"
+# Larger than a day, so a message older than the window is still answered rather than parked
+# as too old (with the default REVIEW_AFTER_S a day-old batch never reaches the sender).
+PATIENT = {"REVIEW_AFTER_S": 2 * DAY_S}
+THREE_PARTS = "\n\n".join(" ".join(f"Parte {p}, frase {i}." for i in range(200)) for p in range(3))
+
+
+async def _turns(redis: Redis, prefix: str, count: int) -> None:
+    async def counted() -> bool:
+        s = await stats(redis, prefix)
+        return s.get("turns", 0) + sum(v for k, v in s.items() if k.startswith("review:")) >= count
+
+    await wait_for(counted, f"{count} turn(s) ended")
+
+
+async def test_outside_the_window_the_template_is_sent_once_instead_of_the_reply(
+    redis: Redis,
+    prefix: str,
+    workers: InProcessWorkers,
+    graph: GraphApiStandIn,
+    ai: MessagesApiStandIn,
+) -> None:
+    await workers.start(**PATIENT)
+    ai.queue_reply(THREE_PARTS)  # three parts: still one template
+    old = int(time.time()) - DAY_S - 600
+    await push_message(redis, prefix, PERSON, "wamid.w1", "hola", ts=old)
+    await _turns(redis, prefix, 1)
+
+    (template,) = graph.sent_templates(PERSON)
+    assert template.template_name == TEMPLATE
+    assert template.template_language == TEMPLATE_LANGUAGE
+    assert template.phone_number_id == TENANT
+    assert graph.sent_texts() == []
+    assert not await redis.exists(Keys(prefix).tenant(TENANT).last_inbound(PERSON))
+    assert await review_items(redis, prefix) == []
+    assert (await stats(redis, prefix))["parts_out"] == 1
+
+
+async def test_outside_the_window_without_a_template_the_batch_goes_to_review(
+    redis: Redis,
+    prefix: str,
+    workers: InProcessWorkers,
+    graph: GraphApiStandIn,
+    ai: MessagesApiStandIn,
+) -> None:
+    await workers.start(**PATIENT)
+    old = int(time.time()) - DAY_S - 600
+    await push_message(redis, prefix, PERSON, "wamid.w2", "hola", ts=old, tenant=PLAIN_TENANT)
+
+    async def parked() -> list[dict[str, object]]:
+        return await review_items(redis, prefix, PLAIN_TENANT)
+
+    (item,) = await wait_for(parked, "the batch in review")
+    assert item["reason"] == "window_closed" and item["person"] == PERSON
+    assert graph.sent_messages() == []
+    assert graph.read_receipts() == [], "no typing indicator when no reply can follow"
+    assert (await stats(redis, prefix, PLAIN_TENANT))["review:window_closed"] == 1
+
+
+async def test_meta_answering_131047_sends_the_template_once(
+    redis: Redis,
+    prefix: str,
+    workers: InProcessWorkers,
+    graph: GraphApiStandIn,
+    ai: MessagesApiStandIn,
+) -> None:
+    """Our clock says the window is open, Meta says it closed: the same as a closed window."""
+    await workers.start()
+    ai.queue_reply(THREE_PARTS)
+    graph.fail_recipient(PERSON, 131047, kinds=["text"])
+    await push_message(redis, prefix, PERSON, "wamid.w3", "hola")
+    await _turns(redis, prefix, 1)
+
+    (template,) = graph.sent_templates(PERSON)
+    assert template.template_name == TEMPLATE
+    assert graph.sent_texts() == []
+    assert len(ai_requests(ai)) == 1
+    assert await review_items(redis, prefix) == []
+
+
+async def test_meta_answering_131047_without_a_template_parks_the_batch(
+    redis: Redis,
+    prefix: str,
+    workers: InProcessWorkers,
+    graph: GraphApiStandIn,
+    ai: MessagesApiStandIn,
+) -> None:
+    await workers.start()
+    graph.fail_recipient(PERSON, 131047, message="Re-engagement message")
+    await push_message(redis, prefix, PERSON, "wamid.w4", "hola", tenant=PLAIN_TENANT)
+
+    async def parked() -> list[dict[str, object]]:
+        return await review_items(redis, prefix, PLAIN_TENANT)
+
+    (item,) = await wait_for(parked, "the batch in review")
+    assert item["reason"] == "window_closed"
+    assert item["error"] == "131047: Re-engagement message"
+    assert graph.sent_messages() == []
+    assert len(ai_requests(ai)) == 1
+    assert "retries" not in await stats(redis, prefix, PLAIN_TENANT)
+
+
+async def test_a_reply_replaced_by_the_template_is_not_remembered_as_said(
+    redis: Redis,
+    prefix: str,
+    workers: InProcessWorkers,
+    graph: GraphApiStandIn,
+    ai: MessagesApiStandIn,
+) -> None:
+    """The person never saw that reply: the next turn must not be told it was sent."""
+    await workers.start(**PATIENT)
+    ai.queue_reply("Respuesta que nunca llegó.", "Ahora sí.")
+    await push_message(redis, prefix, PERSON, "wamid.w5", "hola", ts=int(time.time()) - DAY_S - 600)
+    await _turns(redis, prefix, 1)
+    assert len(graph.sent_templates(PERSON)) == 1
+
+    await push_message(redis, prefix, PERSON, "wamid.w6", "¿sigue abierto?")  # reopens the window
+    (text,) = await graph.await_for(lambda: graph.sent_texts(PERSON), timeout=10)
+    assert text.body == "Ahora sí."
+    second = ai_requests(ai)[1].body["messages"]
+    assert second == [{"role": "user", "content": "¿sigue abierto?"}]
+
+
+async def test_a_day_old_batch_requeued_from_review_gets_the_template(
+    redis: Redis,
+    prefix: str,
+    workers: InProcessWorkers,
+    graph: GraphApiStandIn,
+    ai: MessagesApiStandIn,
+) -> None:
+    """The usual way a closed window meets the sender: a human requeues a too-old batch."""
+    await workers.start()  # REVIEW_AFTER_S at its default: a day-old batch is too old
+    await push_message(redis, prefix, PERSON, "wamid.w7", "hola", ts=int(time.time()) - DAY_S - 600)
+
+    async def parked() -> list[dict[str, object]]:
+        return await review_items(redis, prefix)
+
+    (item,) = await wait_for(parked, "the old batch in review")
+    assert item["reason"] == "too_old" and graph.requests == []
+    await ReviewList(redis, Keys(prefix), Scripts()).requeue(TENANT, str(item["id"]))
+    # The review CLI does not publish a wake-up (the safety sweep would find the batch).
+    await redis.publish(Keys(prefix).wake_channel, TENANT)
+
+    (template,) = await graph.await_for(lambda: graph.sent_templates(PERSON), timeout=10)
+    assert template.template_name == TEMPLATE
+    await _turns(redis, prefix, 2)
+    assert graph.sent_texts() == [] and graph.read_receipts() == []
+    assert len(ai_requests(ai)) == 1 and await review_items(redis, prefix) == []
