@@ -3,11 +3,12 @@
 Requests in flight together join one *round*. Their items are merged per tenant, so a round
 sends, in one pipeline and in this order:
 
-1. `SADD tenants <tenant…>`: the registry workers scan, before any item can be seen;
+1. `SADD tenants <tenant…>` for tenants this process has not registered in the last minute:
+   the registry workers scan, written before any of the tenant's items can be seen;
 2. one `ingest` script call per tenant (chunks of `MAX_ITEMS_PER_CALL`) holding the items of
    every request of the round: each item's dedupe marker and its LPUSH, atomically;
 3. `LPUSH deadletter <body…>` for bodies (or parts) that could not be understood;
-4. `PUBLISH wake <tenant>` per tenant, so idle workers look at once.
+4. one `PUBLISH wake <tenant,tenant,…>`, so idle workers look at those tenants at once.
 
 Merging is what makes this fast: the Redis client's cost is per command, so one script call
 for 32 requests' items costs a fraction of 32 calls. Each request still learns its own
@@ -28,6 +29,7 @@ from shared.keys import Keys
 from shared.scripts import Scripts, is_noscript
 
 MAX_ITEMS_PER_CALL = 500  # bounds how long one script call holds Redis
+REGISTRY_REFRESH_S = 60.0  # re-add known tenants this often, in case the registry was reset
 
 
 class StoreUnavailable(Exception):
@@ -68,6 +70,8 @@ class InboxWriter:
         self._timeout_s = timeout_s
         self._round = _Round()
         self._flusher: asyncio.Task[None] | None = None
+        self._registered: set[str] = set()
+        self._registered_at = 0.0
 
     async def save(self, items: dict[str, list[Item]], deadletter: bytes | None = None) -> Saved:
         """Store every item (grouped by tenant) and the optional dead-letter body."""
@@ -130,6 +134,13 @@ class InboxWriter:
                     [r for t, start, n in places for r in per_tenant[t][start : start + n]]
                 )
 
+    def _unregistered(self, tenants: dict[str, list[str]]) -> list[str]:
+        now = asyncio.get_running_loop().time()
+        if now - self._registered_at > REGISTRY_REFRESH_S:
+            self._registered.clear()
+            self._registered_at = now
+        return [t for t in tenants if t not in self._registered]
+
     async def _write(self, round_: _Round) -> dict[str, list[int]]:
         """One pipeline for the round; returns each tenant's per-item results (1 new, 0 dup)."""
         keys = self._keys
@@ -142,16 +153,17 @@ class InboxWriter:
                 calls.append((tenant, [inbox, *seen[chunk]], [self._dedupe_ttl_s, *data[chunk]]))
         ingest = self._scripts.ingest
         pipe = self._redis.pipeline(transaction=False)
-        if round_.seen:
-            pipe.sadd(keys.tenants, *round_.seen)
+        unregistered = self._unregistered(round_.seen)
+        if unregistered:
+            pipe.sadd(keys.tenants, *unregistered)
         for _, script_keys, script_args in calls:
             ingest.queue(pipe, script_keys, script_args)
         if round_.deadletters:
             pipe.lpush(keys.deadletter, *round_.deadletters)
-        for tenant in round_.seen:
-            pipe.publish(keys.wake_channel, tenant)
+        if round_.seen:
+            pipe.publish(keys.wake_channel, ",".join(round_.seen))
         results = await pipe.execute(raise_on_error=False)
-        offset = 1 if round_.seen else 0
+        offset = 1 if unregistered else 0
         replies = list(results[offset : offset + len(calls)])
         if any(is_noscript(r) for r in replies):
             # Redis lost its script cache (restart, failover): nothing ran; load and repeat.
@@ -164,6 +176,7 @@ class InboxWriter:
         for result in results:
             if isinstance(result, Exception):
                 raise result
+        self._registered.update(unregistered)
         per_tenant: dict[str, list[int]] = {}
         for (tenant, _, _), reply in zip(calls, replies, strict=True):
             per_tenant.setdefault(tenant, []).extend(int(r) for r in reply)

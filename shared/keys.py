@@ -8,7 +8,7 @@ together with a tenant's keys inside one script.
 Layout (prefix `wa`, tenant 106540352242922, person 16505551234):
 
     wa:tenants                          SET     tenants that ever received traffic (registry)
-    wa:wake                             PUBSUB  channel: a tenant id, published after new work
+    wa:wake                             PUBSUB  channel: "tenant,tenant,…" that got new work
     wa:deadletter                       LIST    signed bodies that could not be parsed, whole
     wa:{106540352242922}:inbox          LIST    events from the receiver (LPUSH; worker RPOPs)
     wa:{106540352242922}:seen:<id>      STRING  dedupe marker of one provider item (TTL)

@@ -409,9 +409,11 @@ class Worker:
                         if message.get("type") != "message":
                             continue
                         data = message["data"]
-                        tenant = data.decode() if isinstance(data, bytes) else str(data)
-                        self._tenants.add(tenant)
-                        self._dirty.add(tenant)
+                        text = data.decode() if isinstance(data, bytes) else str(data)
+                        # The receiver publishes the tenants of one write round, comma-separated.
+                        tenants = set(text.split(",")) - {""}
+                        self._tenants |= tenants
+                        self._dirty |= tenants
                         self._wake.set()
             except (RedisError, OSError) as exc:
                 log.warning("wake-up channel lost (%s); polling until it is back", exc)
