@@ -99,10 +99,14 @@ class Receiver:
             logger.warning(
                 "WHATSAPP_APP_SECRET is not set: every webhook POST will be refused with 403"
             )
-        # One immediate retry on a broken connection (a restarted Redis); no retry on timeouts,
-        # so a stalled Redis surfaces within redis_timeout_s as a 503.
+        # One immediate retry on a broken connection (a restarted Redis); no retry on timeouts.
+        # No per-reply socket timeout (redis-py arms a timer per reply, measurable here): every
+        # call is bounded instead, the writes by one deadline per round (InboxWriter), the
+        # rest by wait_for, so a stalled Redis still surfaces within redis_timeout_s as a 503.
         self.redis = make_redis(
-            settings, retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,))
+            settings,
+            socket_timeout=None,
+            retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
         )
         await self._prepare_redis()
         self.writer = InboxWriter(

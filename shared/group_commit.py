@@ -19,7 +19,14 @@ Queue = Callable[[Any], None]  # adds one command to a pipeline
 
 
 class GroupCommitter:
-    def __init__(self, redis: Any, scripts: Scripts, max_batch: int = 512) -> None:
+    def __init__(
+        self, redis: Any, scripts: Scripts, max_batch: int = 512, timeout_s: float | None = None
+    ) -> None:
+        """`timeout_s` bounds each round. Give such a committer a client without
+        `socket_timeout`: redis-py arms a timer per reply when it has one, which cost ~15% of
+        the worker's CPU per turn (docs/benchmarks/worker.md); one deadline per round is enough.
+        """
+        self._timeout_s = timeout_s
         self._redis = redis
         self._scripts = scripts
         self._max_batch = max_batch
@@ -79,4 +86,5 @@ class GroupCommitter:
         pipe = self._redis.pipeline(transaction=False)
         for queue, _ in calls:
             queue(pipe)
-        return list(await pipe.execute(raise_on_error=False))
+        async with asyncio.timeout(self._timeout_s):
+            return list(await pipe.execute(raise_on_error=False))

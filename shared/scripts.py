@@ -1,6 +1,7 @@
 """Loads the Lua scripts in `shared/lua/` once and calls them by SHA.
 
-Each script is prepended with `keys.lua_prelude()` (the conversation key helpers). Calls go
+Each script is prepended with `keys.lua_prelude()` (the conversation key helpers) and the
+functions of `lua/lib/*.lua` that several scripts share. Calls go
 through EVALSHA; if Redis answers NOSCRIPT (it restarted, or a failover lost its script cache)
 the script is loaded again and the call repeated, which is safe because a NOSCRIPT call did
 nothing. Scripts can also be queued on a pipeline (`queue`), the building block of group commit.
@@ -29,8 +30,8 @@ class Script:
     sha: str
 
     @classmethod
-    def from_file(cls, path: Path) -> Script:
-        source = lua_prelude() + path.read_text()
+    def from_file(cls, path: Path, library: str = "") -> Script:
+        source = lua_prelude() + library + path.read_text()
         return cls(path.stem, source, hashlib.sha1(source.encode()).hexdigest())
 
     async def __call__(self, redis: Any, keys: Sequence[str], args: Sequence[ScriptArg]) -> Any:
@@ -49,7 +50,10 @@ class Scripts:
     """All scripts of the product, by name: `scripts.ingest(redis, keys, args)`."""
 
     def __init__(self, directory: Path = LUA_DIR) -> None:
-        self._by_name = {p.stem: Script.from_file(p) for p in sorted(directory.glob("*.lua"))}
+        library = "".join(p.read_text() for p in sorted((directory / "lib").glob("*.lua")))
+        self._by_name = {
+            p.stem: Script.from_file(p, library) for p in sorted(directory.glob("*.lua"))
+        }
 
     def __getattr__(self, name: str) -> Script:
         try:

@@ -59,6 +59,8 @@ class Batch:
     reply: str | None = None
     sent_parts: dict[int, str] = field(default_factory=dict)
     template_sent: bool = False
+    # The last part, sent but left for the finish to record: (index, provider id).
+    unrecorded_part: tuple[int, str] | None = None
 
     @classmethod
     def from_claim(cls, tenant: str, row: list[Any]) -> Batch:

@@ -109,7 +109,12 @@ class Worker:
         self.redis = make_redis(s)
         self.scripts = Scripts()
         await self.scripts.load(self.redis)
-        self.committer = GroupCommitter(self.redis, self.scripts)
+        # Turn traffic goes through the committer on its own connection pool, bounded per round
+        # rather than per reply (see GroupCommitter).
+        self._commit_redis = make_redis(s, socket_timeout=None)
+        self.committer = GroupCommitter(
+            self._commit_redis, self.scripts, timeout_s=s.redis_timeout_s
+        )
         self.store = ConversationStore(s, self.scripts, self.committer)
         if self._brain is None:
             self._brain = load_brain(s)
@@ -154,6 +159,7 @@ class Worker:
             await self._pubsub_redis.aclose()
         if self.redis is not None:
             await self.redis.aclose()
+            await self._commit_redis.aclose()
         log.info("worker %s stopped", self.worker_id)
 
     async def _close_owned(self) -> None:
@@ -354,10 +360,16 @@ class Worker:
                 raise LeaseLost
             batch.reply = reply
         limit = getattr(self._sender, "max_part_chars", WHATSAPP_MAX_CHARS)
-        for index, part in enumerate(split_reply(reply, limit)):
+        parts = split_reply(reply, limit)
+        for index, part in enumerate(parts):
             if index in batch.sent_parts:
                 continue
             provider_id = await self._sender.send(batch, part, index) or ""
+            if index == len(parts) - 1:
+                # The finish records the last part in the same script call (one call fewer
+                # per turn; a crash in between re-sends it, exactly as before recording).
+                batch.unrecorded_part = (index, provider_id)
+                break
             if not await self.store.record_part(batch, index, provider_id):
                 raise LeaseLost
             batch.sent_parts[index] = provider_id

@@ -80,8 +80,11 @@ class ConversationStore:
         return [bool(int(x)) for x in result]
 
     async def finish_done(self, batch: Batch, remember: bytes = b"") -> bool:
-        """End the turn; `remember` is the exchange to add to the person's memory (JSON)."""
-        return await self._finish(batch, "done", "", "", remember)
+        """End the turn; `remember` is the exchange to add to the person's memory (JSON).
+
+        Also records `batch.unrecorded_part`, the reply's last part, as record_part would.
+        """
+        return await self._finish(batch, "done", "", "", remember, batch.unrecorded_part)
 
     async def save_reply(self, batch: Batch, reply: str) -> str | None:
         """Store the reply before sending; returns the one the batch holds (an earlier
@@ -137,6 +140,7 @@ class ConversationStore:
         arg5: str | int,
         arg6: str | bytes,
         remember: bytes = b"",
+        last_part: tuple[int, str] | None = None,
     ) -> bool:
         k = self.keys.tenant(batch.tenant)
         window_ms, max_wait_ms = self._timing(batch.tenant)
@@ -153,6 +157,9 @@ class ConversationStore:
             remember,
             self._settings.memory_turns,
             int(self._settings.memory_ttl_s * 1000),
+            *(last_part or ("", "")),
+            k.outbound_prefix,
+            OUTBOUND_TTL_S,
         ]
         result = await self._committer.submit(lambda p: self._scripts.finish.queue(p, keys, args))
         return bool(int(result))

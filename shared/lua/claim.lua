@@ -22,8 +22,7 @@
 local prefix, max_claim, lease = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local window, max_wait, max_intake = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local out_prefix, service_window, early_ttl = ARGV[8], tonumber(ARGV[9]), tonumber(ARGV[10])
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 
 local function next_wake()
   local d = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
@@ -34,8 +33,7 @@ local function next_wake()
   return best
 end
 
--- Delivery statuses only move forward: a late "delivered" never undoes "read".
-local RANK = {accepted = 0, sent = 1, delivered = 2, read = 3, played = 4, failed = 5}
+local RANK = STATUS_RANK
 
 local function apply_status(ev, person)
   local st = string.match(ev, '"status":"(%a+)"') or 'unknown'
@@ -63,17 +61,9 @@ local function apply_status(ev, person)
   if code == '131047' then
     -- Meta accepted the part but could not deliver it: the 24-hour window had closed.
     -- A person has to look at this conversation.
-    local batch = redis.call('HGET', okey, 'batch') or ''
-    local item_id = batch .. ':undelivered:' .. id
-    local item = cjson.encode({
-      id = item_id, person = redis.call('HGET', okey, 'person') or person,
-      reason = 'window_closed', attempts = 0, reviewed_ms = now,
-      error = 'status failed 131047 (window closed) for part ' ..
-        (redis.call('HGET', okey, 'part') or '?') .. ' ' .. id,
-    })
-    -- cjson writes an empty table as {}; review items always carry a messages array.
-    redis.call('HSET', KEYS[7], item_id, string.sub(item, 1, -2) .. ',"messages":[]}')
-    redis.call('HINCRBY', KEYS[5], 'review:window_closed', 1)
+    park_undelivered(KEYS[7], KEYS[5], redis.call('HGET', okey, 'batch') or '',
+      redis.call('HGET', okey, 'person') or person, redis.call('HGET', okey, 'part') or '?',
+      id, now)
   end
 end
 

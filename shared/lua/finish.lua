@@ -10,13 +10,16 @@
 -- ARGV[7] debounce window in ms   ARGV[8] max wait in ms
 -- ARGV[9] done: the exchange to remember (JSON, "" for none)
 -- ARGV[10] how many exchanges memory keeps   ARGV[11] memory idle TTL in ms
+-- ARGV[12] done: index of the reply's last part, sent but not yet recorded ("" for none)
+-- ARGV[13] its provider message id   ARGV[14] outbound record prefix ("wa:{t}:out:")
+-- ARGV[15] TTL of the outbound record in seconds
+-- (Recording the last part here, instead of in record_part.lua, saves a script call per turn.)
 --
 -- Returns 1, or 0 when the token does not hold the lock (lease lost: change nothing).
 local prefix, person, token, outcome = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local lock = conv_key(prefix, person, LOCK)
 if redis.call('GET', lock) ~= token then return 0 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 local bkey = conv_key(prefix, person, BATCH)
 
 redis.call('DEL', lock)
@@ -33,6 +36,10 @@ if outcome == 'review' then
   redis.call('HINCRBY', KEYS[5], 'review:' .. ARGV[5], 1)
 else
   redis.call('HINCRBY', KEYS[5], 'turns', 1)
+  if ARGV[12] and ARGV[12] ~= '' and ARGV[13] ~= '' then
+    record_outbound(KEYS[5], KEYS[4], ARGV[14], ARGV[13], redis.call('HGET', bkey, 'id'),
+      person, ARGV[12], ARGV[15], now)
+  end
   if ARGV[9] and ARGV[9] ~= '' and tonumber(ARGV[10]) > 0 then
     local mkey = conv_key(prefix, person, MEMORY)
     redis.call('RPUSH', mkey, ARGV[9])

@@ -15,30 +15,8 @@ local prefix, person, token, part, id = ARGV[1], ARGV[3], ARGV[4], ARGV[5], ARGV
 if redis.call('GET', conv_key(prefix, person, LOCK)) ~= token then return 0 end
 local bkey = conv_key(prefix, person, BATCH)
 redis.call('HSET', bkey, 'part:' .. part, id)
-if id == '' then return 1 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local okey = ARGV[2] .. id
-local batch = redis.call('HGET', bkey, 'id')
-local early = redis.call('HGET', okey, 'early')
-local code = redis.call('HGET', okey, 'early_error') or ''
-redis.call('HSET', okey, 'batch', batch, 'person', person, 'part', part,
-  'status', early or 'accepted', 'sent_ms', now)
-redis.call('HDEL', okey, 'early', 'early_error')
-redis.call('EXPIRE', okey, ARGV[7])
-redis.call('HINCRBY', KEYS[1], 'parts_out', 1)
-if not early then return 1 end
-redis.call('HINCRBY', KEYS[1], 'parts_' .. early, 1)
-if early ~= 'failed' then return 1 end
-redis.call('HSET', okey, 'error', code)
-if code == '131047' then
-  local item_id = batch .. ':undelivered:' .. id
-  local item = cjson.encode({
-    id = item_id, person = person, reason = 'window_closed', attempts = 0, reviewed_ms = now,
-    error = 'status failed 131047 (window closed) for part ' .. part .. ' ' .. id,
-  })
-  -- cjson writes an empty table as {}; review items always carry a messages array.
-  redis.call('HSET', KEYS[2], item_id, string.sub(item, 1, -2) .. ',"messages":[]}')
-  redis.call('HINCRBY', KEYS[1], 'review:window_closed', 1)
+if id ~= '' then
+  record_outbound(KEYS[1], KEYS[2], ARGV[2], id, redis.call('HGET', bkey, 'id'), person, part,
+    ARGV[7], now_ms())
 end
 return 1
