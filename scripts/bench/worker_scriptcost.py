@@ -1,0 +1,117 @@
+"""Redis CPU of each worker script per turn, at a git revision.
+
+    .venv/bin/python scripts/bench/worker_scriptcost.py HEAD [--n 10000]
+
+Stores N one-message conversations on a private Redis (appendonly off), then runs the worker's
+own ConversationStore calls one kind at a time, resetting `INFO commandstats` before each:
+claim (200 per call), save_reply, record_part, finish. Prints the EVALSHA microseconds per turn
+(what Redis spent inside the script) and the client's wall time per turn (group-committed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+
+
+async def measure(n: int) -> None:
+    import orjson
+    from worker_load import PREFIX, TENANT, Bench, make_event, person_id
+
+    import worker.store as store
+    from shared.group_commit import GroupCommitter
+    from shared.redis_server import RedisServer
+    from shared.settings import Settings
+
+    with RedisServer() as server:
+        async with Bench(server.url) as b:
+            r = b.redis
+            await b.ingest_bulk([make_event(person_id(i), 0) for i in range(n)])
+            await b.intake(1, 2)
+            await asyncio.sleep(0.05)
+            settings = Settings().with_overrides(
+                redis_url=server.url, key_prefix=PREFIX, debounce_window_s=0.001, max_wait_s=0.002
+            )
+            conv = store.ConversationStore(settings, b.scripts, GroupCommitter(r, b.scripts))
+            batches: list[Any] = []
+
+            async def phase(name: str, run: Callable[[], Awaitable[Any]]) -> None:
+                await r.config_resetstat()
+                started = time.perf_counter()
+                await run()
+                wall = time.perf_counter() - started
+                stats = (await r.info("commandstats")).get("cmdstat_evalsha", {})
+                print(
+                    f"{name:12s} script calls {stats.get('calls', 0):6d}  "
+                    f"Redis {stats.get('usec', 0) / n:6.1f} µs/turn  "
+                    f"client wall {wall / n * 1e6:6.1f} µs/turn"
+                )
+
+            async def claim() -> None:
+                while len(batches) < n:
+                    got = await conv.claim(TENANT, 200, f"t{len(batches)}")
+                    batches.extend(got.batches)
+
+            await phase("claim", claim)
+            if hasattr(conv, "save_reply"):
+
+                async def save() -> None:
+                    await asyncio.gather(*(conv.save_reply(x, "ok") for x in batches))
+
+                async def record() -> None:
+                    await asyncio.gather(
+                        *(conv.record_part(x, 0, f"wamid.X{i}") for i, x in enumerate(batches))
+                    )
+
+                async def finish() -> None:
+                    await asyncio.gather(
+                        *(
+                            conv.finish_done(
+                                x, orjson.dumps({"user": x.user_text, "assistant": "ok"})
+                            )
+                            for x in batches
+                        )
+                    )
+
+                await phase("save_reply", save)
+                await phase("record_part", record)
+            else:
+
+                async def finish() -> None:
+                    await asyncio.gather(*(conv.finish_done(x) for x in batches))
+
+            await phase("finish", finish)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("rev", nargs="?", default="HEAD")
+    p.add_argument("--n", type=int, default=10_000)
+    args = p.parse_args()
+    code = Path(tempfile.mkdtemp(prefix="bench-scriptcost-"))
+    try:
+        archive = subprocess.run(
+            ["git", "archive", args.rev], cwd=REPO, capture_output=True, check=True
+        )
+        subprocess.run(["tar", "-x", "-C", str(code)], input=archive.stdout, check=True)
+        os.environ["BENCH_CODE"] = str(code)
+        sys.path[:0] = [str(code), str(HERE)]
+        asyncio.run(measure(args.n))
+    finally:
+        shutil.rmtree(code, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
