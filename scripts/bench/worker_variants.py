@@ -20,6 +20,7 @@ Variants:
                       turn (record_part.lua's body ahead of finish.lua's), so a one-part reply
                       costs claim + save_reply + finish instead of four script calls. Only
                       valid for one-part replies (the benchmark's), as a measurement.
+                      Obsolete from ee2bffc on: finish.lua records the last part itself.
     claim_chunk=N     Claim at most N batches per claim call (default: all free slots).
 """
 
