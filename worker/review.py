@@ -66,6 +66,8 @@ class ReviewList:
             raise ReviewError(
                 f"person {item['person']} has a batch in flight; requeue again once it ended"
             )
+        # The batch is due now: wake the fleet rather than wait for its safety sweep.
+        await self._redis.publish(self._keys.wake_channel, tenant)
 
     async def drop(self, tenant: str, item_id: str) -> None:
         if not await self._redis.hdel(self._keys.tenant(tenant).review, item_id):

@@ -64,8 +64,17 @@ class WhatsAppSender:
         return self._settings.tenant(tenant).access_token or self._settings.whatsapp_access_token
 
     async def begin_turn(self, batch: Batch) -> None:
-        if not batch.messages or batch.window_closed(time.time()):
-            return  # the typing indicator promises a reply: none can follow outside the window
+        """Read receipt + typing indicator before the AI is asked (best effort).
+
+        Outside the 24-hour window without a template no reply can be sent at all: park the
+        batch for review now, before paying for an AI answer nobody would receive.
+        """
+        if batch.window_closed(time.time()):
+            if not self._settings.tenant(batch.tenant).template:
+                raise NeedsReview("window_closed", "last message over 24 h ago")
+            return  # the typing indicator promises a reply: only a template can follow
+        if not batch.messages:
+            return
         body = {
             "messaging_product": "whatsapp",
             "status": "read",

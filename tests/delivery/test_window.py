@@ -79,6 +79,7 @@ async def test_outside_the_window_without_a_template_the_batch_goes_to_review(
     assert item["reason"] == "window_closed" and item["person"] == PERSON
     assert graph.sent_messages() == []
     assert graph.read_receipts() == [], "no typing indicator when no reply can follow"
+    assert ai_requests(ai) == [], "no AI answer is bought that nobody could receive"
     assert (await stats(redis, prefix, PLAIN_TENANT))["review:window_closed"] == 1
 
 
