@@ -2,15 +2,26 @@
 
 Every ~10 s two or three people write to one of two businesses (tenants) in bursts of 3-4
 lines, 0.3-1.5 s apart, as people do on WhatsApp; in each round one delivery arrives twice, as
-Meta's sometimes do. Meanwhile it tails the tenants' outbox lists and prints each reply next to
-the burst it answers, so one sees four lines become one reply. `scripts/run` starts it; it also
-runs alone against a running receiver:
+Meta's sometimes do. Meanwhile it watches the replies and prints each one next to the burst it
+answers, so one sees four lines become one reply. Where it finds them:
+
+- `--graph-url URL` (what `scripts/run` passes): the workers send through the WhatsApp sender to
+  the local Graph API stand-in, which posts signed `sent`/`delivered`/`read` status webhooks
+  back to the receiver, as Meta does. The demo reads the stand-in's record (`GET /_requests`):
+  the read receipt a turn starts with names the last message of the batch it answers, which
+  identifies the burst; the text sent to that person after it is the reply. It prints the
+  reply once the worker recorded its statuses (the outbound record in Redis).
+- otherwise: the tenants' Redis outbox lists (`SENDER=outbox`), whose entries list the ids of
+  the messages they answer.
+
+`scripts/run` starts it; it also runs alone against a running receiver:
 
     .venv/bin/python scripts/demo.py --url http://127.0.0.1:8000 --secret dev-secret \\
-        --redis-url redis://127.0.0.1:6390/0 --bursts 3
+        --redis-url redis://127.0.0.1:6390/0 --bursts 3 [--graph-url http://127.0.0.1:8081]
 
 With `--bursts N` it sends N bursts, waits for their replies (at most `--timeout` seconds
-after the last message) and exits 0 only if every burst became exactly one reply.
+after the last message) and exits 0 only if every burst became exactly one reply (and, through
+the stand-in, that reply's statuses came back as far as `read`).
 """
 
 from __future__ import annotations
@@ -79,13 +90,33 @@ POLL_INTERVAL_S = 0.5
 PAGE = 100
 EXTRA_REPLY_GRACE_S = 2.0
 GIVE_UP_S = 60.0
+STATUS_WAIT_S = 20.0  # after a reply went to the stand-in: how long its statuses may take
+STATUS_RANK = {"accepted": 0, "sent": 1, "delivered": 2, "read": 3, "played": 4, "failed": 5}
+FINAL_STATUSES = frozenset({"read", "played", "failed"})
 
 
-@dataclass(frozen=True)
+@dataclass(eq=False)  # identity: the same reply may be counted once in a set
 class Reply:
     batch_id: str
     text: str
     message_ids: tuple[str, ...]
+    wamid: str | None = None  # through the stand-in: Meta's id, which statuses are reported by
+    tenant: str = ""
+    at_s: float = field(default_factory=time.monotonic)
+    status: str | None = None  # the outbound record's status in Redis (stand-in only)
+    statuses: tuple[str, ...] = ()  # statuses the stand-in posted and the receiver took (200)
+    reported: bool = False
+
+    @property
+    def settled(self) -> bool:
+        """Outbox replies have no statuses; stand-in replies wait for a final one (or time)."""
+        if self.wamid is None or self.reported:
+            return True
+        return self.status in FINAL_STATUSES
+
+    @property
+    def read(self) -> bool:
+        return self.wamid is None or self.status in ("read", "played")
 
 
 @dataclass(eq=False)  # identity: a burst is a key in dicts and sets
@@ -101,6 +132,7 @@ class Burst:
     answered: set[str] = field(default_factory=set)
     problems: list[str] = field(default_factory=list)
     missing_reported: bool = False
+    receipts: list[str] = field(default_factory=list)  # message ids read receipts named
 
     @property
     def sent(self) -> bool:
@@ -112,7 +144,8 @@ class Burst:
 
     @property
     def ok(self) -> bool:
-        return self.complete and self.one_reply_per_message and not self.problems
+        read = all(r.read for r in self.replies)
+        return self.complete and self.one_reply_per_message and read and not self.problems
 
     @property
     def one_reply_per_message(self) -> bool:
@@ -130,6 +163,7 @@ class Options:
     interval_s: float
     timeout_s: float
     seed: int | None
+    graph_url: str | None = None
 
 
 def parse_options(argv: Sequence[str]) -> Options:
@@ -156,6 +190,11 @@ def parse_options(argv: Sequence[str]) -> Options:
         "--timeout", type=float, default=GIVE_UP_S, help="s to wait for replies (--bursts)"
     )
     parser.add_argument("--seed", type=int, help="for a reproducible sequence")
+    parser.add_argument(
+        "--graph-url",
+        help="the Graph API stand-in the workers send to: read the replies there "
+        "(default: read the Redis outbox)",
+    )
     args = parser.parse_args(argv)
     if args.bursts is not None and args.bursts < 1:
         parser.error("--bursts must be at least 1")
@@ -168,6 +207,7 @@ def parse_options(argv: Sequence[str]) -> Options:
         interval_s=args.interval,
         timeout_s=args.timeout,
         seed=args.seed,
+        graph_url=args.graph_url.rstrip("/") if args.graph_url else None,
     )
 
 
@@ -207,6 +247,20 @@ def webhook_body(tenant: Tenant, person: Person, message_id: str, text: str) -> 
     return orjson.dumps({"object": "whatsapp_business_account", "entry": [entry]})
 
 
+def digits(number: str) -> str:
+    return "".join(ch for ch in number if ch.isdigit())
+
+
+def record_key(record: dict[str, Any]) -> str:
+    """Identifies one of the stand-in's records across fetches (it has no id of its own)."""
+    sent, read = record.get("sent"), record.get("read")
+    if isinstance(sent, dict):
+        return f"sent:{sent.get('wamid')}"
+    if isinstance(read, dict):
+        return f"read:{read.get('time')}:{read.get('message_id')}"
+    return f"{record.get('time')}:{record.get('path')}:{record.get('status')}"
+
+
 def signature(body: bytes, secret: str) -> str:
     return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
 
@@ -223,20 +277,41 @@ class Demo:
         self.seen: set[bytes] = set()
         self.redis_failing = False
         self.replied = asyncio.Event()
+        # Through the Graph API stand-in: its records already taken, how many it had, the burst
+        # each conversation's last read receipt named, replies whose statuses are awaited.
+        self.handled: set[str] = set()
+        self.graph_count = -1
+        self.turns: dict[tuple[str, str], Burst] = {}
+        self.awaiting: list[Reply] = []
+        self.burst_of: dict[Reply, Burst] = {}
 
     async def run(self) -> int:
         if not await self.receiver_ready():
             return 2
+        graph = self.options.graph_url
         try:
-            await self.skip_old_replies()
+            if graph is None:
+                await self.skip_old_replies()
+            elif await self.graph_ready():
+                await self.skip_old_graph_records()
+            else:
+                return 2
         except RedisError as exc:
             say(f"cannot read the outbox at {self.options.redis_url}: {exc}")
             return 2
-        tail = asyncio.create_task(self.tail())
+        except (httpx.HTTPError, ValueError) as exc:
+            say(f"cannot read the Graph API stand-in at {graph}: {exc!r}")
+            return 2
+        tail = asyncio.create_task(self.tail() if graph is None else self.tail_graph())
         say(
             "people write in bursts of 3-4 lines; each burst should come back as ONE reply, "
             "a debounce window after its last line"
         )
+        if graph is not None:
+            say(
+                f"replies go to the Graph API stand-in at {graph}, which reports them "
+                "sent, delivered and read to the receiver, like Meta"
+            )
         try:
             if self.options.bursts is None:
                 await self.send_rounds(None)
@@ -258,6 +333,21 @@ class Demo:
                 detail = type(exc).__name__
             if time.monotonic() > deadline:
                 say(f"the receiver at {self.options.url} is not ready ({detail})")
+                return False
+            await asyncio.sleep(0.25)
+
+    async def graph_ready(self, timeout_s: float = 15.0) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                response = await self.http.get(f"{self.options.graph_url}/_health")
+                if response.status_code == 200:
+                    return True
+                detail = f"HTTP {response.status_code}"
+            except httpx.HTTPError as exc:
+                detail = type(exc).__name__
+            if time.monotonic() > deadline:
+                say(f"the Graph API stand-in at {self.options.graph_url} is not up ({detail})")
                 return False
             await asyncio.sleep(0.25)
 
@@ -412,6 +502,134 @@ class Demo:
             self.report(burst, reply)
         self.replied.set()
 
+    # --- replies through the Graph API stand-in ---------------------------------------------
+    async def graph_get(self, path: str) -> Any:
+        response = await self.http.get(f"{self.options.graph_url}{path}")
+        response.raise_for_status()
+        return orjson.loads(response.content)
+
+    async def skip_old_graph_records(self) -> None:
+        """What the stand-in recorded before this run started is not this run's."""
+        data = await self.graph_get("/_requests")
+        for record in data.get("requests") or ():
+            if record.get("status") is not None:
+                self.handled.add(record_key(record))
+
+    async def tail_graph(self) -> None:
+        failing = False
+        while True:
+            try:
+                await self.poll_graph()
+                failing = False
+            except (httpx.HTTPError, RedisError, ValueError) as exc:
+                if not failing:
+                    say(f"cannot read the replies: {exc!r} (retrying)")
+                failing = True
+            await asyncio.sleep(POLL_INTERVAL_S)
+
+    async def poll_graph(self) -> None:
+        """New requests at the stand-in, and statuses of the replies that await them.
+
+        The stand-in's record only grows: it is fetched when its size changed (`GET /_control`
+        is cheap) or when a reply's statuses are to be shown (its webhook deliveries)."""
+        state = await self.graph_get("/_control")
+        due = await self.statuses_due()
+        if int(state.get("requests", 0)) == self.graph_count and not due:
+            return
+        data = await self.graph_get("/_requests")
+        records = data.get("requests") or []
+        unfinished = False
+        for record in records:
+            if record.get("status") is None:
+                unfinished = True  # still waiting for its answer: look again next time
+            elif (key := record_key(record)) not in self.handled:
+                self.handled.add(key)
+                self.on_graph_record(record)
+        self.graph_count = -1 if unfinished else len(records)
+        for reply in due:
+            self.report_statuses(reply, data.get("webhooks") or [])
+
+    async def statuses_due(self) -> list[Reply]:
+        """Replies whose outbound record in Redis reached a final status, or that waited long
+        enough; refreshes `reply.status` of each awaited reply."""
+        due = []
+        for reply in self.awaiting:
+            assert reply.wamid is not None
+            key = self.keys.tenant(reply.tenant).outbound(reply.wamid)
+            raw = await self.redis.hget(key, "status")
+            reply.status = raw.decode() if raw else None
+            if reply.status in FINAL_STATUSES or time.monotonic() - reply.at_s > STATUS_WAIT_S:
+                due.append(reply)
+        return due
+
+    def on_graph_record(self, record: dict[str, Any]) -> None:
+        if record.get("status") != 200:
+            kind, status = record.get("kind") or "request", record.get("status")
+            detail = str(record.get("response"))[:200]
+            say(f"the Graph API stand-in answered {status} to a {kind}: {detail}")
+            return
+        if isinstance(read := record.get("read"), dict):
+            self.on_read_receipt(read)
+        elif isinstance(sent := record.get("sent"), dict):
+            self.on_graph_send(sent)
+
+    def on_read_receipt(self, read: dict[str, Any]) -> None:
+        """A turn starts with a read receipt naming the last message of its batch: which burst."""
+        burst = self.by_message.get(str(read.get("message_id")))
+        if burst is not None:
+            self.turns[(str(read.get("phone_number_id")), burst.person.wa_id)] = burst
+            burst.receipts.append(str(read.get("message_id")))
+
+    def on_graph_send(self, sent: dict[str, Any]) -> None:
+        tenant, person = str(sent.get("phone_number_id")), digits(str(sent.get("to")))
+        payload = sent.get("payload") or {}
+        text = (payload.get("text") or {}).get("body") or f"[{sent.get('type')}]"
+        burst = self.turns.get((tenant, person))
+        if burst is None:  # no read receipt (it is best effort): the person's latest burst
+            mine = [
+                b
+                for b in self.bursts
+                if b.message_ids and b.person.wa_id == person and b.tenant.phone_number_id == tenant
+            ]
+            burst = mine[-1] if mine else None
+        if burst is None:
+            say(f"reply to {person} (not this run's): {quoted(text)}")
+            return
+        upto = burst.message_ids.index(burst.receipts[-1]) if burst.receipts else None
+        named = burst.message_ids if upto is None else burst.message_ids[: upto + 1]
+        reply = Reply(
+            batch_id=str(sent.get("wamid")),
+            text=text,
+            message_ids=tuple(m for m in named if m not in burst.answered),
+            wamid=str(sent.get("wamid")),
+            tenant=tenant,
+        )
+        burst.replies.append(reply)
+        burst.answered.update(reply.message_ids)
+        self.burst_of[reply] = burst
+        self.awaiting.append(reply)
+        if len(burst.replies) > 1 or not burst.complete:
+            self.report(burst, reply)  # a problem shows at once; a good reply with its statuses
+        self.replied.set()
+
+    def report_statuses(self, reply: Reply, webhooks: list[dict[str, Any]]) -> None:
+        taken = {
+            str(w.get("status"))
+            for w in webhooks
+            if w.get("wamid") == reply.wamid and w.get("response_status") == 200
+        }
+        if reply.status is not None and reply.status != "accepted":
+            taken.add(reply.status)  # recorded by the worker even if the stand-in lags
+        reply.statuses = tuple(sorted(taken, key=lambda s: STATUS_RANK.get(s, 9)))
+        reply.reported = True
+        self.awaiting.remove(reply)
+        burst = self.burst_of[reply]
+        if burst.complete and burst.replies == [reply]:
+            self.report(burst, reply)
+        else:
+            who, statuses = burst.person.wa_id, ", ".join(reply.statuses) or "no status"
+            say(f"{who}: reply {short(str(reply.wamid))} was {statuses}")
+
     def report(self, burst: Burst, reply: Reply) -> None:
         who, n = burst.person.wa_id, len(burst.message_ids)
         batch, text = short(reply.batch_id), quoted(reply.text)
@@ -420,6 +638,15 @@ class Demo:
         elif burst.complete and not burst.one_reply_per_message:
             listed = len(reply.message_ids)
             say(f"WARNING {who}: the reply lists {listed} message ids for {n} messages: {text}")
+        elif burst.complete and reply.wamid is not None:
+            after = ""
+            if burst.last_sent_s is not None:
+                after = f" {reply.at_s - burst.last_sent_s:.1f}s after the last line"
+            statuses = ", ".join(reply.statuses) or "no status"
+            if not reply.read:
+                statuses += f"; Redis has {reply.status or 'no status'} after {STATUS_WAIT_S:g}s"
+                say(f"WARNING {who}: the reply's statuses did not come back as far as read")
+            say(f"{who} sent {n} messages -> 1 reply{after}: {text} ({statuses})")
         elif burst.complete:
             after = ""
             if burst.last_sent_s is not None:
@@ -432,13 +659,17 @@ class Demo:
     async def verdict(self) -> int:
         if await self.all_answered(self.options.timeout_s):
             await asyncio.sleep(EXTRA_REPLY_GRACE_S)  # a second reply would be a bug: catch it
+            await self.all_settled(STATUS_WAIT_S + 2.0)
         messages = sum(len(b.message_ids) for b in self.bursts)
         duplicates = sum(b.duplicate_at is not None for b in self.bursts)
-        replies = len({r for b in self.bursts for r in b.replies})
+        replies = {r for b in self.bursts for r in b.replies}
         summary = (
             f"{len(self.bursts)} bursts, {messages} messages (+{duplicates} duplicate "
-            f"deliver{'y' if duplicates == 1 else 'ies'}) -> {replies} replies"
+            f"deliver{'y' if duplicates == 1 else 'ies'}) -> {len(replies)} replies"
         )
+        if self.options.graph_url is not None:
+            read = sum(r.read for r in replies)
+            summary += f" via the Graph API stand-in ({read} delivered and read)"
         failed = [b for b in self.bursts if not b.ok]
         if not failed:
             say(f"{summary}: every burst became exactly one reply")
@@ -458,6 +689,15 @@ class Demo:
                 return False
         return True
 
+    async def all_settled(self, timeout_s: float) -> bool:
+        """Every stand-in reply's statuses came back (or it waited STATUS_WAIT_S for them)."""
+        deadline = time.monotonic() + timeout_s
+        while not all(r.settled for b in self.bursts for r in b.replies):
+            if time.monotonic() > deadline:
+                return False
+            await asyncio.sleep(POLL_INTERVAL_S / 2)
+        return True
+
     def problem(self, burst: Burst) -> str:
         if burst.problems:
             return "; ".join(dict.fromkeys(burst.problems))
@@ -468,6 +708,10 @@ class Demo:
             return f"replies covered {covered} of {len(burst.message_ids)} messages"
         if len(burst.replies) > 1:
             return f"{len(burst.replies)} replies instead of one"
+        unread = [r for r in burst.replies if not r.read]
+        if unread:
+            status = unread[0].status or "none recorded"
+            return f"the reply's status in Redis is {status}, not read ({STATUS_WAIT_S:g}s)"
         listed = len(burst.replies[0].message_ids)
         return f"the reply lists {listed} message ids for {len(burst.message_ids)} messages"
 

@@ -4,8 +4,12 @@ Like foreman, it runs each process as a child with prefixed, line-buffered outpu
 (`web.1 | ...`, `worker.1 | ...`), stops them all on Ctrl-C / SIGTERM (SIGTERM first, a kill
 after a grace period, the embedded Redis last so it writes its AOF), and stops the whole stack
 when one of them dies. Without `REDIS_URL` it starts an embedded Redis whose data persists
-under `.devstack/redis`. Without real credentials it runs `scripts/demo.py`, which sends signed
-webhook bursts and shows each burst turning into a single reply.
+under `.devstack/redis`. Without `WHATSAPP_ACCESS_TOKEN` it also starts the local stand-in for
+the provider, `scripts/graph_standin` (`graph.1`), and points the workers' WhatsApp sender at it
+with a dev token: replies travel worker -> Graph API (stand-in) -> signed `sent`, `delivered`,
+`read` status webhooks -> receiver -> worker, as in production (`--sender outbox`: the Redis
+outbox instead, the old way). Without real credentials it runs `scripts/demo.py`, which sends
+signed webhook bursts and shows each burst turning into a single reply and its statuses.
 
 Children run in their own process groups: a Ctrl-C in the terminal reaches only this process,
 which forwards one SIGTERM. (A second signal makes uvicorn skip its graceful shutdown.)
@@ -50,6 +54,12 @@ DEV_DEFAULTS = {
     "LEASE_RENEW_S": "10",
 }
 COLOURS = ("36", "33", "32", "35", "34", "96", "93", "92", "95", "94")
+# The bearer token the workers send to the Graph API stand-in with (never a real one).
+DEV_GRAPH_TOKEN = "dev-graph-token"
+GRAPH_STANDIN = REPO / "scripts" / "graph_standin"
+# Replies go to the stand-in (standin), to the Redis outbox (outbox), or wherever the user's own
+# WHATSAPP_ACCESS_TOKEN / WHATSAPP_API_BASE_URL / SENDER say (env).
+SENDERS = ("standin", "outbox")
 
 
 @dataclass(frozen=True)
@@ -61,6 +71,11 @@ class Options:
     exit_after_demo: bool
     data_dir: Path
     redis_port: int | None
+    sender: str = "standin"
+
+    @property
+    def graph_standin(self) -> bool:
+        return self.sender == "standin"
 
 
 def parse_options(argv: Sequence[str], environ: Mapping[str, str]) -> Options:
@@ -91,6 +106,13 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str]) -> Options:
         type=int,
         help=f"port of the embedded Redis (default {DEFAULT_REDIS_PORT} if free, else any)",
     )
+    parser.add_argument(
+        "--sender",
+        choices=SENDERS,
+        help="where replies go: standin (the local Graph API stand-in, statuses come back; the "
+        "default without WHATSAPP_ACCESS_TOKEN, WHATSAPP_API_BASE_URL or SENDER) or outbox "
+        "(the Redis outbox list, no statuses)",
+    )
     args = parser.parse_args(argv)
     if args.workers < 1:
         parser.error("--workers must be at least 1")
@@ -104,6 +126,16 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str]) -> Options:
     if wants_demo is None:
         has_credentials = environ.get("WHATSAPP_ACCESS_TOKEN") or environ.get("ANTHROPIC_API_KEY")
         wants_demo = args.bursts is not None or not has_credentials
+    users_sender = environ.get("SENDER", "")
+    if args.sender == "standin":
+        if environ.get("WHATSAPP_API_BASE_URL"):
+            parser.error("--sender standin: unset WHATSAPP_API_BASE_URL (the stand-in's URL)")
+        if users_sender not in ("", "whatsapp"):
+            parser.error(f"--sender standin: SENDER={users_sender} is set; unset it")
+    sender = args.sender
+    if sender is None:
+        own = environ.get("WHATSAPP_ACCESS_TOKEN") or environ.get("WHATSAPP_API_BASE_URL")
+        sender = "env" if own or users_sender not in ("", "whatsapp") else "standin"
     port = args.port or int(environ.get("PORT") or DEFAULT_PORT)
     return Options(
         workers=args.workers,
@@ -113,15 +145,37 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str]) -> Options:
         exit_after_demo=args.exit_after_demo,
         data_dir=args.data_dir.resolve(),
         redis_port=args.redis_port,
+        sender=sender,
     )
 
 
-def dev_environment(environ: Mapping[str, str], redis_url: str, port: int) -> dict[str, str]:
-    """The children's environment: the user's, plus dev defaults for what the user left unset."""
+def dev_environment(
+    environ: Mapping[str, str],
+    redis_url: str,
+    port: int,
+    graph_url: str | None = None,
+    sender: str = "env",
+) -> dict[str, str]:
+    """The children's environment: the user's, plus dev defaults for what the user left unset.
+
+    With `graph_url` (the stand-in's) the workers get a dev token and that URL for the Graph API
+    unless the user set them; `sender="outbox"` sends replies to the Redis outbox."""
     env = dict(environ)
     for name, value in DEV_DEFAULTS.items():
         if not env.get(name):
             env[name] = value
+    if graph_url is not None:
+        # The stand-in reads the accepted token and the webhook secret from its environment
+        # too, so neither appears on a command line.
+        for name, value in (
+            ("WHATSAPP_ACCESS_TOKEN", DEV_GRAPH_TOKEN),
+            ("WHATSAPP_API_BASE_URL", graph_url),
+            ("SENDER", "whatsapp"),
+        ):
+            if not env.get(name):
+                env[name] = value
+    elif sender == "outbox":
+        env["SENDER"] = "outbox"
     # Keep our defaults consistent with a longer window or a shorter lease the user chose
     # (a value that is not a number is left to Settings, which reports it by name).
     window, lease = _number(env["DEBOUNCE_WINDOW_S"]), _number(env["LEASE_S"])
@@ -226,8 +280,9 @@ class DevStack:
         self.force = asyncio.Event()
         self.signalled_at: float | None = None
         self.tasks: set[asyncio.Task[None]] = set()
-        names = ["devstack", "web.1", "demo"] + [f"worker.{i + 1}" for i in range(options.workers)]
-        self.console = Console(names)
+        self.graph_port: int | None = None
+        names = ["devstack", "web.1", "graph.1", "demo"]
+        self.console = Console(names + [f"worker.{i + 1}" for i in range(options.workers)])
 
     # --- start ----------------------------------------------------------------------------
     async def run(self) -> int:
@@ -237,7 +292,11 @@ class DevStack:
             return 2
         try:
             redis_url = self.environ.get("REDIS_URL") or self.embedded_redis()
-            env = dev_environment(self.environ, redis_url, self.options.port)
+            if self.options.graph_standin:
+                self.graph_port = free_port()
+            env = dev_environment(
+                self.environ, redis_url, self.options.port, self.graph_url, self.options.sender
+            )
             settings = Settings.from_env(env)
             self.start_redis()
         except (ConfigError, RuntimeError) as exc:
@@ -301,7 +360,15 @@ class DevStack:
             Child(f"worker.{i + 1}", [sys.executable, "-m", "worker"])
             for i in range(self.options.workers)
         ]
-        return [Child("web.1", web), *workers]
+        graph = []
+        if self.graph_url is not None:
+            # Token and app secret come from the environment (WHATSAPP_ACCESS_TOKEN and
+            # WHATSAPP_APP_SECRET, the workers' and the receiver's): not on the command line.
+            argv = [str(GRAPH_STANDIN), "--port", str(self.graph_port)]
+            argv += ["--webhook-url", f"{self.receiver_url}/webhooks/whatsapp"]
+            argv += ["--log-level", "warning"]  # no access log line per request (the demo polls)
+            graph = [Child("graph.1", argv)]
+        return [*graph, Child("web.1", web), *workers]
 
     def demo_child(self) -> Child:
         # The secret, REDIS_URL and KEY_PREFIX reach the demo through its environment, not its
@@ -309,6 +376,8 @@ class DevStack:
         argv = [sys.executable, str(REPO / "scripts" / "demo.py"), "--url", self.receiver_url]
         if self.options.bursts is not None:
             argv += ["--bursts", str(self.options.bursts)]
+        if self.graph_url is not None:
+            argv += ["--graph-url", self.graph_url]
         return Child("demo", argv, expected_exit=self.options.bursts is not None)
 
     async def start(self, child: Child, env: Mapping[str, str]) -> None:
@@ -344,21 +413,33 @@ class DevStack:
     def receiver_url(self) -> str:
         return f"http://127.0.0.1:{self.options.port}"
 
+    @property
+    def graph_url(self) -> str | None:
+        return None if self.graph_port is None else f"http://127.0.0.1:{self.graph_port}"
+
     async def wait_ready(self) -> None:
+        """The receiver's /readyz answers 200 (and the stand-in's /_health, if it runs)."""
         deadline = time.monotonic() + READY_TIMEOUT_S
         detail = "no answer"
+        checks = [f"{self.receiver_url}/readyz"]
+        if self.graph_url is not None:
+            checks.append(f"{self.graph_url}/_health")
         async with httpx.AsyncClient(timeout=2.0) as client:
             while time.monotonic() < deadline and not self.stopping:
                 try:
-                    response = await client.get(f"{self.receiver_url}/readyz")
-                    if response.status_code == 200:
+                    while checks:
+                        response = await client.get(checks[0])
+                        if response.status_code != 200:
+                            detail = f"HTTP {response.status_code}: {response.text[:200]}"
+                            break
+                        checks.pop(0)
+                    if not checks:
                         await self.events.put(Ready(True))
                         return
-                    detail = f"HTTP {response.status_code}: {response.text[:200]}"
                 except httpx.HTTPError as exc:
                     detail = type(exc).__name__
                 await asyncio.sleep(0.2)
-        await self.events.put(Ready(False, detail))
+        await self.events.put(Ready(False, f"{checks[0]}: {detail}"))
 
     # --- supervise ------------------------------------------------------------------------
     async def supervise(self, env: Mapping[str, str], settings: Settings) -> int:
@@ -370,7 +451,7 @@ class DevStack:
             if isinstance(event, Ready):
                 if not event.ok:
                     self.console.say(
-                        f"receiver not ready after {READY_TIMEOUT_S:g}s ({event.detail}); stopping"
+                        f"not ready after {READY_TIMEOUT_S:g}s ({event.detail}); stopping"
                     )
                     return 1
                 self.print_banner(env, settings)
@@ -411,6 +492,13 @@ class DevStack:
             f"max wait {settings.max_wait_s:g}s, brain {settings.brain}, "
             f"sender {settings.sender}"
         )
+        if self.graph_url is not None:
+            say(
+                f"graph     {self.graph_url}  (Graph API stand-in: sent/delivered/read statuses "
+                "back to the receiver; GET /_requests, POST /_control)"
+            )
+        elif settings.sender == "outbox":
+            say("replies   to the Redis outbox lists, no delivery statuses (--sender outbox)")
         if self.options.demo:
             say("demo      on: signed bursts from a few people to two tenants (--no-demo: off)")
         else:

@@ -1,4 +1,5 @@
-"""`scripts/run`'s dev stack as a real process: embedded Redis, receiver, worker, demo bursts.
+"""`scripts/run`'s dev stack as a real process: embedded Redis, Graph API stand-in, receiver,
+worker, demo bursts.
 
 Each test runs `scripts/devstack.py` in a subprocess with its own ports and data directory, and
 with none of the product's variables from the developer's shell, so the stack's dev defaults
@@ -133,7 +134,8 @@ def alive(pid: int) -> bool:
 
 
 @pytest.mark.slow
-def test_each_demo_burst_becomes_one_reply(tmp_path: Path) -> None:
+def test_each_demo_burst_becomes_one_reply_through_the_graph_standin(tmp_path: Path) -> None:
+    """worker -> Graph API stand-in -> signed statuses -> receiver -> worker, as in production."""
     stack = Stack(tmp_path, "--bursts", "2", "--exit-after-demo")
     try:
         code = stack.wait(timeout_s=90)
@@ -141,6 +143,39 @@ def test_each_demo_burst_becomes_one_reply(tmp_path: Path) -> None:
         stack.stop()
     output = stack.output
     assert code == 0, output
+    assert re.search(r"devstack \| graph +http://127\.0\.0\.1:\d+ ", output), output
+    assert "sender whatsapp" in output, output
+    # The reply line is printed once the worker recorded the stand-in's statuses in Redis
+    # (the outbound record's status reached read).
+    replies = re.findall(
+        r"\[demo\] (\d+) sent (\d) messages -> 1 reply .*: \"Got \2 messages: .*\" "
+        r"\(sent, delivered, read\)$",
+        output,
+        re.MULTILINE,
+    )
+    assert len(replies) == 2, output
+    assert all(int(n) >= 3 for _, n in replies), output
+    assert "-> 2 replies via the Graph API stand-in (2 delivered and read)" in output, output
+    assert "every burst became exactly one reply" in output
+    assert re.search(r"\[demo\] \d+ \(\w+\): .* delivered twice", output), "a duplicate was sent"
+    assert "WARNING" not in output and "FAILED" not in output, output
+    assert "stand-in answered" not in output, output
+    assert list((tmp_path / "redis").rglob("appendonly*")), "the embedded Redis keeps an AOF"
+    pids = stack.pids()
+    assert {"redis", "graph.1", "web.1", "worker.1", "demo"} <= set(pids), output
+    assert not [name for name, pid in pids.items() if alive(pid)], output
+
+
+@pytest.mark.slow
+def test_each_demo_burst_becomes_one_reply_in_the_outbox(tmp_path: Path) -> None:
+    stack = Stack(tmp_path, "--bursts", "2", "--exit-after-demo", "--sender", "outbox")
+    try:
+        code = stack.wait(timeout_s=90)
+    finally:
+        stack.stop()
+    output = stack.output
+    assert code == 0, output
+    assert "started graph.1" not in output and "sender outbox" in output, output
     replies = re.findall(r"\[demo\] (\d+) sent (\d) messages -> 1 reply \(batch ", output)
     assert len(replies) == 2, output
     assert all(int(n) >= 3 for _, n in replies), output
@@ -157,7 +192,7 @@ def test_sigint_stops_children_then_redis(tmp_path: Path) -> None:
     try:
         stack.wait_for(r"Ctrl-C to stop")
         pids = stack.pids()
-        assert set(pids) == {"redis", "web.1", "worker.1", "worker.2"}, stack.output
+        assert set(pids) == {"redis", "graph.1", "web.1", "worker.1", "worker.2"}, stack.output
         stack.process.send_signal(signal.SIGINT)
         code = stack.wait(timeout_s=30)
     finally:
@@ -165,7 +200,7 @@ def test_sigint_stops_children_then_redis(tmp_path: Path) -> None:
     output = stack.output
     assert code == 0, output
     assert "started demo" not in output
-    assert output.index("stopping web.1, worker.1, worker.2") < output.index(
+    assert output.index("stopping graph.1, web.1, worker.1, worker.2") < output.index(
         "stopping embedded Redis"
     )
     assert not [name for name, pid in pids.items() if alive(pid)], output
@@ -196,6 +231,32 @@ def test_dev_defaults_never_override_the_users_settings() -> None:
     assert env["MAX_WAIT_S"] == "20"  # never shorter than the user's window
     assert env["LEASE_RENEW_S"] == "2"  # renewed well within the user's lease
     assert (env["REDIS_URL"], env["PORT"]) == ("redis://127.0.0.1:7000/0", "9000")
+
+
+def test_the_graph_standin_stands_in_for_what_the_user_left_unset() -> None:
+    devstack = load_devstack()
+    standin = "http://127.0.0.1:9100"
+    env = devstack.dev_environment({}, "redis://127.0.0.1:7000/0", 9000, standin, "standin")
+    assert env["WHATSAPP_API_BASE_URL"] == standin
+    assert env["WHATSAPP_ACCESS_TOKEN"] == devstack.DEV_GRAPH_TOKEN
+    assert env["SENDER"] == "whatsapp"
+    mine = {"WHATSAPP_ACCESS_TOKEN": "mine", "SENDER": "whatsapp"}
+    env = devstack.dev_environment(mine, "redis://127.0.0.1:7000/0", 9000, standin, "standin")
+    assert env["WHATSAPP_ACCESS_TOKEN"] == "mine"
+    env = devstack.dev_environment({}, "redis://127.0.0.1:7000/0", 9000, None, "outbox")
+    assert env["SENDER"] == "outbox" and "WHATSAPP_ACCESS_TOKEN" not in env
+
+
+def test_the_standin_is_the_default_sender_without_the_users_own() -> None:
+    devstack = load_devstack()
+    assert devstack.parse_options([], {}).sender == "standin"
+    assert devstack.parse_options([], {"SENDER": "whatsapp"}).sender == "standin"
+    assert devstack.parse_options(["--sender", "outbox"], {}).sender == "outbox"
+    assert devstack.parse_options([], {"WHATSAPP_ACCESS_TOKEN": "t"}).sender == "env"
+    assert devstack.parse_options([], {"WHATSAPP_API_BASE_URL": "http://x"}).sender == "env"
+    assert devstack.parse_options([], {"SENDER": "outbox"}).sender == "env"
+    with pytest.raises(SystemExit):
+        devstack.parse_options(["--sender", "standin"], {"WHATSAPP_API_BASE_URL": "http://x"})
 
 
 def test_demo_is_on_without_credentials_only() -> None:
