@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
+from prometheus_client import CONTENT_TYPE_LATEST
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -25,10 +26,12 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from receiver.metrics import ReceiverMetrics, read_fleet
 from receiver.signature import SignatureChecker, SignatureError, token_matches
 from receiver.store import InboxWriter, StoreUnavailable
 from receiver.whatsapp import Parsed, parse_body
 from shared.keys import Keys
+from shared.logs import configure_logging, log_startup, warn_if_not_persistent
 from shared.redis_client import make_redis
 from shared.scripts import Scripts
 from shared.settings import Settings
@@ -89,12 +92,13 @@ class Receiver:
         self.signatures = SignatureChecker(settings.whatsapp_app_secrets)
         self.redis: Any = None
         self.writer: InboxWriter | None = None
+        self.metrics = ReceiverMetrics()
 
     @asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
         settings = self.settings
-        configure_logging()
-        logger.info("receiver starting: %s", settings.masked())
+        configure_logging(settings.log_level, settings.log_format)
+        log_startup(logger, "receiver", settings)
         if not self.signatures.configured:
             logger.warning(
                 "WHATSAPP_APP_SECRET is not set: every webhook POST will be refused with 403"
@@ -127,15 +131,7 @@ class Receiver:
         except Exception as exc:
             logger.warning("Redis not reachable at start-up (%r); /readyz reports it", exc)
             return
-        try:
-            config = await asyncio.wait_for(
-                self.redis.config_get("appendonly"), self.settings.redis_timeout_s
-            )
-        except Exception:  # managed Redis often forbids CONFIG
-            logger.debug("cannot read Redis appendonly setting")
-            return
-        if _appendonly_off(config):
-            logger.warning("Redis persistence (appendonly) is off: acknowledged items can be lost")
+        await warn_if_not_persistent(self.redis, self.settings.redis_timeout_s, logger)
 
     # --- routes ------------------------------------------------------------------------------
 
@@ -158,6 +154,7 @@ class Receiver:
         Content-Length, 401 unsigned, 403 wrongly signed (or no secret configured), 503 when
         Redis failed or did not confirm in time, or on any unexpected error (never a 500).
         """
+        started = time.perf_counter()
         try:
             status, answer = await self._webhook(scope, receive)
         except ClientDisconnect:
@@ -169,10 +166,11 @@ class Receiver:
         if status == 200:
             await send({"type": "http.response.start", "status": 200, "headers": answer})
             await send(_EMPTY_BODY)
-            return
-        headers = [(b"content-type", _TEXT), (b"content-length", str(len(answer)).encode())]
-        await send({"type": "http.response.start", "status": status, "headers": headers})
-        await send({"type": "http.response.body", "body": answer})
+        else:
+            headers = [(b"content-type", _TEXT), (b"content-length", str(len(answer)).encode())]
+            await send({"type": "http.response.start", "status": status, "headers": headers})
+            await send({"type": "http.response.body", "body": answer})
+        self.metrics.answered(status, time.perf_counter() - started)
 
     async def _webhook(self, scope: Scope, receive: Receive) -> tuple[int, Any]:
         """(200, response headers) or (error status, text body)."""
@@ -230,6 +228,7 @@ class Receiver:
                 parsed.count,
                 "; ".join(sorted(set(parsed.problems))),
             )
+        self.metrics.saved(saved.stored, saved.duplicates, deadletter is not None)
         return 200, _counts(saved.stored, saved.duplicates, deadletter is not None)
 
     async def healthz(self, request: Request) -> Response:
@@ -245,11 +244,22 @@ class Receiver:
             return UNAVAILABLE
         return PlainTextResponse("ready")
 
+    async def metrics_endpoint(self, request: Request) -> Response:
+        """Prometheus text: this receiver's figures, and the fleet's as Redis has them now."""
+        fleet = None
+        if self.redis is not None:
+            try:
+                fleet = await read_fleet(self.redis, self.keys, self.settings.redis_timeout_s)
+            except Exception as exc:
+                logger.info("fleet metrics not read from Redis: %r", exc)
+        return Response(self.metrics.render(fleet), media_type=CONTENT_TYPE_LATEST)
+
     def routes(self) -> list[Route]:
         return [
             Route(WEBHOOK_PATH, never_500(self.verify), methods=["GET"]),
             Route("/healthz", self.healthz, methods=["GET"]),
             Route("/readyz", never_500(self.readyz), methods=["GET"]),
+            Route("/metrics", never_500(self.metrics_endpoint), methods=["GET"]),
         ]
 
 
@@ -269,11 +279,6 @@ _TEXT = b"text/plain; charset=utf-8"
 _EMPTY_BODY = {"type": "http.response.body", "body": b""}
 
 
-def _appendonly_off(config: Any) -> bool:
-    value = config.get("appendonly", config.get(b"appendonly")) if config else None
-    return value in ("no", b"no")
-
-
 def calm_garbage_collector() -> None:
     """Move start-up objects out of the collector's sight and collect young objects less often.
 
@@ -285,15 +290,6 @@ def calm_garbage_collector() -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(50_000, 20, 20)
-
-
-def configure_logging() -> None:
-    """Uvicorn configures only its own loggers: give ours a handler unless someone else did."""
-    root = logging.getLogger()
-    if not root.handlers:
-        logging.basicConfig(
-            level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-        )
 
 
 class ReceiverApp(Starlette):

@@ -71,6 +71,8 @@ class Settings:
     shutdown_grace_s: float = 10.0
     dedupe_ttl_s: int = 604800
     max_body_bytes: int = 4 * 1024 * 1024
+    log_level: str = "INFO"
+    log_format: str = "json"
 
     tenants: Mapping[str, TenantConfig] = field(default_factory=dict)
 
@@ -120,6 +122,8 @@ class Settings:
             "shutdown_grace_s": _num(env, "SHUTDOWN_GRACE_S", d.shutdown_grace_s, float),
             "dedupe_ttl_s": _num(env, "DEDUPE_TTL_S", d.dedupe_ttl_s, int),
             "max_body_bytes": _num(env, "MAX_BODY_BYTES", d.max_body_bytes, int),
+            "log_level": _str(env, "LOG_LEVEL", d.log_level).upper(),
+            "log_format": _str(env, "LOG_FORMAT", d.log_format).lower(),
         }
         if values["tenants_file"]:
             values["tenants"] = load_tenants(values["tenants_file"])
@@ -155,6 +159,10 @@ class Settings:
             raise ConfigError(f"PORT must be a TCP port, got {self.port}")
         if not self.key_prefix or any(c in self.key_prefix for c in "{}: "):
             raise ConfigError("KEY_PREFIX must be non-empty without '{', '}', ':' or spaces")
+        if self.log_level not in _LOG_LEVELS:
+            raise ConfigError(f"LOG_LEVEL must be one of {', '.join(_LOG_LEVELS)}")
+        if self.log_format not in ("json", "text"):
+            raise ConfigError(f"LOG_FORMAT must be json or text, got {self.log_format!r}")
         if not self.redis_url.startswith(("redis://", "rediss://", "unix://")):
             raise ConfigError("REDIS_URL must start with redis://, rediss:// or unix://")
 
@@ -189,6 +197,7 @@ class Settings:
 
 
 _NO_OVERRIDES = TenantConfig()
+_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 _SECRETS = {
     "whatsapp_app_secrets",
     "whatsapp_verify_token",

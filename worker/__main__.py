@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import logging
-import os
 import sys
 
+from shared.logs import configure_logging
 from shared.settings import ConfigError, Settings
 from worker.runner import Worker
 
@@ -18,16 +17,12 @@ async def _main(settings: Settings) -> None:
 
 
 def main() -> int:
-    logging.basicConfig(
-        level=os.environ.get("LOG_LEVEL", "INFO").upper(),
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-        stream=sys.stdout,
-    )
     try:
         settings = Settings.from_env()
     except ConfigError as exc:
         print(f"configuration error: {exc}", file=sys.stderr)
         return 2
+    configure_logging(settings.log_level, settings.log_format)
     try:
         import uvloop
 

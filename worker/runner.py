@@ -31,6 +31,7 @@ from redis.exceptions import RedisError
 
 from shared.group_commit import GroupCommitter
 from shared.keys import Keys
+from shared.logs import log_startup, redact_person, warn_if_not_persistent
 from shared.redis_client import make_redis
 from shared.scripts import Scripts
 from shared.settings import Settings
@@ -108,7 +109,9 @@ class Worker:
         s = self.settings
         self.redis = make_redis(s)
         self.scripts = Scripts()
+        log_startup(log, "worker", s)
         await self.scripts.load(self.redis)
+        await warn_if_not_persistent(self.redis, s.redis_timeout_s, log)
         # Turn traffic goes through the committer on its own connection pool, bounded per round
         # rather than per reply (see GroupCommitter).
         self._commit_redis = make_redis(s, socket_timeout=None)
@@ -323,7 +326,11 @@ class Worker:
             reply = await self._reply(batch)
         except NeedsReview as exc:
             log.info(
-                "batch to review tenant=%s batch=%s reason=%s", batch.tenant, batch.id, exc.reason
+                "batch to review tenant=%s batch=%s reason=%s",
+                batch.tenant,
+                batch.id,
+                exc.reason,
+                extra=_fields(batch, "review"),
             )
             await self._finish(
                 self.store.finish_review(batch, exc.reason, exc.detail, batch.claimed_ms), batch
@@ -338,6 +345,7 @@ class Worker:
             if reply and not batch.template_sent:
                 remember = orjson.dumps({"user": batch.user_text, "assistant": reply})
             await self._finish(self.store.finish_done(batch, remember), batch)
+            log.debug("turn done batch=%s", batch.id, extra=_fields(batch, "done"))
 
     async def _reply(self, batch: Batch) -> str | None:
         """Ask the brain (unless an earlier attempt stored a reply) and send what is not sent.
@@ -386,6 +394,7 @@ class Worker:
                 batch.tenant,
                 batch.id,
                 error,
+                extra=_fields(batch, "review"),
             )
             await self._finish(
                 self.store.finish_review(batch, "max_attempts", error, batch.claimed_ms), batch
@@ -399,6 +408,7 @@ class Worker:
                 batch.tenant,
                 batch.id,
                 error,
+                extra=_fields(batch, "retry"),
             )
             await self._finish(self.store.finish_retry(batch, delay, error), batch)
 
@@ -482,3 +492,13 @@ class Worker:
             soonest = min(t.lease_deadline for t in self._turns.values())
             delay = min(delay, soonest - margin - asyncio.get_running_loop().time())
         return max(0.05, delay)
+
+
+def _fields(batch: Batch, outcome: str) -> dict[str, str]:
+    """Structured log fields of a turn; the person only redacted."""
+    return {
+        "tenant": batch.tenant,
+        "person": redact_person(batch.person),
+        "batch": batch.id,
+        "outcome": outcome,
+    }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -41,8 +42,9 @@ class Uvicorn:
             [*command, "--loop", "uvloop", "--http", "httptools", "--no-access-log"],
             cwd=ROOT,
             env=self.env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
+            # Our logs go to stdout (one JSON object per line), uvicorn's own to stderr.
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
         )
         self._wait_until_up()
 
@@ -50,7 +52,7 @@ class Uvicorn:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"uvicorn exited: {self.process.stderr.read()!r}")  # type: ignore[union-attr]
+                raise RuntimeError(f"uvicorn exited: {self.process.stdout.read()!r}")  # type: ignore[union-attr]
             try:
                 if httpx.get(f"{self.url}/healthz", timeout=0.5).status_code == 200:
                     return
@@ -59,13 +61,14 @@ class Uvicorn:
         raise RuntimeError("uvicorn did not come up")
 
     def terminate(self) -> tuple[int, str]:
+        """Stop the server; its exit code and everything it printed (stdout and stderr)."""
         self.process.send_signal(signal.SIGTERM)
         try:
-            _, stderr = self.process.communicate(timeout=10)
+            output, _ = self.process.communicate(timeout=10)
         except subprocess.TimeoutExpired:
             self.process.kill()
-            _, stderr = self.process.communicate()
-        return self.process.returncode, stderr.decode(errors="replace")
+            output, _ = self.process.communicate()
+        return self.process.returncode, output.decode(errors="replace")
 
 
 @pytest.fixture(scope="module")
@@ -144,8 +147,11 @@ def test_starts_without_redis_and_stops_cleanly() -> None:
         )
         assert response.status_code == 403  # no secret configured: refused, never accepted
     finally:
-        code, stderr = process.terminate()
+        code, output = process.terminate()
     assert code in (0, -signal.SIGTERM)  # uvicorn re-raises the signal after a graceful stop
-    assert "WHATSAPP_APP_SECRET is not set" in stderr
-    assert "receiver stopped" in stderr
-    assert "Traceback" not in stderr
+    assert "WHATSAPP_APP_SECRET is not set" in output
+    assert "receiver stopped" in output
+    assert "Traceback" not in output
+    ours = [json.loads(line) for line in output.splitlines() if line.startswith("{")]
+    assert any(line["level"] == "WARNING" and "WHATSAPP_APP_SECRET" in line["msg"] for line in ours)
+    assert ours[-1] == {**ours[-1], "logger": "receiver.app", "msg": "receiver stopped"}

@@ -1,0 +1,132 @@
+"""GET /metrics: Prometheus text that parses, receiver figures that move with traffic, fleet
+figures read from Redis at scrape time, and a scrape that survives Redis being down."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from redis.asyncio import Redis
+
+from shared.keys import Keys
+from shared.redis_server import RedisServer
+from shared.settings import Settings
+from tests.conftest import fixture_bytes
+from tests.receiver.conftest import TENANT, counts, dumps, payload, post, running, text_message
+from tests.worker.support import push_message
+
+TEXT = fixture_bytes("whatsapp/text.json")
+PERSON = "5491155550001"
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+async def scrape(client: httpx.AsyncClient) -> Samples:
+    response = await client.get("/metrics")
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/plain")
+    samples: Samples = {}
+    for family in text_string_to_metric_families(response.text):
+        for s in family.samples:
+            samples[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return samples
+
+
+def value(samples: Samples, name: str, **labels: str) -> float:
+    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+@pytest.fixture
+def own_server() -> Iterator[RedisServer]:
+    server = RedisServer().start()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+async def test_receiver_figures_move_as_traffic_flows(client: httpx.AsyncClient) -> None:
+    before = await scrape(client)
+    assert value(before, "wa_fleet_scrape_ok") == 1
+    assert value(before, "wa_webhook_items_stored_total") == 0
+
+    assert counts(await post(client, TEXT)) == {"stored": 1, "duplicates": 0}
+    assert counts(await post(client, TEXT)) == {"stored": 0, "duplicates": 1}
+    assert (await post(client, TEXT, signature="sha256=" + "0" * 64)).status_code == 403
+    assert counts(await post(client, b"{not json")) == {
+        "stored": 0,
+        "duplicates": 0,
+        "deadlettered": True,
+    }
+
+    after = await scrape(client)
+    assert value(after, "wa_webhook_requests_total", status="200") == 3
+    assert value(after, "wa_webhook_requests_total", status="403") == 1
+    assert value(after, "wa_webhook_items_stored_total") == 1
+    assert value(after, "wa_webhook_items_duplicate_total") == 1
+    assert value(after, "wa_webhook_deadlettered_total") == 1
+    assert value(after, "wa_webhook_request_seconds_count") == 4
+    assert 0 < value(after, "wa_webhook_request_seconds_sum") < 10
+    assert value(after, "wa_webhook_request_seconds_bucket", le="+Inf") == 4
+
+
+async def test_fleet_gauges_reflect_redis(
+    client: httpx.AsyncClient, redis: Redis, settings: Settings
+) -> None:
+    assert await push_message(redis, settings.key_prefix, PERSON, "wamid.m1", "hola", tenant=TENANT)
+    k = Keys(settings.key_prefix).tenant(TENANT)
+    await redis.zadd(k.due, {PERSON: 1, "5491155550002": 2})
+    await redis.zadd(k.running, {"5491155550003": 3})
+    await redis.hset(k.review, "batch-1", "{}")
+    await redis.hset(
+        k.stats,
+        mapping={"messages": 7, "turns": 5, "parts_read": 2, "review:too_old": 1},
+    )
+
+    samples = await scrape(client)
+    assert value(samples, "wa_fleet_scrape_ok") == 1
+    assert value(samples, "wa_inbox_depth", tenant=TENANT) == 1
+    assert value(samples, "wa_conversations_waiting", tenant=TENANT) == 2
+    assert value(samples, "wa_turns_running", tenant=TENANT) == 1
+    assert value(samples, "wa_review_items", tenant=TENANT) == 1
+    assert value(samples, "wa_messages_total", tenant=TENANT) == 7
+    assert value(samples, "wa_turns_total", tenant=TENANT) == 5
+    assert value(samples, "wa_parts_read_total", tenant=TENANT) == 2
+    assert ("wa_retries_total", (("tenant", TENANT),)) in samples
+    assert value(samples, "wa_review_total", tenant=TENANT, reason="too_old") == 1
+
+    # A webhook for a second tenant shows up as its own series, read at the next scrape.
+    other = "106500000000002"
+    body = dumps(payload((other, [text_message("wamid.m2")], [])))
+    assert counts(await post(client, body))["stored"] == 1
+    samples = await scrape(client)
+    assert value(samples, "wa_inbox_depth", tenant=other) == 1
+    assert value(samples, "wa_inbox_depth", tenant=TENANT) == 1
+
+
+async def test_redis_down_still_serves_receiver_figures(
+    settings: Settings, own_server: RedisServer
+) -> None:
+    config = settings.with_overrides(redis_url=own_server.url, redis_timeout_s=0.5)
+    async with running(config) as client:
+        assert counts(await post(client, TEXT))["stored"] == 1
+        own_server.stop()
+        assert (await post(client, TEXT)).status_code == 503
+        samples = await scrape(client)
+        assert value(samples, "wa_fleet_scrape_ok") == 0
+        assert value(samples, "wa_webhook_requests_total", status="200") == 1
+        assert value(samples, "wa_webhook_requests_total", status="503") == 1
+        assert value(samples, "wa_webhook_items_stored_total") == 1
+        assert not [name for name, _ in samples if name.startswith("wa_inbox_depth")]
+
+
+async def test_each_app_counts_on_its_own(settings: Settings, redis: Redis) -> None:
+    async with running(settings) as first:
+        assert counts(await post(first, TEXT))["stored"] == 1
+        first_samples = await scrape(first)
+    async with running(settings) as second:
+        second_samples = await scrape(second)
+    assert value(first_samples, "wa_webhook_requests_total", status="200") == 1
+    assert value(second_samples, "wa_webhook_requests_total", status="200") == 0

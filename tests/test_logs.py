@@ -1,0 +1,185 @@
+"""Logs: one JSON object per line with the structured fields; no message text at INFO; the
+persistence warning at start-up of both processes; persons only redacted."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import logging
+import os
+import signal
+import subprocess
+import sys
+import uuid
+
+import orjson
+import pytest
+from redis.asyncio import Redis
+
+from shared.keys import Keys
+from shared.logs import JsonFormatter, make_formatter, redact_person
+from shared.redis_server import RedisServer
+from shared.settings import ConfigError, Settings
+from tests.conftest import APP_SECRET
+from tests.receiver.conftest import running
+from tests.worker.support import REPO, TENANT, push_message, subscribers, wait_for
+from worker.runner import Worker
+
+PERSON = "5491155550042"
+SECRET_TEXT = "my-card-number-is-4111-zebra"
+APPENDONLY_WARNING = "appendonly"
+
+
+def json_lines(records: list[logging.LogRecord]) -> list[str]:
+    formatter = JsonFormatter()
+    return [formatter.format(r) for r in records]
+
+
+def test_a_record_is_one_json_object_on_one_line_with_its_extra_fields() -> None:
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(make_formatter("json"))
+    logger = logging.getLogger("tests.logs.sample")
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        logger.warning("turn failed\nbatch=%s", "b1", extra={"tenant": "t1", "person": "…0042#abc"})
+        try:
+            raise RuntimeError("boom")
+        except RuntimeError:
+            logger.exception("it broke", extra={"batch": "b2", "outcome": "retry"})
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = True
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 2
+    first, second = (orjson.loads(line) for line in lines)
+    assert first["level"] == "WARNING" and first["logger"] == "tests.logs.sample"
+    assert first["msg"] == "turn failed\nbatch=b1"
+    assert first["tenant"] == "t1" and first["person"] == "…0042#abc"
+    assert first["ts"].startswith("20") and "T" in first["ts"]
+    assert "exc" not in first
+    assert second["batch"] == "b2" and second["outcome"] == "retry"
+    assert "RuntimeError: boom" in second["exc"]
+
+
+def test_text_format_and_unknown_formats() -> None:
+    record = logging.LogRecord("x", logging.INFO, __file__, 1, "hello %s", ("you",), None)
+    assert make_formatter("text").format(record).endswith("INFO x: hello you")
+    with pytest.raises(ValueError):
+        make_formatter("xml")
+
+
+def test_log_settings_are_read_and_validated() -> None:
+    s = Settings.from_env({"LOG_FORMAT": "TEXT", "LOG_LEVEL": "debug"})
+    assert (s.log_format, s.log_level) == ("text", "DEBUG")
+    assert (Settings().log_format, Settings().log_level) == ("json", "INFO")
+    with pytest.raises(ConfigError, match="LOG_FORMAT"):
+        Settings.from_env({"LOG_FORMAT": "xml"})
+    with pytest.raises(ConfigError, match="LOG_LEVEL"):
+        Settings.from_env({"LOG_LEVEL": "loud"})
+
+
+def test_redacted_persons_keep_four_digits_and_tell_persons_apart() -> None:
+    one, other = redact_person(PERSON), redact_person("5491155559942")
+    assert PERSON not in one and one.startswith("…0042#")
+    assert one != other and one == redact_person(PERSON)
+
+
+async def test_a_worker_turn_logs_no_message_text_at_info(
+    redis: Redis, settings: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    prefix = f"tl{uuid.uuid4().hex[:8]}"
+    s = settings.with_overrides(
+        key_prefix=prefix, brain="echo", debounce_window_s=0.05, max_wait_s=0.05
+    )
+    worker = Worker(s)
+    task = asyncio.create_task(worker.run())
+    try:
+
+        async def subscribed() -> bool:
+            return await subscribers(redis, prefix) == 1
+
+        await wait_for(subscribed, "the worker listening")
+        await push_message(redis, prefix, PERSON, "wamid.logs1", SECRET_TEXT)
+
+        async def replied() -> list[bytes]:
+            return list(await redis.lrange(Keys(prefix).tenant(TENANT).outbox, 0, -1))
+
+        (reply,) = await wait_for(replied, "the echo reply in the outbox")
+        assert SECRET_TEXT.encode() in reply  # the text did go through the turn
+    finally:
+        worker.handle_exit()
+        await asyncio.wait_for(task, 10)
+    lines = json_lines(caplog.records)
+    assert any("worker starting" in line for line in lines)
+    assert any(APPENDONLY_WARNING in line for line in lines)
+    for line in lines:
+        assert SECRET_TEXT not in line
+        assert PERSON not in line
+        assert APP_SECRET not in line  # the start-up configuration is masked
+
+
+async def test_the_receiver_warns_when_appendonly_is_off(
+    redis: Redis, settings: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    async with running(settings):
+        pass
+    lines = json_lines(caplog.records)
+    assert any("receiver starting" in line and "***" in line for line in lines)
+    (warning,) = [r for r in caplog.records if APPENDONLY_WARNING in r.getMessage()]
+    assert warning.levelno == logging.WARNING and warning.name == "receiver.app"
+    assert all(APP_SECRET not in line for line in lines)
+
+
+async def test_the_worker_warns_only_when_appendonly_is_off(
+    redis: Redis, settings: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="worker")
+    await redis.config_set("appendonly", "yes")
+    try:
+        worker = Worker(settings.with_overrides(key_prefix=f"tl{uuid.uuid4().hex[:8]}"))
+        await worker.startup()
+        await worker.shutdown()
+    finally:
+        await redis.config_set("appendonly", "no")
+    assert not [r for r in caplog.records if APPENDONLY_WARNING in r.getMessage()]
+
+
+def test_python_m_worker_writes_json_lines_on_stdout(redis_server: RedisServer) -> None:
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "REDIS_URL": redis_server.url,
+        "KEY_PREFIX": f"tl{uuid.uuid4().hex[:8]}",
+        "WHATSAPP_APP_SECRET": APP_SECRET,
+        "BRAIN": "echo",
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "worker"],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert proc.stdout is not None
+        lines = []
+        for raw in proc.stdout:
+            lines.append(orjson.loads(raw))
+            if " started" in lines[-1]["msg"]:
+                break
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=15)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    lines += [orjson.loads(raw) for raw in out.splitlines()]
+    assert proc.returncode == 0, err
+    assert {"ts", "level", "logger", "msg"} <= set(lines[0])
+    assert lines[0]["msg"].startswith("worker starting")
+    assert APP_SECRET not in out.decode() and all(APP_SECRET not in line["msg"] for line in lines)
+    assert any(line["level"] == "WARNING" and "appendonly" in line["msg"] for line in lines)
+    assert lines[-1]["msg"].endswith("stopped")
