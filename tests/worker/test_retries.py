@@ -99,6 +99,11 @@ async def test_too_old_batches_go_to_review_without_calling_the_brain(
     assert "old" in str(item["error"]) and item["attempts"] == 0
     assert [m["id"] for m in item["messages"]] == ["wamid.old.1", "wamid.old.2"]  # type: ignore[attr-defined]
     assert await records.turns(old) == [], "the brain never saw the old batch"
-    assert [r["person"] for r in await outbox(redis, prefix)] == [fresh]
+
+    async def replied() -> list[str]:
+        # The brain's record is written before the sender runs: wait for the reply itself.
+        return [r["person"] for r in await outbox(redis, prefix)]
+
+    assert await wait_for(replied, "the fresh person's reply") == [fresh]
     assert (await stats(redis, prefix))["review:too_old"] == 1
     assert not await redis.exists(Keys(prefix).tenant(TENANT).batch(old))
