@@ -202,16 +202,20 @@ class Worker:
         while not self._stopping:
             self._wake.clear()
             now = loop.time()
+            todo: set[str] = set()
             try:
                 if now >= self._next_sweep:
-                    await self._refresh_tenants()
+                    # Set before the await: a re-read asked for meanwhile (_next_sweep = 0)
+                    # must survive it.
                     self._next_sweep = now + self.settings.poll_interval_s
+                    await self._refresh_tenants()
                 todo = self._dirty | {t for t, at in self._next_wake.items() if at <= now}
                 self._dirty = set()
                 if todo:
                     await self._visit(todo)
             except (RedisError, OSError) as exc:
                 log.warning("redis unavailable in main loop: %s", exc)
+                self._dirty |= todo  # look at them again, not only at the next sweep
                 await self._sleep(min(1.0, self.settings.poll_interval_s))
                 continue
             await self._sleep(self._sleep_time(self._next_sweep))
