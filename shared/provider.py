@@ -80,6 +80,7 @@ class OutboundProvider(Protocol):
         """
         ...
 
-    async def hand_over(self, batch: Batch, reason: str, detail: str) -> None:
-        """The batch was parked for review: give the conversation to a human (raise if not)."""
+    async def hand_over(self, batch: Batch, reason: str, detail: str) -> bool:
+        """The batch was parked for review: give the conversation to a human. True once the
+        provider was told, False where it has no such thing (WhatsApp); raise on failure."""
         ...
