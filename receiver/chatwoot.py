@@ -15,7 +15,9 @@ Missing credentials answer 401, wrong or stale ones 403.
 What is stored: only `message_created` events that are `incoming` and not private. The bot's
 own replies, agents' messages, templates and private notes come back as `message_created`
 too, and every other event (conversation_status_changed, ...) is valid but not for us: all of
-them are reported in `ignored_fields`, never stored, never dead-lettered.
+them are reported in `ignored_fields`, never stored, never dead-lettered. With
+`CHATWOOT_ONLY_PENDING=true` only conversations in status `pending` (Chatwoot's "with the
+bot" state) are answered, so one handed over to a person (`open`) gets no more bot replies.
 
 Identity: tenant = the inbox of an account (`cw-<account>-<inbox>`, shared/chatwoot.py),
 person = the conversation id, message id = Chatwoot's message id, which is also the dedupe key:
@@ -60,10 +62,16 @@ class ChatwootInbound:
     header_names = frozenset({SIGNATURE, TIMESTAMP, DELIVERY})
 
     def __init__(
-        self, secrets: Iterable[str], tokens: Iterable[str], max_skew_s: float = MAX_SKEW_S
+        self,
+        secrets: Iterable[str],
+        tokens: Iterable[str],
+        *,
+        only_pending: bool = False,
+        max_skew_s: float = MAX_SKEW_S,
     ) -> None:
         self._keys = tuple(s.encode() for s in secrets if s)
         self._tokens = tuple(t for t in tokens if t)
+        self._only_pending = only_pending
         self._max_skew_s = max_skew_s
 
     @property
@@ -114,10 +122,14 @@ class ChatwootInbound:
             raise BadSignature("token does not match")
 
     def parse(self, request: WebhookRequest, received_ms: int) -> Parsed:
-        return parse_body(request.body, received_ms, request.header(DELIVERY) or "")
+        return parse_body(
+            request.body, received_ms, request.header(DELIVERY) or "", self._only_pending
+        )
 
 
-def parse_body(body: bytes, received_ms: int, delivery: str = "") -> Parsed:
+def parse_body(
+    body: bytes, received_ms: int, delivery: str = "", only_pending: bool = False
+) -> Parsed:
     """The inbox event of an incoming `message_created` body; anything else is ignored."""
     parsed = Parsed()
     try:
@@ -128,7 +140,7 @@ def parse_body(body: bytes, received_ms: int, delivery: str = "") -> Parsed:
     if not isinstance(payload, dict):
         parsed.problems.append("body is not an object")
         return parsed
-    ignored = ignored_because(payload)
+    ignored = ignored_because(payload, only_pending)
     if ignored:
         parsed.ignored_fields.append(ignored)
         return parsed
@@ -140,7 +152,7 @@ def parse_body(body: bytes, received_ms: int, delivery: str = "") -> Parsed:
     return parsed
 
 
-def ignored_because(payload: dict[str, Any]) -> str:
+def ignored_because(payload: dict[str, Any], only_pending: bool = False) -> str:
     """Why a valid webhook is not a customer's message for the bot ("" when it is one)."""
     event = payload.get("event")
     if event != "message_created":
@@ -150,6 +162,10 @@ def ignored_because(payload: dict[str, Any]) -> str:
         return f"message_type {_label(kind)}"
     if payload.get("private"):
         return "private note"
+    if only_pending:
+        status = _get(payload.get("conversation"), "status")
+        if status != "pending":
+            return f"conversation status {_label(status)}"
     return ""
 
 

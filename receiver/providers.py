@@ -16,6 +16,10 @@ def inbound_providers(settings: Settings) -> dict[str, InboundProvider]:
     """Webhook path -> the provider serving its POSTs."""
     providers: list[InboundProvider] = [
         WhatsAppInbound(settings.whatsapp_app_secrets),
-        ChatwootInbound(settings.chatwoot_webhook_secrets, settings.chatwoot_webhook_tokens),
+        ChatwootInbound(
+            settings.chatwoot_webhook_secrets,
+            settings.chatwoot_webhook_tokens,
+            only_pending=settings.chatwoot_only_pending,
+        ),
     ]
     return {p.path: p for p in providers}

@@ -52,6 +52,7 @@ class Settings:
     chatwoot_api_access_token: str = ""
     chatwoot_webhook_secrets: tuple[str, ...] = ()
     chatwoot_webhook_tokens: tuple[str, ...] = ()
+    chatwoot_only_pending: bool = False
 
     anthropic_api_key: str = ""
     ai_model: str = "claude-sonnet-4-5"
@@ -105,6 +106,7 @@ class Settings:
             "chatwoot_api_access_token": env.get("CHATWOOT_API_ACCESS_TOKEN", "").strip(),
             "chatwoot_webhook_secrets": _list(env, "CHATWOOT_WEBHOOK_SECRET"),
             "chatwoot_webhook_tokens": _list(env, "CHATWOOT_WEBHOOK_TOKEN"),
+            "chatwoot_only_pending": _bool(env, "CHATWOOT_ONLY_PENDING", d.chatwoot_only_pending),
             "anthropic_api_key": api_key,
             "ai_model": _str(env, "AI_MODEL", d.ai_model),
             "system_prompt": _str(env, "SYSTEM_PROMPT", d.system_prompt),
