@@ -439,7 +439,11 @@ class ChatwootApiStandIn(StandInBase):
 
     def status_changes(self, conversation: int | None = None) -> list[StatusChange]:
         with self._lock:
-            changes = [r.extra["status"] for r in self._records if r.ok and "status" in r.extra]
+            changes = [
+                r.extra["status_change"]
+                for r in self._records
+                if r.ok and "status_change" in r.extra
+            ]
         return [c for c in changes if conversation is None or c.conversation == conversation]
 
     def status_of(self, conversation: int, account: int = 1) -> str | None:
@@ -533,7 +537,7 @@ class ChatwootApiStandIn(StandInBase):
         with self._lock:
             records = [r.to_json() for r in self._records]
         for record in records:
-            for key in ("created", "status"):
+            for key in ("created", "status_change"):
                 if key in record:
                     record[key] = asdict(record[key])
         return json_response({"requests": records})
@@ -624,7 +628,7 @@ class ChatwootApiStandIn(StandInBase):
             return Response(b"", status_code=200)
         if kind == "status":
             status = str(body["status"])
-            record.extra["status"] = StatusChange(account, conversation, status, now)
+            record.extra["status_change"] = StatusChange(account, conversation, status, now)
             with self._lock:
                 self._statuses[(account, conversation)] = status
             result = {
