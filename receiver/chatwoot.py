@@ -95,6 +95,8 @@ class ChatwootInbound:
         if stamp is None:
             raise MissingSignature("no X-Chatwoot-Timestamp header")
         try:
+            if len(stamp) > 20:  # no clock needs more digits; a huge int cannot be a float
+                raise ValueError
             sent_s = int(stamp.strip())
         except ValueError:
             raise BadSignature("malformed X-Chatwoot-Timestamp header") from None
@@ -210,7 +212,8 @@ def describe(payload: dict[str, Any]) -> tuple[str, str]:
     the content as the first one's caption: `[image: así está la canilla]`."""
     content = payload.get("content")
     text = content if isinstance(content, str) else ""
-    attachments = [a for a in payload.get("attachments") or [] if isinstance(a, dict)]
+    listed = payload.get("attachments")
+    attachments = [a for a in listed if isinstance(a, dict)] if isinstance(listed, list) else []
     if not attachments:
         return "text", text
     kinds = [_attachment_type(a) for a in attachments]
@@ -229,7 +232,7 @@ def timestamp(value: Any, received_ms: int) -> int:
         except ValueError:
             try:
                 ts = datetime.fromisoformat(value).timestamp()
-            except ValueError:
+            except (ValueError, OverflowError, OSError):  # not a date, or out of range
                 ts = None
     if ts is None or not math.isfinite(ts) or not 0 <= ts < MAX_TS:
         return received_ms // 1000

@@ -277,3 +277,15 @@ def test_nothing_configured_refuses_everything() -> None:
     assert not inbound.configured
     assert refusal(inbound, signed(RAW)) == 403
     assert refusal(inbound, request(RAW, b"token=")) == 403
+
+
+def test_absurd_headers_and_fields_are_refusals_or_fallbacks_never_crashes() -> None:
+    huge = "9" * 400  # int() takes it; a float cannot hold it
+    req = request(
+        RAW, x_chatwoot_timestamp=huge, x_chatwoot_signature=sign_chatwoot(SECRET, RAW, huge)
+    )
+    assert refusal(ChatwootInbound([SECRET], []), req) == 403
+    assert describe({"content": "hola", "attachments": 5}) == ("text", "hola")
+    assert describe({"content": "hola", "attachments": "image"}) == ("text", "hola")
+    assert timestamp("9999-12-31T23:59:59-23:59", NOW_MS) == 253402387139  # no overflow
+    assert timestamp("0001-01-01T00:00:00+14:00", NOW_MS) == NOW_MS // 1000
