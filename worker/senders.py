@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import orjson
 
@@ -35,6 +35,14 @@ from worker.batch import Batch
 from worker.plugins import load_object
 
 OUTBOX_MAX = 10_000
+
+if TYPE_CHECKING:
+    from shared.provider import OutboundProvider
+    from worker.chatwoot_sender import ChatwootSender
+    from worker.whatsapp_sender import WhatsAppSender
+
+    # The built-in providers implement the whole interface (mypy checks this line).
+    _PROVIDERS: tuple[type[OutboundProvider], ...] = (WhatsAppSender, ChatwootSender)
 
 
 class Sender(Protocol):
