@@ -160,7 +160,8 @@ def message_created(
 class ChatwootFault:
     """One fault rule; the first that matches a call decides (each match uses one of `count`,
     None = never used up). Matching: `kinds` (reply, note, status, typing; default every one)
-    and `conversation`. After sleeping `delay`: `raw_body` set → `status` (default 502) with
+    and `conversation`; the first `after` matching calls are let through (fail the second part
+    of a reply, say). After sleeping `delay`: `raw_body` set → `status` (default 502) with
     that body; else `status` set → Chatwoot's error body `{"error": message}`; neither (a
     pure delay, `hang_next`) → the call is then handled normally, so it IS carried out even
     if the client gave up waiting."""
@@ -173,6 +174,7 @@ class ChatwootFault:
     count: int | None = 1
     conversation: int | None = None
     kinds: frozenset[str] = CALL_KINDS
+    after: int = 0
     hits: int = 0
 
     def matches(self, kind: str, conversation: int) -> bool:
@@ -323,8 +325,10 @@ class ChatwootApiStandIn(StandInBase):
         conversation: int | None = None,
         kinds: Iterable[str] = CALL_KINDS,
         delay: float = 0.0,
+        after: int = 0,
     ) -> ChatwootFault:
-        """The next `n` matching calls get HTTP `status` with `{"error": message}`."""
+        """The next `n` matching calls (after `after` that succeed) get HTTP `status` with
+        `{"error": message}`."""
         return self.add_fault(
             ChatwootFault(
                 status=status,
@@ -333,6 +337,7 @@ class ChatwootApiStandIn(StandInBase):
                 kinds=frozenset(kinds),
                 delay=delay,
                 count=n,
+                after=after,
             )
         )
 
@@ -413,6 +418,9 @@ class ChatwootApiStandIn(StandInBase):
             for fault in self._faults:
                 if not fault.matches(kind, conversation):
                     continue
+                if fault.after > 0:
+                    fault.after -= 1
+                    continue
                 fault.hits += 1
                 if fault.count is not None:
                     fault.count -= 1
@@ -477,14 +485,14 @@ class ChatwootApiStandIn(StandInBase):
 
         - `{"op": "fail", "status": 429, "count": 2}`: add a fault; fields of
           `ChatwootFault`: status, message, raw_body, content_type, delay, count (null =
-          forever), conversation, kinds.
+          forever), conversation, kinds, after.
         - `{"op": "hang", "seconds": 30, "count": 1}`, `{"op": "latency", "seconds": 0.5}`
         - `{"op": "config", ...}`: any `configure` keyword.
         - `{"op": "reset"}` (faults, latency), `{"op": "clear"}` (records), `{"op": "reset_all"}`.
         """
         op = payload.get("op")
         if op == "fail":
-            names = ("status", "message", "raw_body", "content_type", "delay", "count")
+            names = ("status", "message", "raw_body", "content_type", "delay", "count", "after")
             fields = {k: payload[k] for k in (*names, "conversation") if k in payload}
             if "kinds" in payload:
                 fields["kinds"] = frozenset(payload["kinds"])

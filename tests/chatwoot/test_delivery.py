@@ -14,6 +14,7 @@ from redis.asyncio import Redis
 
 from scripts.standins import ChatwootApiStandIn, chatwoot_headers, message_created
 from shared.keys import Keys
+from tests.chatwoot import brains
 from tests.chatwoot.conftest import WEBHOOK_SECRET
 from tests.delivery.support import InProcessWorkers, hash_of
 from tests.worker.support import outbox, push_message, review_items, stats, wait_for
@@ -282,3 +283,22 @@ async def test_without_a_chatwoot_token_a_whatsapp_only_worker_parks_chatwoot_ba
     assert item["reason"] == "no_sender" and "chatwoot" in item["error"]
     assert "handoff" not in item
     assert chatwoot.requests == []
+
+
+async def test_a_retried_turn_never_resends_a_part_chatwoot_accepted(
+    redis: Redis,
+    prefix: str,
+    workers: InProcessWorkers,
+    receiver_url: str,
+    chatwoot: ChatwootApiStandIn,
+) -> None:
+    brains.CALLS.clear()
+    await workers.start(BRAIN="tests.chatwoot.brains:TwoPartBrain")
+    chatwoot.fail_next(1, 503, kinds=["reply"], after=1)  # the second part fails once
+    await post_message(receiver_url, 1001, "hola")
+
+    counts = await ended(redis, prefix)
+    assert [c.status for c in chatwoot.calls("reply")] == [200, 503, 200]
+    assert [m.content for m in chatwoot.replies()] == list(brains.parts_of("hola"))
+    assert counts["turns"] == 1 and counts["retries"] == 1 and counts["parts_out"] == 2
+    assert len(brains.CALLS) == 1, "the stored reply was sent on, the AI not asked again"
