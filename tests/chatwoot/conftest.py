@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 from redis.asyncio import Redis
@@ -16,6 +17,7 @@ from shared.redis_server import RedisServer
 from shared.settings import Settings
 from tests.conftest import APP_SECRET
 from tests.delivery.support import InProcessWorkers
+from tests.worker.support import WorkerFleet
 
 API_TOKEN = "cw-api-token"
 TENANT_API_TOKEN = "cw-tenant-token"
@@ -91,3 +93,16 @@ async def workers(
         yield running
     finally:
         await running.stop()
+
+
+@pytest.fixture
+def fleet(
+    redis: Redis, redis_server: RedisServer, prefix: str, tmp_path: Path
+) -> Iterator[WorkerFleet]:
+    """Real `python -m worker` processes, always killed at the end."""
+    workers = WorkerFleet(redis, redis_server.url, prefix, tmp_path)
+    try:
+        yield workers
+    finally:
+        workers.close()
+        print(workers.dump())  # shown by pytest only when the test failed
