@@ -233,3 +233,13 @@ async def test_the_whatsapp_route_is_unchanged_next_to_it(
     assert stored(wa_answer) == (1, 0)
     assert (crossed.status_code, crossed_back.status_code) == (401, 401)
     assert await redis.smembers(Keys().tenants) == {b"106500000000001"}
+
+
+async def test_an_oversize_body_is_413_before_anything_is_checked(
+    cw_settings: Settings, redis: Redis
+) -> None:
+    body = incoming(9011, "x" * 2000)
+    async with running(cw_settings.with_overrides(max_body_bytes=1000)) as client:
+        response = await post(client, body, chatwoot_headers(body, SECRET))
+    assert response.status_code == 413
+    assert await stored_nothing(redis)
