@@ -107,7 +107,8 @@ class Receiver:
         log_startup(logger, "receiver", settings)
         if not self.signatures.configured:
             logger.warning(
-                "WHATSAPP_APP_SECRET is not set: every webhook POST will be refused with 403"
+                "WHATSAPP_APP_SECRET is not set: "
+                "POST /webhooks/whatsapp refuses every request with 403"
             )
         if not self.webhooks[ChatwootInbound.path].configured:
             logger.info(
