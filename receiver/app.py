@@ -26,19 +26,23 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from receiver.chatwoot import ChatwootInbound
 from receiver.metrics import ReceiverMetrics, read_fleet
-from receiver.signature import SignatureChecker, SignatureError, token_matches
+from receiver.parsing import Parsed
+from receiver.providers import inbound_providers
+from receiver.signature import SignatureError, token_matches
 from receiver.store import InboxWriter, StoreUnavailable
-from receiver.whatsapp import Parsed, parse_body
+from receiver.whatsapp import WhatsAppInbound
 from shared.keys import Keys
 from shared.logs import configure_logging, log_startup, warn_if_not_persistent
+from shared.provider import InboundProvider, WebhookRequest
 from shared.redis_client import make_redis
 from shared.scripts import Scripts
 from shared.settings import Settings
 
 logger = logging.getLogger(__name__)
 
-WEBHOOK_PATH = "/webhooks/whatsapp"
+WEBHOOK_PATH = WhatsAppInbound.path
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 
@@ -89,7 +93,9 @@ class Receiver:
         self.settings = settings
         self.keys = Keys(settings.key_prefix)
         self.scripts = Scripts()
-        self.signatures = SignatureChecker(settings.whatsapp_app_secrets)
+        # Webhook path -> provider; each path's POST is served as plain ASGI (ReceiverApp).
+        self.webhooks = inbound_providers(settings)
+        self.signatures = self._whatsapp().signatures
         self.redis: Any = None
         self.writer: InboxWriter | None = None
         self.metrics = ReceiverMetrics()
@@ -101,7 +107,13 @@ class Receiver:
         log_startup(logger, "receiver", settings)
         if not self.signatures.configured:
             logger.warning(
-                "WHATSAPP_APP_SECRET is not set: every webhook POST will be refused with 403"
+                "WHATSAPP_APP_SECRET is not set: "
+                "POST /webhooks/whatsapp refuses every request with 403"
+            )
+        if not self.webhooks[ChatwootInbound.path].configured:
+            logger.info(
+                "neither CHATWOOT_WEBHOOK_SECRET nor CHATWOOT_WEBHOOK_TOKEN is set: "
+                "POST /webhooks/chatwoot refuses every request with 403"
             )
         # One immediate retry on a broken connection (a restarted Redis); no retry on timeouts.
         # No per-reply socket timeout (redis-py arms a timer per reply, measurable here): every
@@ -124,6 +136,11 @@ class Receiver:
             await self.redis.aclose()
             logger.info("receiver stopped")
 
+    def _whatsapp(self) -> WhatsAppInbound:
+        whatsapp = self.webhooks[WEBHOOK_PATH]
+        assert isinstance(whatsapp, WhatsAppInbound)
+        return whatsapp
+
     async def _prepare_redis(self) -> None:
         """Load the scripts and check persistence; a Redis that is down now is not fatal."""
         try:
@@ -145,8 +162,11 @@ class Receiver:
         logger.info("webhook verification refused")
         return FORBIDDEN
 
-    async def webhook(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """A webhook POST, as a plain ASGI handler (see `ReceiverApp` for why).
+    async def webhook(
+        self, scope: Scope, receive: Receive, send: Send, inbound: InboundProvider | None = None
+    ) -> None:
+        """A webhook POST to `inbound`'s path (WhatsApp's when None), as a plain ASGI handler
+        (see `ReceiverApp` for why).
 
         200 once Redis confirmed every item, with the counts in headers (`x-stored`,
         `x-duplicates`, `x-deadlettered`) and an empty body, which uvicorn writes in one
@@ -155,13 +175,15 @@ class Receiver:
         Redis failed or did not confirm in time, or on any unexpected error (never a 500).
         """
         started = time.perf_counter()
+        if inbound is None:
+            inbound = self.webhooks[WEBHOOK_PATH]
         try:
-            status, answer = await self._webhook(scope, receive)
+            status, answer = await self._webhook(scope, receive, inbound)
         except ClientDisconnect:
             logger.debug("client went away before the body was read")
             return
         except Exception:
-            logger.exception("unexpected error in POST %s", WEBHOOK_PATH)
+            logger.exception("unexpected error in POST %s", inbound.path)
             status, answer = 503, b"unavailable, retry later"
         if status == 200:
             await send({"type": "http.response.start", "status": 200, "headers": answer})
@@ -172,13 +194,17 @@ class Receiver:
             await send({"type": "http.response.body", "body": answer})
         self.metrics.answered(status, time.perf_counter() - started)
 
-    async def _webhook(self, scope: Scope, receive: Receive) -> tuple[int, Any]:
+    async def _webhook(
+        self, scope: Scope, receive: Receive, inbound: InboundProvider
+    ) -> tuple[int, Any]:
         """(200, response headers) or (error status, text body)."""
         limit = self.settings.max_body_bytes
-        signature = length = None
+        wanted = inbound.header_names
+        headers: dict[bytes, str] = {}
+        length = None
         for name, value in scope["headers"]:
-            if name == b"x-hub-signature-256":
-                signature = value.decode("latin-1")
+            if name in wanted:
+                headers[name] = value.decode("latin-1")
             elif name == b"content-length":
                 length = value
         if length is not None:
@@ -187,20 +213,19 @@ class Receiver:
                     return 413, b"body too large"
             except ValueError:
                 return 400, b"bad request"
-        if not self.signatures.configured:
-            return 403, b"forbidden"  # never accept unsigned traffic (warned at start-up)
-        if signature is None:
-            logger.info("webhook refused: no signature header")
-            return 401, b"missing signature"
+        if not inbound.configured:
+            return 403, b"forbidden"  # never accept unauthenticated traffic
         body = await read_body(receive, limit)
         if body is None:
             return 413, b"body too large"
+        request = WebhookRequest(headers, scope.get("query_string", b""), body)
+        now_ns = time.time_ns()
         try:
-            self.signatures.check(body, signature)
+            inbound.verify(request, now_ns / 1e9)
         except SignatureError as exc:
-            logger.info("webhook refused: %s", exc)
+            logger.info("%s webhook refused: %s", inbound.channel, exc)
             return (401, b"missing signature") if exc.status_code == 401 else (403, b"forbidden")
-        return await self._store(parse_body(body, time.time_ns() // 1_000_000), body)
+        return await self._store(inbound.parse(request, now_ns // 1_000_000), body)
 
     async def _store(self, parsed: Parsed, body: bytes) -> tuple[int, Any]:
         """Store the understood items; dead-letter the whole body if anything was not understood.
@@ -305,12 +330,15 @@ class ReceiverApp(Starlette):
         super().__init__(routes=receiver.routes(), lifespan=receiver.lifespan)
         self.state.receiver = receiver
         self._receiver = receiver
+        self._webhooks = receiver.webhooks
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"] == WEBHOOK_PATH and scope["method"] == "POST":
-            await self._receiver.webhook(scope, receive, send)
-        else:
-            await super().__call__(scope, receive, send)
+        if scope["type"] == "http" and scope["method"] == "POST":
+            inbound = self._webhooks.get(scope["path"])
+            if inbound is not None:
+                await self._receiver.webhook(scope, receive, send, inbound)
+                return
+        await super().__call__(scope, receive, send)
 
 
 def create_app(settings: Settings | None = None) -> ReceiverApp:

@@ -24,7 +24,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
-from receiver.whatsapp import Item
+from receiver.parsing import Item
 from shared.keys import Keys
 from shared.scripts import Scripts, is_noscript
 

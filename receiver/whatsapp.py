@@ -1,4 +1,6 @@
-"""WhatsApp Cloud API webhook bodies turned into inbox events: pure functions, no I/O.
+"""WhatsApp Cloud API webhooks: Meta's signature checked, bodies turned into inbox events (no I/O).
+
+`WhatsAppInbound` is the receiver's half of the WhatsApp provider (see shared/provider.py).
 
 Meta batches many updates into one POST (several entries, changes, messages and statuses, even
 several tenants), so every level is walked, never only `[0]`.
@@ -24,44 +26,35 @@ from typing import Any
 
 import orjson
 
-from shared.events import dedupe_id, encode, message_event, status_event
+from receiver.parsing import Invalid, Parsed, usable_id
+from receiver.signature import SignatureChecker
+from shared.events import message_event, status_event
+from shared.provider import WebhookRequest
 
 CHANNEL = "whatsapp"
 EXPECTED_OBJECT = "whatsapp_business_account"
 MAX_TS = 2**53  # keeps the timestamp a JSON-safe integer
 
 
-class Invalid(ValueError):
-    """One item (or the whole body) is not in the shape Meta documents; the text says why.
+class WhatsAppInbound:
+    """The receiver's half of the WhatsApp provider: Meta's signature, Meta's body shape."""
 
-    The text is fixed wording, never content of the body, so it can be logged.
-    """
+    channel = CHANNEL
+    path = "/webhooks/whatsapp"
+    header_names = frozenset({b"x-hub-signature-256"})
 
-
-Item = tuple[str, bytes]  # (dedupe id, encoded event): what the ingest script stores
-
-
-@dataclass(slots=True)
-class Parsed:
-    """What one webhook body contained, grouped by tenant in body order."""
-
-    events: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-    items: dict[str, list[Item]] = field(default_factory=dict)  # the same events, encoded
-    problems: list[str] = field(default_factory=list)
-    ignored_fields: list[str] = field(default_factory=list)
+    def __init__(self, app_secrets: tuple[str, ...]) -> None:
+        self.signatures = SignatureChecker(app_secrets)
 
     @property
-    def count(self) -> int:
-        return sum(len(events) for events in self.events.values())
+    def configured(self) -> bool:
+        return self.signatures.configured
 
-    def add(self, tenant: str, event: dict[str, Any]) -> None:
-        """Keep an event; encoding it here means an unstorable one is a problem, not a crash."""
-        try:
-            data = encode(event)
-        except orjson.JSONEncodeError:  # e.g. deeper nesting than orjson writes
-            raise Invalid("item cannot be encoded") from None
-        self.events.setdefault(tenant, []).append(event)
-        self.items.setdefault(tenant, []).append((dedupe_id(event), data))
+    def verify(self, request: WebhookRequest, now_s: float) -> None:
+        self.signatures.check(request.body, request.headers.get(b"x-hub-signature-256"))
+
+    def parse(self, request: WebhookRequest, received_ms: int) -> Parsed:
+        return parse_body(request.body, received_ms)
 
 
 def parse_body(body: bytes, received_ms: int) -> Parsed:
@@ -351,8 +344,4 @@ def _required_str(value: Any, problem: str) -> str:
     return value
 
 
-def _usable_id(value: Any, problem: str = "tenant id missing or unusable in a Redis key") -> str:
-    """An id that may go into a Redis key: a non-empty string without hash-tag braces."""
-    if not isinstance(value, str) or not value or "{" in value or "}" in value:
-        raise Invalid(problem)
-    return value
+_usable_id = usable_id

@@ -48,6 +48,12 @@ class Settings:
     whatsapp_api_base_url: str = "https://graph.facebook.com"
     whatsapp_api_version: str = "v23.0"
 
+    chatwoot_base_url: str = "https://app.chatwoot.com"
+    chatwoot_api_access_token: str = ""
+    chatwoot_webhook_secrets: tuple[str, ...] = ()
+    chatwoot_webhook_tokens: tuple[str, ...] = ()
+    chatwoot_only_pending: bool = False
+
     anthropic_api_key: str = ""
     ai_model: str = "claude-sonnet-4-5"
     system_prompt: str = "You are a helpful assistant answering customers on WhatsApp."
@@ -96,6 +102,11 @@ class Settings:
                 env, "WHATSAPP_API_BASE_URL", d.whatsapp_api_base_url
             ).rstrip("/"),
             "whatsapp_api_version": _str(env, "WHATSAPP_API_VERSION", d.whatsapp_api_version),
+            "chatwoot_base_url": _str(env, "CHATWOOT_BASE_URL", d.chatwoot_base_url).rstrip("/"),
+            "chatwoot_api_access_token": env.get("CHATWOOT_API_ACCESS_TOKEN", "").strip(),
+            "chatwoot_webhook_secrets": _list(env, "CHATWOOT_WEBHOOK_SECRET"),
+            "chatwoot_webhook_tokens": _list(env, "CHATWOOT_WEBHOOK_TOKEN"),
+            "chatwoot_only_pending": _bool(env, "CHATWOOT_ONLY_PENDING", d.chatwoot_only_pending),
             "anthropic_api_key": api_key,
             "ai_model": _str(env, "AI_MODEL", d.ai_model),
             "system_prompt": _str(env, "SYSTEM_PROMPT", d.system_prompt),
@@ -165,6 +176,11 @@ class Settings:
             raise ConfigError(f"LOG_FORMAT must be json or text, got {self.log_format!r}")
         if not self.redis_url.startswith(("redis://", "rediss://", "unix://")):
             raise ConfigError("REDIS_URL must start with redis://, rediss:// or unix://")
+        if not self.chatwoot_base_url.startswith(("http://", "https://")):
+            raise ConfigError(
+                f"CHATWOOT_BASE_URL must start with http:// or https://, "
+                f"got {self.chatwoot_base_url!r}"
+            )
 
     def with_overrides(self, **changes: Any) -> Settings:
         """A copy with some fields changed (tests and tools); validated like the original."""
@@ -203,6 +219,9 @@ _SECRETS = {
     "whatsapp_verify_token",
     "whatsapp_access_token",
     "anthropic_api_key",
+    "chatwoot_api_access_token",
+    "chatwoot_webhook_secrets",
+    "chatwoot_webhook_tokens",
 }
 
 
@@ -242,6 +261,11 @@ def _str(env: Mapping[str, str], name: str, default: str) -> str:
     if not value.strip():
         raise ConfigError(f"{name} is set but empty")
     return value.strip()
+
+
+def _list(env: Mapping[str, str], name: str) -> tuple[str, ...]:
+    """A comma-separated list (several secrets or tokens while one is being rotated)."""
+    return tuple(s.strip() for s in env.get(name, "").split(",") if s.strip())
 
 
 def _num(env: Mapping[str, str], name: str, default: T, kind: Callable[[str], T]) -> T:

@@ -21,10 +21,12 @@ class Message:
     name: str = ""
     context: str = ""
     raw: Any = None
+    channel: str = "whatsapp"  # the provider it came from (shared/provider.py)
 
     @classmethod
     def from_event(cls, event: dict[str, Any]) -> Message:
         return cls(
+            channel=str(event.get("channel") or "whatsapp"),
             id=str(event.get("id", "")),
             type=str(event.get("type", "text")),
             text=str(event.get("text", "")),
@@ -95,6 +97,11 @@ class Batch:
         """Whether the 24-hour customer-service window has closed for this person."""
         latest = max([self.last_inbound_ts, *(m.ts for m in self.messages)])
         return bool(latest) and now_s - latest >= window_s
+
+    @property
+    def channel(self) -> str:
+        """The provider this conversation is on: its sender answers it."""
+        return self.messages[-1].channel if self.messages else "whatsapp"
 
     @property
     def user_text(self) -> str:

@@ -117,7 +117,9 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     for name in ("list", "show", "requeue", "drop"):
         p = sub.add_parser(name)
-        p.add_argument("--tenant", required=True, help="tenant id (phone_number_id)")
+        p.add_argument(
+            "--tenant", required=True, help="tenant id (phone_number_id; Chatwoot: cw-<a>-<i>)"
+        )
         if name == "list":
             p.add_argument("--reason", help="only items with this reason")
         else:

@@ -22,6 +22,7 @@ import os
 import secrets
 import signal
 import socket
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,7 +39,7 @@ from shared.settings import Settings
 from worker.batch import Batch
 from worker.brains import Brain, load_brain
 from worker.errors import LeaseLost, NeedsReview
-from worker.senders import Sender, load_sender
+from worker.senders import Sender, load_senders
 from worker.split import WHATSAPP_MAX_CHARS, split_reply
 from worker.store import Claim, ConversationStore
 
@@ -59,8 +60,10 @@ class Worker:
         *,
         brain: Brain | None = None,
         sender: Sender | None = None,
+        senders: Mapping[str, Sender] | None = None,
         worker_id: str | None = None,
     ) -> None:
+        """`sender` replaces the one `SENDER` names, `senders` the sender of a channel."""
         self.settings = settings
         self.worker_id = worker_id or (
             f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
@@ -68,6 +71,8 @@ class Worker:
         self.keys = Keys(settings.key_prefix)
         self._brain = brain
         self._sender = sender
+        self._given_senders = dict(senders or {})
+        self._senders: dict[str, Sender] = {}  # channel -> its sender, set at start-up
         self._owned: list[object] = []  # brain/sender loaded here: their clients close here
         self._seq = itertools.count(1)
         self._turns: dict[tuple[str, str], RunningTurn] = {}
@@ -122,9 +127,13 @@ class Worker:
         if self._brain is None:
             self._brain = load_brain(s)
             self._owned.append(self._brain)
-        if self._sender is None:
-            self._sender = load_sender(s, self.keys, self.committer)
-            self._owned.append(self._sender)
+        given = [self._sender, *self._given_senders.values()]
+        self._senders = load_senders(
+            s, self.keys, self.committer, self._sender, self._given_senders
+        )
+        for sender in {id(x): x for x in self._senders.values()}.values():
+            if not any(sender is g for g in given):
+                self._owned.append(sender)
         # Pub/sub holds its connection open waiting, so no read timeout on it. PUBLISH reaches
         # every node of a cluster, so one node's connection is enough there too.
         self._pubsub_redis = Redis.from_url(s.redis_url, socket_timeout=None)
@@ -133,11 +142,11 @@ class Worker:
             asyncio.create_task(self._renew_leases(), name="renew"),
         ]
         log.info(
-            "worker %s started: concurrency=%d brain=%s sender=%s",
+            "worker %s started: concurrency=%d brain=%s senders=%s",
             self.worker_id,
             s.worker_concurrency,
             s.brain,
-            s.sender,
+            ",".join(f"{c}:{type(x).__name__}" for c, x in sorted(self._senders.items())),
         )
 
     async def shutdown(self) -> None:
@@ -319,12 +328,7 @@ class Worker:
         s = self.settings
         age_ms = batch.claimed_ms - batch.oldest_ts * 1000
         if not batch.requeued and batch.oldest_ts and age_ms > s.review_after_s * 1000:
-            await self._finish(
-                self.store.finish_review(
-                    batch, "too_old", f"oldest message {age_ms / 1000:.0f}s old", batch.claimed_ms
-                ),
-                batch,
-            )
+            await self._review(batch, "too_old", f"oldest message {age_ms / 1000:.0f}s old")
             return
         try:
             reply = await self._reply(batch)
@@ -336,9 +340,7 @@ class Worker:
                 exc.reason,
                 extra=_fields(batch, "review"),
             )
-            await self._finish(
-                self.store.finish_review(batch, exc.reason, exc.detail, batch.claimed_ms), batch
-            )
+            await self._review(batch, exc.reason, exc.detail)
         except LeaseLost:
             log.warning("lease lost mid-turn tenant=%s batch=%s", batch.tenant, batch.id)
         except Exception as exc:
@@ -358,10 +360,13 @@ class Worker:
         provider accepted is recorded with its id, so a resumed or retried turn neither asks
         the AI again nor re-sends an accepted part.
         """
-        assert self._brain is not None and self._sender is not None
+        assert self._brain is not None
+        sender = self._senders.get(batch.channel)
+        if sender is None:
+            raise NeedsReview("no_sender", f"no sender configured for channel {batch.channel!r}")
         reply = batch.reply
         if reply is None:
-            begin = getattr(self._sender, "begin_turn", None)
+            begin = getattr(sender, "begin_turn", None)
             if begin is not None:
                 await begin(batch)  # read receipt + typing indicator, where the provider has it
             answer = await self._brain.reply(batch)
@@ -371,12 +376,12 @@ class Worker:
             if reply is None:
                 raise LeaseLost
             batch.reply = reply
-        limit = getattr(self._sender, "max_part_chars", WHATSAPP_MAX_CHARS)
+        limit = getattr(sender, "max_part_chars", WHATSAPP_MAX_CHARS)
         parts = split_reply(reply, limit)
         for index, part in enumerate(parts):
             if index in batch.sent_parts:
                 continue
-            provider_id = await self._sender.send(batch, part, index) or ""
+            provider_id = await sender.send(batch, part, index) or ""
             if index == len(parts) - 1:
                 # The finish records the last part in the same script call (one call fewer
                 # per turn; a crash in between re-sends it, exactly as before recording).
@@ -400,9 +405,7 @@ class Worker:
                 error,
                 extra=_fields(batch, "review"),
             )
-            await self._finish(
-                self.store.finish_review(batch, "max_attempts", error, batch.claimed_ms), batch
-            )
+            await self._review(batch, "max_attempts", error)
         else:
             delay = s.retry_base_s * 2 ** (attempts - 1)
             log.warning(
@@ -415,6 +418,34 @@ class Worker:
                 extra=_fields(batch, "retry"),
             )
             await self._finish(self.store.finish_retry(batch, delay, error), batch)
+
+    async def _review(self, batch: Batch, reason: str, detail: str) -> None:
+        """Park the batch for review, after handing the conversation to a person where the
+        provider can (Chatwoot). The hand-off runs first, still under the lease: a worker that
+        dies meanwhile leaves the batch to be resumed, and so handed over, by another."""
+        handoff = await self._hand_over(batch, reason, detail)
+        await self._finish(
+            self.store.finish_review(batch, reason, detail, batch.claimed_ms, handoff), batch
+        )
+
+    async def _hand_over(self, batch: Batch, reason: str, detail: str) -> str:
+        """What the review item says of the hand-off: "done", "failed: <error>" (best effort:
+        the item is stored either way), or "" where the provider has none (WhatsApp)."""
+        hand_over = getattr(self._senders.get(batch.channel), "hand_over", None)
+        if hand_over is None:
+            return ""
+        try:
+            told = await hand_over(batch, reason, detail)
+        except Exception as exc:
+            log.warning(
+                "hand-off failed tenant=%s batch=%s: %r",
+                batch.tenant,
+                batch.id,
+                exc,
+                extra=_fields(batch, "review"),
+            )
+            return f"failed: {type(exc).__name__}: {exc}"[:500]
+        return "done" if told else ""
 
     async def _finish(self, call: Any, batch: Batch) -> None:
         if not await call:

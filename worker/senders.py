@@ -1,11 +1,19 @@
-"""Senders deliver a reply. Chosen by `SENDER`: `whatsapp` (the default when
-`WHATSAPP_ACCESS_TOKEN` is set), `outbox` (otherwise), or `package.module:attr`.
+"""Senders deliver a reply: the outbound half of a provider (shared/provider.py).
+
+Each conversation is answered by the sender of the channel its messages came from
+(`load_senders`): WhatsApp conversations by the one `SENDER` names, `whatsapp` (the default
+when `WHATSAPP_ACCESS_TOKEN` is set), `outbox` (otherwise), or `package.module:attr`;
+Chatwoot conversations by the `chatwoot` sender when `CHATWOOT_API_ACCESS_TOKEN` is set, else
+by the `SENDER` one unless that is `whatsapp`, which cannot reach them (they then go to review
+as `no_sender`).
 
 A sender is any object with `async def send(self, batch, text, part) -> str | None` that sends
 part number `part` of the reply and returns the provider's message id (None if the provider
 gives none; delivery statuses are tracked by that id). It may also have
 `async def begin_turn(self, batch)` (read receipt, typing indicator; called before the AI) and
-`max_part_chars` (how long one part may be; 4096 if absent). It raises
+`max_part_chars` (how long one part may be; 4096 if absent), and
+`async def hand_over(self, batch, reason, detail) -> bool` (the batch was parked for review:
+give the conversation to a person; True if the provider was told). It raises
 `worker.errors.NeedsReview` for what a person must handle and anything else to be retried.
 
 The `outbox` sender records replies on the tenant's outbox list in Redis (capped), for local
@@ -15,7 +23,8 @@ runs and tests: `redis-cli LRANGE 'wa:{<tenant>}:outbox' 0 9`.
 from __future__ import annotations
 
 import time
-from typing import Protocol
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Protocol
 
 import orjson
 
@@ -26,6 +35,14 @@ from worker.batch import Batch
 from worker.plugins import load_object
 
 OUTBOX_MAX = 10_000
+
+if TYPE_CHECKING:
+    from shared.provider import OutboundProvider
+    from worker.chatwoot_sender import ChatwootSender
+    from worker.whatsapp_sender import WhatsAppSender
+
+    # The built-in providers implement the whole interface (mypy checks this line).
+    _PROVIDERS: tuple[type[OutboundProvider], ...] = (WhatsAppSender, ChatwootSender)
 
 
 class Sender(Protocol):
@@ -56,7 +73,34 @@ class OutboxSender:
         return None  # no provider id: no delivery statuses will follow
 
 
+def load_senders(
+    settings: Settings,
+    keys: Keys,
+    committer: GroupCommitter,
+    default: Sender | None = None,
+    given: Mapping[str, Sender] | None = None,
+) -> dict[str, Sender]:
+    """Channel -> the sender answering its conversations. `default` replaces the `SENDER`
+    one, `given` the sender of a channel (tests hand in senders with their own clients)."""
+    from worker.chatwoot_sender import ChatwootSender
+    from worker.whatsapp_sender import WhatsAppSender
+
+    given = dict(given or {})
+    if default is None:
+        default = given.get("whatsapp") or load_sender(settings, keys, committer)
+    senders: dict[str, Sender] = {"whatsapp": default}
+    if "chatwoot" in given:
+        senders["chatwoot"] = given["chatwoot"]
+    elif settings.chatwoot_api_access_token:
+        senders["chatwoot"] = ChatwootSender(settings)
+    elif not isinstance(default, WhatsAppSender):
+        senders["chatwoot"] = default  # the outbox, or a custom sender: any channel
+    senders.update(given)
+    return senders
+
+
 def load_sender(settings: Settings, keys: Keys, committer: GroupCommitter) -> Sender:
+    """The sender `SENDER` names (WhatsApp conversations, and others without their own)."""
     if settings.sender == "outbox":
         return OutboxSender(keys, committer)
     if settings.sender == "whatsapp":

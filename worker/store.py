@@ -118,9 +118,15 @@ class ConversationStore:
     async def finish_retry(self, batch: Batch, delay_s: float, error: str) -> bool:
         return await self._finish(batch, "retry", int(delay_s * 1000), error[:2000])
 
-    async def finish_review(self, batch: Batch, reason: str, error: str, now_ms: int) -> bool:
+    async def finish_review(
+        self, batch: Batch, reason: str, error: str, now_ms: int, handoff: str = ""
+    ) -> bool:
+        """Park the batch on the review list; `handoff` says whether the provider was told
+        ("done", "failed: ..."; "" where it has no hand-off, and then the item has no field)."""
+        extra = {"handoff": handoff} if handoff else {}
         item = orjson.dumps(
             {
+                **extra,
                 "id": batch.id,
                 "tenant": batch.tenant,
                 "person": batch.person,

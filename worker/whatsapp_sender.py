@@ -86,6 +86,10 @@ class WhatsAppSender:
         except Exception as exc:  # a timeout or garbage answer too (RetryLater, ValueError)
             log.info("read/typing failed tenant=%s batch=%s: %r", batch.tenant, batch.id, exc)
 
+    async def hand_over(self, batch: Batch, reason: str, detail: str) -> bool:
+        """Nothing to tell Meta: WhatsApp's human queue is the review list itself."""
+        return False
+
     async def send(self, batch: Batch, text: str, part: int) -> str:
         if batch.window_closed(time.time()):
             return await self._outside_window(batch, part, "last message over 24 h ago")

@@ -1,8 +1,10 @@
-"""Local stand-ins for the outside systems: Meta's Graph API and Anthropic's Messages API.
+"""Local stand-ins for the outside systems: Meta's Graph API, Anthropic's Messages API and
+Chatwoot's API.
 
 Test infrastructure, used in-process from pytest (`with GraphApiStandIn() as graph: ...`) and as
-scripts by the dev stack (`scripts/graph_standin`, `scripts/anthropic_standin`). Each one records
-every request and takes injected faults from Python or over HTTP (`POST /_control`).
+scripts (`scripts/graph_standin`, `scripts/anthropic_standin`, `scripts/chatwoot_standin`; the
+dev stack runs the first two). Each one records every request and takes injected faults from
+Python or over HTTP (`POST /_control`).
 
 Names are imported lazily, so `python -m scripts.standins.graph_api` does not load the module
 twice.
@@ -15,6 +17,14 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from scripts.standins._common import RecordedRequest
+    from scripts.standins.chatwoot_api import (
+        ChatwootApiStandIn,
+        ChatwootFault,
+        CreatedMessage,
+        chatwoot_headers,
+        message_created,
+        sign_chatwoot,
+    )
     from scripts.standins.graph_api import (
         META_ERRORS,
         GraphApiStandIn,
@@ -38,6 +48,12 @@ if TYPE_CHECKING:
 
 _WHERE = {
     "RecordedRequest": "_common",
+    "ChatwootApiStandIn": "chatwoot_api",
+    "ChatwootFault": "chatwoot_api",
+    "CreatedMessage": "chatwoot_api",
+    "chatwoot_headers": "chatwoot_api",
+    "message_created": "chatwoot_api",
+    "sign_chatwoot": "chatwoot_api",
     "META_ERRORS": "graph_api",
     "GraphApiStandIn": "graph_api",
     "GraphFault": "graph_api",
@@ -61,6 +77,9 @@ __all__ = [
     "ERROR_TYPES",
     "META_ERRORS",
     "BackgroundServer",
+    "ChatwootApiStandIn",
+    "ChatwootFault",
+    "CreatedMessage",
     "GraphApiStandIn",
     "GraphFault",
     "MessagesApiStandIn",
@@ -70,10 +89,13 @@ __all__ = [
     "SentMessage",
     "WebhookDelivery",
     "anthropic_error_body",
+    "chatwoot_headers",
     "free_port",
     "last_user_text",
+    "message_created",
     "meta_error_body",
     "sign_body",
+    "sign_chatwoot",
     "status_webhook",
     "system_text",
 ]

@@ -1,0 +1,86 @@
+"""The one provider interface: what WhatsApp, Chatwoot and any later provider implement.
+
+A provider has two halves, each in its own module, because they run in different processes:
+
+- **inbound** (`receiver/<provider>.py`, registered in `receiver/providers.py`): serves one
+  webhook path; `verify` authenticates a request (raising a `SignatureError`: 401 missing,
+  403 wrong) and `parse` turns its body into inbox events (`receiver.parsing.Parsed`). Both are
+  pure: no I/O, so the receiver stores the events and answers.
+- **outbound** (`worker/<provider>_sender.py`, registered in `worker/senders.py`): `send`s one
+  reply part, `begin_turn` marks read / shows typing where the provider has it, and
+  `hand_over` gives the conversation to a human when its batch is parked for review.
+
+Events carry their `channel`; the worker picks the outbound half of each batch by that
+channel, so debounce, locks, leases, retries and review never know which provider a
+conversation came from. A third provider (Twilio, say) is one inbound module, one outbound
+module and their tests, plus a line in each registry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:  # types only: shared/ imports nothing of the processes at run time
+    from receiver.parsing import Parsed
+    from worker.batch import Batch
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookRequest:
+    """What an inbound provider sees of a POST: the headers it asked for, the query, the body.
+
+    `headers` maps lower-case header names (bytes, as ASGI gives them) to latin-1 text.
+    """
+
+    headers: Mapping[bytes, str]
+    query_string: bytes
+    body: bytes
+
+    def header(self, name: bytes) -> str | None:
+        return self.headers.get(name)
+
+
+class InboundProvider(Protocol):
+    """The receiver's half of a provider."""
+
+    channel: str
+    path: str  # the webhook route, e.g. "/webhooks/chatwoot"
+    header_names: frozenset[bytes]  # request headers `verify`/`parse` read (lower case)
+
+    @property
+    def configured(self) -> bool:
+        """False when no credential is set: every request is then refused with 403."""
+        ...
+
+    def verify(self, request: WebhookRequest, now_s: float) -> None:
+        """Return if the request is authentic, else raise `receiver.signature.SignatureError`."""
+        ...
+
+    def parse(self, request: WebhookRequest, received_ms: int) -> Parsed:
+        """The body's inbox events by tenant; what cannot be understood is a problem."""
+        ...
+
+
+class OutboundProvider(Protocol):
+    """The worker's half of a provider (`send` is the only required method of a sender)."""
+
+    max_part_chars: int
+
+    async def begin_turn(self, batch: Batch) -> None:
+        """Before the AI is asked: read receipt / typing indicator (best effort)."""
+        ...
+
+    async def send(self, batch: Batch, text: str, part: int) -> str | None:
+        """Send part `part` of the reply; the provider's message id (None if it gives none).
+
+        Raise `worker.errors.RetryLater` for what a retry can fix, `NeedsReview` for what a
+        person must handle.
+        """
+        ...
+
+    async def hand_over(self, batch: Batch, reason: str, detail: str) -> bool:
+        """The batch was parked for review: give the conversation to a human. True once the
+        provider was told, False where it has no such thing (WhatsApp); raise on failure."""
+        ...

@@ -1,0 +1,180 @@
+"""The Chatwoot sender with its real httpx client against the Chatwoot API stand-in: what it
+sends, and how each answer is classified (retry later, review, or unknown)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+
+from scripts.standins import ChatwootApiStandIn
+from shared.settings import Settings, TenantConfig
+from tests.chatwoot.conftest import API_TOKEN, TENANT_API_TOKEN
+from worker.batch import Batch, Message
+from worker.chatwoot_sender import ChatwootError, ChatwootSender
+from worker.errors import NeedsReview, RetryLater
+
+TENANT = "cw-1-3"
+OTHER_TENANT = "cw-7-9"
+
+
+def batch(tenant: str = TENANT, conversation: int = 42) -> Batch:
+    message = Message(id="9001", type="text", text="hola", ts=0, channel="chatwoot")
+    return Batch(
+        tenant=tenant,
+        person=str(conversation),
+        id="b-1",
+        token="t",
+        attempt=0,
+        claimed_ms=0,
+        due_ms=0,
+        requeued=False,
+        messages=[message],
+    )
+
+
+@pytest.fixture
+async def sender(chatwoot: ChatwootApiStandIn) -> AsyncIterator[ChatwootSender]:
+    settings = Settings(
+        chatwoot_base_url=chatwoot.url,
+        chatwoot_api_access_token=API_TOKEN,
+        tenants={OTHER_TENANT: TenantConfig(access_token=TENANT_API_TOKEN)},
+    )
+    client = httpx.AsyncClient(base_url=chatwoot.url, timeout=0.3)
+    cw = ChatwootSender(settings, client=client, handoff_backoff_s=0.01)
+    try:
+        yield cw
+    finally:
+        await cw.aclose()
+
+
+async def test_a_part_is_an_outgoing_public_message_and_its_id_is_returned(
+    sender: ChatwootSender, chatwoot: ChatwootApiStandIn
+) -> None:
+    first = await sender.send(batch(), "¡Hola! Sí, el sábado a las 16.", 0)
+    second = await sender.send(batch(OTHER_TENANT, 5), "segunda", 1)
+    a, b = chatwoot.replies()
+    assert (first, second) == (str(a.id), str(b.id)) and a.id != b.id
+    assert (a.account, a.conversation, a.content) == (1, 42, "¡Hola! Sí, el sábado a las 16.")
+    assert (b.account, b.conversation) == (7, 5)
+    calls = chatwoot.calls("reply")
+    assert calls[0].path == "/api/v1/accounts/1/conversations/42/messages"
+    assert calls[0].body == {
+        "content": "¡Hola! Sí, el sábado a las 16.",
+        "message_type": "outgoing",
+        "private": False,
+    }
+    # The global token, and the tenant's own from TENANTS_FILE.
+    assert [c.headers["api_access_token"] for c in calls] == [API_TOKEN, TENANT_API_TOKEN]
+
+
+async def test_begin_turn_shows_typing_and_never_fails_the_turn(
+    sender: ChatwootSender, chatwoot: ChatwootApiStandIn
+) -> None:
+    await sender.begin_turn(batch())
+    chatwoot.fail_next(1, 404, kinds=["typing"])
+    await sender.begin_turn(batch())
+    chatwoot.hang_next(1, 1.0, kinds=["typing"])
+    await sender.begin_turn(batch())  # times out: logged, not raised
+    typing = chatwoot.calls("typing")
+    assert [c.body for c in typing] == [{"typing_status": "on"}] * 3
+    assert [c.status for c in typing[:2]] == [200, 404]
+
+
+@pytest.mark.parametrize("status", [429, 500, 502, 503])
+async def test_rate_limits_and_server_errors_are_retried_later(
+    sender: ChatwootSender, chatwoot: ChatwootApiStandIn, status: int
+) -> None:
+    chatwoot.fail_next(1, status, kinds=["reply"])
+    with pytest.raises(RetryLater, match=f"Chatwoot HTTP {status}"):
+        await sender.send(batch(), "hola", 0)
+    assert chatwoot.replies() == []
+
+
+async def test_a_proxy_error_page_a_timeout_and_no_connection_are_retried_later(
+    sender: ChatwootSender, chatwoot: ChatwootApiStandIn
+) -> None:
+    chatwoot.fail_raw(1, 502, "<h1>502 Bad Gateway</h1>")
+    with pytest.raises(RetryLater, match="502: <h1>502 Bad Gateway</h1>"):
+        await sender.send(batch(), "hola", 0)
+    chatwoot.hang_next(1, 1.0, kinds=["reply"])
+    with pytest.raises(RetryLater, match="timeout"):
+        await sender.send(batch(), "hola", 0)
+    gone = ChatwootSender(
+        Settings(chatwoot_api_access_token=API_TOKEN),
+        client=httpx.AsyncClient(base_url="http://127.0.0.1:9", timeout=0.3),
+    )
+    with pytest.raises(RetryLater, match="unreachable"):
+        await gone.send(batch(), "hola", 0)
+    await gone.aclose()
+
+
+@pytest.mark.parametrize(
+    ("status", "reason"),
+    [(401, "token_invalid"), (403, "forbidden"), (404, "not_found"), (422, "invalid_request")],
+)
+async def test_errors_a_retry_cannot_fix_go_to_review_with_status_and_message(
+    sender: ChatwootSender, chatwoot: ChatwootApiStandIn, status: int, reason: str
+) -> None:
+    chatwoot.fail_next(1, status, message="the stand-in says no", kinds=["reply"])
+    with pytest.raises(NeedsReview) as caught:
+        await sender.send(batch(), "hola", 0)
+    assert caught.value.reason == reason
+    assert caught.value.detail == f"HTTP {status}: the stand-in says no"
+
+
+async def test_a_wrong_token_is_chatwoots_own_401(chatwoot: ChatwootApiStandIn) -> None:
+    settings = Settings(chatwoot_base_url=chatwoot.url, chatwoot_api_access_token="wrong")
+    cw = ChatwootSender(settings)
+    with pytest.raises(NeedsReview) as caught:
+        await cw.send(batch(), "hola", 0)
+    await cw.aclose()
+    assert caught.value.reason == "token_invalid"
+    assert caught.value.detail == "HTTP 401: Invalid Access Token"
+
+
+async def test_other_errors_are_unknown_and_a_2xx_without_id_is_not_sent_again(
+    sender: ChatwootSender, chatwoot: ChatwootApiStandIn
+) -> None:
+    chatwoot.fail_next(1, 400, message="odd", kinds=["reply"])
+    with pytest.raises(ChatwootError, match="HTTP 400: odd"):
+        await sender.send(batch(), "hola", 0)
+    chatwoot.fail_raw(1, 200, "<html>ok</html>", kinds=["reply"])
+    assert await sender.send(batch(), "hola", 0) == ""
+
+
+async def test_hand_over_leaves_a_private_note_then_opens_the_conversation(
+    sender: ChatwootSender, chatwoot: ChatwootApiStandIn
+) -> None:
+    assert await sender.hand_over(batch(), "too_old", "oldest message 1000s old") is True
+    (note,) = chatwoot.notes(42)
+    assert note.private and "too_old: oldest message 1000s old" in note.content
+    assert chatwoot.replies() == [], "nothing the customer sees"
+    assert chatwoot.status_of(42) == "open"
+    note_call, status_call = chatwoot.calls("note") + chatwoot.calls("status")
+    assert note_call.time < status_call.time
+    assert status_call.body == {"status": "open"}
+    assert status_call.path == "/api/v1/accounts/1/conversations/42/toggle_status"
+
+
+async def test_hand_over_retries_transient_errors_and_gives_up_on_the_rest(
+    sender: ChatwootSender, chatwoot: ChatwootApiStandIn
+) -> None:
+    chatwoot.fail_next(2, 503, kinds=["note"])
+    chatwoot.fail_next(1, 429, kinds=["status"])
+    assert await sender.hand_over(batch(), "max_attempts", "boom") is True
+    assert [c.status for c in chatwoot.calls("note")] == [503, 503, 200]
+    assert [c.status for c in chatwoot.calls("status")] == [429, 200]
+    chatwoot.clear()
+
+    chatwoot.fail_always(503, kinds=["status"])
+    with pytest.raises(RetryLater):
+        await sender.hand_over(batch(), "max_attempts", "boom")
+    assert len(chatwoot.calls("status")) == 3, "three attempts, then the failure is reported"
+    chatwoot.reset()
+
+    chatwoot.fail_always(403, kinds=["note"])
+    with pytest.raises(NeedsReview):
+        await sender.hand_over(batch(), "max_attempts", "boom")
+    assert len(chatwoot.calls("note")) == 1 and chatwoot.calls("status") == []

@@ -1,0 +1,126 @@
+"""The Chatwoot API stand-in itself: what it accepts, refuses, records and posts back."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from receiver.chatwoot import ChatwootInbound
+from scripts.standins import BackgroundServer, ChatwootApiStandIn
+from shared.provider import WebhookRequest
+from tests.standins.test_launchers import launch
+
+TOKEN = "cw-token"
+PATH = "/api/v1/accounts/1/conversations/42"
+
+
+@pytest.fixture
+def chatwoot() -> Iterator[ChatwootApiStandIn]:
+    with ChatwootApiStandIn(access_tokens=TOKEN) as standin:
+        yield standin
+
+
+def call(standin: ChatwootApiStandIn, action: str, body: object, token: str = TOKEN) -> Any:
+    return httpx.post(
+        f"{standin.url}{PATH}/{action}", json=body, headers={"api_access_token": token}
+    )
+
+
+def test_messages_status_and_typing_as_chatwoot_answers_them(
+    chatwoot: ChatwootApiStandIn,
+) -> None:
+    reply = call(chatwoot, "messages", {"content": "hola", "message_type": "outgoing"})
+    note = call(chatwoot, "messages", {"content": "nota", "private": True})
+    status = call(chatwoot, "toggle_status", {"status": "open"})
+    typing = call(chatwoot, "toggle_typing_status", {"typing_status": "on"})
+    assert [r.status_code for r in (reply, note, status, typing)] == [200] * 4
+    assert reply.json()["id"] != note.json()["id"] and reply.json()["conversation_id"] == 42
+    assert status.json()["payload"] == {
+        "success": True,
+        "conversation_id": 42,
+        "current_status": "open",
+        "snoozed_until": None,
+    }
+    assert [m.content for m in chatwoot.replies(42)] == ["hola"]
+    assert [m.content for m in chatwoot.notes(42)] == ["nota"]
+    assert chatwoot.status_of(42) == "open"
+    assert [r.kind for r in chatwoot.requests] == ["reply", "note", "status", "typing"]
+
+
+def test_bad_tokens_bodies_and_paths_are_refused_and_recorded(
+    chatwoot: ChatwootApiStandIn,
+) -> None:
+    assert call(chatwoot, "messages", {"content": "x"}, token="nope").status_code == 401
+    assert call(chatwoot, "messages", {"content": " "}).status_code == 422
+    assert call(chatwoot, "toggle_status", {"status": "closed"}).status_code == 422
+    assert call(chatwoot, "assignments", {}).status_code == 404
+    assert httpx.get(f"{chatwoot.url}/api/v1/profile").status_code == 404
+    assert chatwoot.created() == [] and chatwoot.status_of(42) is None
+    assert [r.status for r in chatwoot.requests] == [401, 422, 422, 404, 404]
+
+
+def test_faults_by_kind_and_conversation_over_http_too(chatwoot: ChatwootApiStandIn) -> None:
+    chatwoot.fail_next(1, 429, kinds=["reply"], conversation=42)
+    assert call(chatwoot, "toggle_status", {"status": "open"}).status_code == 200
+    limited = call(chatwoot, "messages", {"content": "x"})
+    assert (limited.status_code, limited.json()) == (429, {"error": "Too many requests"})
+    control = httpx.post(f"{chatwoot.url}/_control", json={"op": "fail", "status": 503})
+    assert control.json()["ok"]
+    assert call(chatwoot, "messages", {"content": "x"}).status_code == 503
+    assert call(chatwoot, "messages", {"content": "x"}).status_code == 200
+    assert httpx.post(f"{chatwoot.url}/_control", json={"op": "nope"}).status_code == 400
+
+
+def test_created_messages_come_back_as_signed_outgoing_webhooks() -> None:
+    got: list[WebhookRequest] = []
+
+    async def hook(request: Request) -> Response:
+        headers = {k.encode(): v for k, v in request.headers.items()}
+        got.append(WebhookRequest(headers, request.url.query.encode(), await request.body()))
+        return Response("")
+
+    receiver = BackgroundServer(Starlette(routes=[Route("/hook", hook, methods=["POST"])]))
+    with (
+        receiver,
+        ChatwootApiStandIn(
+            access_tokens=TOKEN, webhook_url=f"{receiver.url}/hook", webhook_secret="s"
+        ) as chatwoot,
+    ):
+        call(chatwoot, "messages", {"content": "hola"})
+        chatwoot.wait_for(lambda: chatwoot.webhook_deliveries, timeout=5)
+    (request,) = got
+    ChatwootInbound(["s"], []).verify(request, time.time())
+    payload = orjson.loads(request.body)
+    assert payload["message_type"] == "outgoing" and payload["content"] == "hola"
+    assert payload["conversation"]["id"] == 42 and payload["inbox"]["id"] == 3
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="bash launchers")
+def test_chatwoot_standin_launcher() -> None:
+    proc, url = launch("chatwoot_standin", "--token", "tok")
+    try:
+        path = f"{url}{PATH}/messages"
+        headers = {"api_access_token": "tok"}
+        assert httpx.post(path, json={"content": "hi"}, headers=headers).status_code == 200
+        assert httpx.post(f"{url}/_control", json={"op": "fail", "status": 422}).json()["ok"]
+        assert httpx.post(path, json={"content": "hi"}, headers=headers).status_code == 422
+        records = httpx.get(f"{url}/_requests").json()["requests"]
+        assert [r["status"] for r in records] == [200, 422]
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
