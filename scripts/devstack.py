@@ -11,8 +11,17 @@ with a dev token: replies travel worker -> Graph API (stand-in) -> signed `sent`
 outbox instead, the old way). Without real credentials it runs `scripts/demo.py`, which sends
 signed webhook bursts and shows each burst turning into a single reply and its statuses.
 
+The receiver and the workers are the `Procfile`'s `web` and `worker` lines, run as
+`sh -c 'exec <line>'` with `.venv/bin` first on PATH, so dev runs exactly what production runs
+(`--workers N`: N copies of `worker`). honcho (the Python Foreman) was tried for this and not
+kept: its children outlive it when it is SIGKILLed (each runs in a new session, nothing ties
+it to honcho's life), and it SIGKILLs every process 5 s after a stop (a hard-coded KILL_WAIT),
+inside the workers' 10 s shutdown grace.
+
 Children run in their own process groups: a Ctrl-C in the terminal reaches only this process,
-which forwards one SIGTERM. (A second signal makes uvicorn skip its graceful shutdown.)
+which forwards one SIGTERM. (A second signal makes uvicorn skip its graceful shutdown.) Each
+child, the embedded Redis included, is started with Linux's PR_SET_PDEATHSIG
+(shared/lifeline.py): if this process is killed outright, the kernel sends every child SIGTERM.
 """
 
 from __future__ import annotations
@@ -21,6 +30,7 @@ import argparse
 import asyncio
 import fcntl
 import os
+import re
 import signal
 import socket
 import sys
@@ -32,10 +42,12 @@ from typing import IO
 
 import httpx
 
+from shared import lifeline
 from shared.redis_server import RedisServer, free_port
 from shared.settings import ConfigError, Settings
 
 REPO = Path(__file__).resolve().parent.parent
+PROCFILE = REPO / "Procfile"
 
 DEFAULT_REDIS_PORT = 6390
 DEFAULT_PORT = 8000
@@ -186,7 +198,43 @@ def dev_environment(
     env["REDIS_URL"] = redis_url
     env["PORT"] = str(port)
     env["PYTHONUNBUFFERED"] = "1"
+    # The Procfile binds ${WEB_HOST:-0.0.0.0} (what a platform's router needs); a dev stack
+    # listens on loopback only unless the user asks for more.
+    env.setdefault("WEB_HOST", "127.0.0.1")
+    # The Procfile says `uvicorn` and `python`: this environment's, whatever the user's PATH.
+    venv_bin = str(Path(sys.executable).parent)
+    env["PATH"] = os.pathsep.join([venv_bin, env.get("PATH") or os.defpath])
     return env
+
+
+class ProcfileError(ValueError):
+    """A Procfile the dev stack cannot run; the message names the file and line."""
+
+
+PROCFILE_LINE = re.compile(r"^([A-Za-z0-9_-]+):\s*(\S.*)$")
+
+
+def read_procfile(path: Path) -> dict[str, str]:
+    """The `name: command` lines of a Procfile (blank lines and `#` comments skipped)."""
+    commands: dict[str, str] = {}
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        found = PROCFILE_LINE.match(line)
+        if found is None:
+            raise ProcfileError(f"{path}:{number}: not a 'name: command' line: {line!r}")
+        commands[found.group(1)] = found.group(2).strip()
+    for needed in ("web", "worker"):
+        if needed not in commands:
+            raise ProcfileError(f"{path}: no '{needed}:' line")
+    return commands
+
+
+def procfile_argv(command: str) -> list[str]:
+    """How a Procfile line is run: by the shell (it expands ${PORT:-8000}), which `exec`s the
+    command so the pid we supervise and signal is the command's own."""
+    return ["/bin/sh", "-c", f"exec {command}"]
 
 
 def _number(raw: str) -> float | None:
@@ -298,12 +346,15 @@ class DevStack:
                 self.environ, redis_url, self.options.port, self.graph_url, self.options.sender
             )
             settings = Settings.from_env(env)
+            children = self.service_children()
             self.start_redis()
-        except (ConfigError, RuntimeError) as exc:
+        except (ConfigError, ProcfileError, RuntimeError) as exc:
             self.console.say(f"cannot start: {exc}")
             return 2
+        if not lifeline.supported():
+            self.console.say("no PR_SET_PDEATHSIG: if this process is killed, stop its children")
         try:
-            for child in self.service_children():
+            for child in children:
                 await self.start(child, env)
             self.tasks.add(asyncio.create_task(self.wait_ready()))
             return await self.supervise(env, settings)
@@ -316,7 +367,9 @@ class DevStack:
         if port is None:
             port = DEFAULT_REDIS_PORT if port_is_free(DEFAULT_REDIS_PORT) else free_port()
         directory = self.options.data_dir / "redis"
-        self.redis = RedisServer(port=port, directory=directory, appendonly=True)
+        self.redis = RedisServer(
+            port=port, directory=directory, appendonly=True, die_with_parent=True
+        )
         return self.redis.url
 
     def start_redis(self) -> None:
@@ -341,23 +394,9 @@ class DevStack:
             ) from None
 
     def service_children(self) -> list[Child]:
-        web = [
-            sys.executable,
-            "-m",
-            "uvicorn",
-            "receiver.app:app",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(self.options.port),
-            "--loop",
-            "uvloop",
-            "--http",
-            "httptools",
-            "--no-access-log",
-        ]
+        procfile = read_procfile(PROCFILE)
         workers = [
-            Child(f"worker.{i + 1}", [sys.executable, "-m", "worker"])
+            Child(f"worker.{i + 1}", procfile_argv(procfile["worker"]))
             for i in range(self.options.workers)
         ]
         graph = []
@@ -368,7 +407,7 @@ class DevStack:
             argv += ["--webhook-url", f"{self.receiver_url}/webhooks/whatsapp"]
             argv += ["--log-level", "warning"]  # no access log line per request (the demo polls)
             graph = [Child("graph.1", argv)]
-        return [*graph, Child("web.1", web), *workers]
+        return [*graph, Child("web.1", procfile_argv(procfile["web"])), *workers]
 
     def demo_child(self) -> Child:
         # The secret, REDIS_URL and KEY_PREFIX reach the demo through its environment, not its
@@ -390,6 +429,7 @@ class DevStack:
             stderr=asyncio.subprocess.STDOUT,
             process_group=0,
             limit=LINE_LIMIT_BYTES,
+            preexec_fn=lifeline.die_with_parent(),
         )
         self.children.append(child)
         self.console.say(f"started {child.name} (pid {child.process.pid})")

@@ -221,6 +221,66 @@ def test_a_child_that_dies_stops_the_stack(tmp_path: Path) -> None:
     assert not [name for name, pid in pids.items() if alive(pid)], stack.output
 
 
+@pytest.mark.slow
+def test_the_stack_runs_the_procfiles_lines_and_its_children_die_with_it(tmp_path: Path) -> None:
+    """SIGKILL leaves the stack no chance to stop anything: the kernel must (PR_SET_PDEATHSIG)."""
+    stack = Stack(tmp_path, "--no-demo", "--workers", "2")
+    try:
+        port = stack.wait_for(r"receiver +http://127\.0\.0\.1:(\d+) ").group(1)
+        stack.wait_for(r"Ctrl-C to stop")
+        pids = stack.pids()
+        assert set(pids) == {"redis", "graph.1", "web.1", "worker.1", "worker.2"}, stack.output
+        procfile = load_devstack().read_procfile(REPO / "Procfile")
+        web = procfile["web"].replace("${PORT:-8000}", port)
+        web = web.replace("${WEB_HOST:-0.0.0.0}", "127.0.0.1").split()
+        venv_bin = Path(PYTHON).parent
+        web_cmdline = cmdline(pids["web.1"])
+        assert Path(web_cmdline[1]) == venv_bin / web[0], web_cmdline  # the venv's uvicorn
+        assert web_cmdline[2:] == web[1:], web_cmdline
+        for name in ("worker.1", "worker.2"):
+            assert cmdline(pids[name]) == procfile["worker"].split(), cmdline(pids[name])
+            # `python` found first on PATH: the venv's
+            path = environ(pids[name])["PATH"].split(os.pathsep)
+            assert path[0] == str(venv_bin), path
+        os.kill(stack.process.pid, signal.SIGKILL)
+        stack.wait(timeout_s=10)
+        deadline = time.monotonic() + 30
+        while [pid for pid in pids.values() if alive(pid)] and time.monotonic() < deadline:
+            time.sleep(0.2)
+        survivors = [name for name, pid in pids.items() if alive(pid)]
+    finally:
+        stack.stop()
+        for pid in stack.pids().values():  # never leave one behind if the test failed
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+    assert not survivors, stack.output
+
+
+def test_a_procfile_without_a_worker_line_is_refused_by_name(tmp_path: Path) -> None:
+    devstack = load_devstack()
+    procfile = tmp_path / "Procfile"
+    procfile.write_text("# comment\n\nweb: uvicorn receiver.app:app\n")
+    with pytest.raises(devstack.ProcfileError, match="no 'worker:' line"):
+        devstack.read_procfile(procfile)
+    procfile.write_text("web uvicorn receiver.app:app\nworker: python -m worker\n")
+    with pytest.raises(devstack.ProcfileError, match=r"Procfile:1: not a 'name: command' line"):
+        devstack.read_procfile(procfile)
+    procfile.write_text("web: uvicorn receiver.app:app\nworker:  python -m worker  \n")
+    assert devstack.read_procfile(procfile) == {
+        "web": "uvicorn receiver.app:app",
+        "worker": "python -m worker",
+    }
+
+
+def cmdline(pid: int) -> list[str]:
+    return Path(f"/proc/{pid}/cmdline").read_bytes().decode().rstrip("\0").split("\0")
+
+
+def environ(pid: int) -> dict[str, str]:
+    pairs = Path(f"/proc/{pid}/environ").read_bytes().decode().split("\0")
+    return dict(pair.split("=", 1) for pair in pairs if "=" in pair)
+
+
 def test_dev_defaults_never_override_the_users_settings() -> None:
     devstack = load_devstack()
     user = {"DEBOUNCE_WINDOW_S": "20", "LEASE_S": "6", "WHATSAPP_APP_SECRET": "mine"}
