@@ -8,7 +8,7 @@ under `.devstack/redis`. Without `WHATSAPP_ACCESS_TOKEN` it also starts the loca
 the provider, `scripts/graph_standin` (`graph.1`), and points the workers' WhatsApp sender at it
 with a dev token: replies travel worker -> Graph API (stand-in) -> signed `sent`, `delivered`,
 `read` status webhooks -> receiver -> worker, as in production (`--sender outbox`: the Redis
-outbox instead, the old way). Without real credentials it runs `scripts/demo.py`, which sends
+outbox instead, the old way). Without real credentials it runs `scripts/simulate`, which sends
 signed webhook bursts and shows each burst turning into a single reply and its statuses.
 
 The receiver and the workers are the `Procfile`'s `web` and `worker` lines, run as
@@ -412,7 +412,7 @@ class DevStack:
     def demo_child(self) -> Child:
         # The secret, REDIS_URL and KEY_PREFIX reach the demo through its environment, not its
         # command line, which any user of the machine can read.
-        argv = [sys.executable, str(REPO / "scripts" / "demo.py"), "--url", self.receiver_url]
+        argv = [sys.executable, "-m", "scripts.simulate", "--url", self.receiver_url]
         if self.options.bursts is not None:
             argv += ["--bursts", str(self.options.bursts)]
         if self.graph_url is not None:
@@ -540,7 +540,10 @@ class DevStack:
         elif settings.sender == "outbox":
             say("replies   to the Redis outbox lists, no delivery statuses (--sender outbox)")
         if self.options.demo:
-            say("demo      on: signed bursts from a few people to two tenants (--no-demo: off)")
+            say(
+                "demo      on: scripts/simulate, signed bursts from a few people to three tenants "
+                "(--no-demo: off)"
+            )
         else:
             say("demo      off (--demo turns it on)")
         say("Ctrl-C to stop")

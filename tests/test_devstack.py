@@ -21,8 +21,10 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+import redis
 
-from shared.redis_server import free_port
+from shared.keys import Keys
+from shared.redis_server import RedisServer, free_port
 
 REPO = Path(__file__).resolve().parent.parent
 VENV_PYTHON = REPO / ".venv" / "bin" / "python"
@@ -125,6 +127,37 @@ class Stack:
         return found
 
 
+SUMMARY = re.compile(
+    r"summary: sent (\d+) messages in (\d+) bursts \(\+(\d+) duplicate deliveries, "
+    r"(\d+) statuses\); receiver stored (\d+), dropped (\d+) duplicates; Redis: (\d+) "
+    r"messages in, (\d+) turns, (\d+) replies, (\d+) retries, (\d+) new review items"
+)
+
+
+def check_summary_against_redis(output: str, data_dir: Path, statuses: int) -> None:
+    """The summary's counts are what the replies showed and what the fleet recorded in Redis
+    (read back from the stopped stack's AOF)."""
+    found = SUMMARY.search(output)
+    assert found, output
+    sent, bursts, dups, sent_statuses, stored, dropped, *fleet = map(int, found.groups())
+    shown = sum(int(n) for n in re.findall(r"sent (\d) messages -> turn", output))
+    assert (sent, bursts, sent_statuses) == (shown, 2, statuses), output
+    assert dups >= 1 and stored == sent and dropped == dups + statuses, output
+    with RedisServer(directory=data_dir / "redis", appendonly=True) as server:
+        client = redis.Redis.from_url(server.url)
+        keys = Keys()
+        totals = dict.fromkeys(("messages", "turns", "replies", "retries", "review"), 0)
+        for tenant in client.smembers(keys.tenants):
+            k = keys.tenant(tenant.decode())
+            stats = client.hgetall(k.stats)
+            for name in ("messages", "turns", "replies", "retries"):
+                totals[name] += int(stats.get(name.encode(), 0))
+            totals["review"] += int(client.hlen(k.review))
+        client.close()
+    assert fleet == list(totals.values()), (fleet, totals)
+    assert fleet == [sent, bursts, bursts, 0, 0], output
+
+
 def alive(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
@@ -148,7 +181,7 @@ def test_each_demo_burst_becomes_one_reply_through_the_graph_standin(tmp_path: P
     # The reply line is printed once the worker recorded the stand-in's statuses in Redis
     # (the outbound record's status reached read).
     replies = re.findall(
-        r"\[demo\] (\d+) sent (\d) messages -> 1 reply .*: \"Got \2 messages: .*\" "
+        r"\[sim\] (\d+) sent (\d) messages -> turn \d+-\d+ -> 1 reply .*: \"Got \2 messages: .*\" "
         r"\(sent, delivered, read\)$",
         output,
         re.MULTILINE,
@@ -157,10 +190,12 @@ def test_each_demo_burst_becomes_one_reply_through_the_graph_standin(tmp_path: P
     assert all(int(n) >= 3 for _, n in replies), output
     assert "-> 2 replies via the Graph API stand-in (2 delivered and read)" in output, output
     assert "every burst became exactly one reply" in output
-    assert re.search(r"\[demo\] \d+ \(\w+\): .* delivered twice", output), "a duplicate was sent"
+    assert re.search(r"\[sim\] \d+ \(\w+\): .* delivered twice", output), "a duplicate was sent"
     assert "WARNING" not in output and "FAILED" not in output, output
     assert "stand-in answered" not in output, output
     assert list((tmp_path / "redis").rglob("appendonly*")), "the embedded Redis keeps an AOF"
+    assert output.count("a late 'delivered' for reply") == 2, output
+    check_summary_against_redis(output, tmp_path, statuses=2)
     pids = stack.pids()
     assert {"redis", "graph.1", "web.1", "worker.1", "demo"} <= set(pids), output
     assert not [name for name, pid in pids.items() if alive(pid)], output
@@ -176,13 +211,14 @@ def test_each_demo_burst_becomes_one_reply_in_the_outbox(tmp_path: Path) -> None
     output = stack.output
     assert code == 0, output
     assert "started graph.1" not in output and "sender outbox" in output, output
-    replies = re.findall(r"\[demo\] (\d+) sent (\d) messages -> 1 reply \(batch ", output)
+    replies = re.findall(r"\[sim\] (\d+) sent (\d) messages -> turn \d+-\d+ -> 1 reply", output)
     assert len(replies) == 2, output
     assert all(int(n) >= 3 for _, n in replies), output
     assert "every burst became exactly one reply" in output
-    assert re.search(r"\[demo\] \d+ \(\w+\): .* delivered twice", output), "a duplicate was sent"
+    assert re.search(r"\[sim\] \d+ \(\w+\): .* delivered twice", output), "a duplicate was sent"
     assert "WARNING" not in output and "FAILED" not in output, output
     assert list((tmp_path / "redis").rglob("appendonly*")), "the embedded Redis keeps an AOF"
+    check_summary_against_redis(output, tmp_path, statuses=0)
     assert not [name for name, pid in stack.pids().items() if alive(pid)], output
 
 
@@ -242,6 +278,36 @@ def test_the_stack_runs_the_procfiles_lines_and_its_children_die_with_it(tmp_pat
             # `python` found first on PATH: the venv's
             path = environ(pids[name])["PATH"].split(os.pathsep)
             assert path[0] == str(venv_bin), path
+        # The simulator as a load generator against the stack, checked against its Redis...
+        found_url = re.search(r"redis +(redis://127\.0\.0\.1:\d+/0) ", stack.output)
+        assert found_url, stack.output
+        redis_url = found_url.group(1)
+        load = run_simulate(
+            "--url",
+            f"http://127.0.0.1:{port}",
+            "--rate",
+            "15",
+            "--duration",
+            "2",
+            "--seed",
+            "7",
+            REDIS_URL=redis_url,
+        )
+        assert load.returncode == 0, load.stdout + load.stderr
+        found = SUMMARY.search(load.stdout)
+        assert found, load.stdout
+        sent, bursts, dups, statuses, stored, dropped, *fleet = map(int, found.groups())
+        assert 10 <= sent <= 60 and stored == sent and dropped == dups and statuses == 0
+        assert fleet == [sent, bursts, bursts, 0, 0], load.stdout
+        assert re.search(r"^\[sim\] +1s +sent \d+ ", load.stdout, re.MULTILINE), load.stdout
+        client = redis.Redis.from_url(redis_url)
+        turns = sum(
+            int(client.hget(Keys().tenant(t.decode()).stats, "turns") or 0)
+            for t in client.smembers(Keys().tenants)
+        )
+        client.close()
+        assert turns == bursts, (turns, load.stdout)
+        # ...then the stack dies without a chance to stop anything.
         os.kill(stack.process.pid, signal.SIGKILL)
         stack.wait(timeout_s=10)
         deadline = time.monotonic() + 30
@@ -270,6 +336,32 @@ def test_a_procfile_without_a_worker_line_is_refused_by_name(tmp_path: Path) -> 
         "web": "uvicorn receiver.app:app",
         "worker": "python -m worker",
     }
+
+
+def run_simulate(*args: str, **variables: str) -> subprocess.CompletedProcess[str]:
+    env = clean_environment()
+    env.update({"WHATSAPP_APP_SECRET": "dev-secret", **variables})
+    return subprocess.run(
+        [PYTHON, "-m", "scripts.simulate", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+
+
+def test_the_simulator_refuses_other_hosts_and_unbounded_load() -> None:
+    for args, problem in (
+        (["--url", "http://10.0.0.5:8000"], "only 127.0.0.1 is allowed"),
+        (["--redis-url", "redis://redis.example.com:6379/0"], "only 127.0.0.1 is allowed"),
+        (["--rate", "10"], "--rate and --duration go together"),
+        (["--rate", "100000", "--duration", "5"], "--rate must be more than 0"),
+        (["--rate", "10", "--duration", "86400"], "--duration must be more than 0"),
+        (["--rate", "10", "--duration", "5", "--bursts", "2"], "drop it with --rate"),
+    ):
+        done = run_simulate(*args)
+        assert done.returncode == 2 and problem in done.stderr, (args, done.stderr)
 
 
 def cmdline(pid: int) -> list[str]:
