@@ -9,6 +9,7 @@ apply (a 3 s debounce window).
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import queue
 import re
@@ -20,8 +21,10 @@ import time
 from pathlib import Path
 from types import ModuleType
 
+import httpx
 import pytest
 import redis
+from prometheus_client.parser import text_string_to_metric_families
 
 from shared.keys import Keys
 from shared.redis_server import RedisServer, free_port
@@ -307,6 +310,22 @@ def test_the_stack_runs_the_procfiles_lines_and_its_children_die_with_it(tmp_pat
         )
         client.close()
         assert turns == bursts, (turns, load.stdout)
+        # /metrics of the live receiver moved with that traffic (fleet figures from Redis).
+        metrics = scrape(f"http://127.0.0.1:{port}/metrics")
+        # (stored: our messages, plus the stand-in's status webhooks for the replies)
+        assert metrics["wa_webhook_items_stored_total"] >= sent, metrics
+        assert metrics["wa_webhook_items_duplicate_total"] == dups, metrics
+        assert metrics["wa_messages_total"] == sent and metrics["wa_turns_total"] == bursts
+        assert metrics["wa_dispatch_lag_seconds_count"] == bursts, metrics
+        # Every line of the receiver and the workers is one JSON object, none with message text.
+        product = [
+            line.split("| ", 1)[1]
+            for line in stack.lines
+            if re.match(r"\S+ (web|worker)\.\d+ +\| ", line)
+        ]
+        assert product and all(json.loads(line) for line in product), stack.output
+        texts = ("una consulta", "tienen turno", "a la tarde", "gracias!")
+        assert not [line for line in product if any(t in line for t in texts)], stack.output
         # ...then the stack dies without a chance to stop anything.
         os.kill(stack.process.pid, signal.SIGKILL)
         stack.wait(timeout_s=10)
@@ -336,6 +355,15 @@ def test_a_procfile_without_a_worker_line_is_refused_by_name(tmp_path: Path) -> 
         "web": "uvicorn receiver.app:app",
         "worker": "python -m worker",
     }
+
+
+def scrape(url: str) -> dict[str, float]:
+    """Each sample of a Prometheus text page, summed over its labels (all tenants)."""
+    totals: dict[str, float] = {}
+    for family in text_string_to_metric_families(httpx.get(url, timeout=10).text):
+        for sample in family.samples:
+            totals[sample.name] = totals.get(sample.name, 0.0) + sample.value
+    return totals
 
 
 def run_simulate(*args: str, **variables: str) -> subprocess.CompletedProcess[str]:
