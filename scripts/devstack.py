@@ -20,8 +20,9 @@ inside the workers' 10 s shutdown grace.
 
 Children run in their own process groups: a Ctrl-C in the terminal reaches only this process,
 which forwards one SIGTERM. (A second signal makes uvicorn skip its graceful shutdown.) Each
-child, the embedded Redis included, is started with Linux's PR_SET_PDEATHSIG
-(shared/lifeline.py): if this process is killed outright, the kernel sends every child SIGTERM.
+child, the embedded Redis included, is started through shared/lifeline.py, which arms Linux's
+PR_SET_PDEATHSIG and execs it: if this process is killed outright, the kernel sends every child
+SIGTERM.
 """
 
 from __future__ import annotations
@@ -421,7 +422,7 @@ class DevStack:
 
     async def start(self, child: Child, env: Mapping[str, str]) -> None:
         child.process = await asyncio.create_subprocess_exec(
-            *child.argv,
+            *lifeline.command(child.argv),
             cwd=REPO,
             env=dict(env),
             stdin=asyncio.subprocess.DEVNULL,
@@ -429,7 +430,6 @@ class DevStack:
             stderr=asyncio.subprocess.STDOUT,
             process_group=0,
             limit=LINE_LIMIT_BYTES,
-            preexec_fn=lifeline.die_with_parent(),
         )
         self.children.append(child)
         self.console.say(f"started {child.name} (pid {child.process.pid})")
@@ -523,10 +523,15 @@ class DevStack:
         say(f"receiver  {self.receiver_url}  (POST /webhooks/whatsapp, GET /readyz)")
         if self.redis is not None:
             say(f"redis     {self.redis.url}  (embedded, AOF on, data in {self.redis.directory})")
-            say(f"inspect   redis-cli -p {self.redis.port} --scan --pattern {pattern}")
+            say(
+                f"inspect   REDIS_URL={self.redis.url} .venv/bin/python -m worker.inspect "
+                "[TENANT [PERSON]]"
+            )
+            say(f"          redis-cli -p {self.redis.port} --scan --pattern {pattern}")
         else:
             say("redis     $REDIS_URL (yours)")
-            say(f'inspect   redis-cli -u "$REDIS_URL" --scan --pattern {pattern}')
+            say("inspect   .venv/bin/python -m worker.inspect [TENANT [PERSON]]")
+            say(f'          redis-cli -u "$REDIS_URL" --scan --pattern {pattern}')
         say(
             f"workers   {self.options.workers}, debounce {settings.debounce_window_s:g}s, "
             f"max wait {settings.max_wait_s:g}s, brain {settings.brain}, "

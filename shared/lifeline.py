@@ -2,9 +2,15 @@
 
 A supervisor that is SIGKILLed (or crashes) cannot stop its children, and children in their
 own process groups do not get the terminal's Ctrl-C either: they would live on, holding ports
-and a Redis data directory. Linux's `PR_SET_PDEATHSIG`, armed between fork and exec, has the
-kernel send the child a signal when its parent dies; it survives `exec`, so a child started as
-`sh -c 'exec …'` keeps it. Elsewhere there is no such call and `die_with_parent` returns None.
+and a Redis data directory. Linux's `PR_SET_PDEATHSIG` has the kernel send a process a signal
+when its parent dies, and it survives `exec`.
+
+`command(argv)` wraps a child's command line in a small trampoline, `python -m
+shared.lifeline PARENT_PID SIGNAL -- argv...`, which arms the signal and then `exec`s argv (same
+pid, so the supervisor signals the real program). It runs in the child as a fresh,
+single-threaded process: unlike a `preexec_fn`, no Python code runs between fork and exec in a
+parent that has threads (asyncio's child watchers, its resolver pool), where it could deadlock.
+Elsewhere than Linux there is no such call and `command` returns argv unchanged.
 
 The signal is tied to the parent *thread* that forked the child: start children from a thread
 that lives as long as the process (the main thread, or the asyncio loop thread).
@@ -16,40 +22,36 @@ import ctypes
 import os
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Sequence
 
 PR_SET_PDEATHSIG = 1
 
 
-def _prctl() -> Callable[..., int] | None:
-    if not sys.platform.startswith("linux"):
-        return None
-    libc = ctypes.CDLL(None, use_errno=True)  # the C library this process already loaded
-    function: Callable[..., int] = libc.prctl
-    return function
-
-
-_PRCTL = _prctl()
-
-
 def supported() -> bool:
     """Whether children can be tied to this process's life (Linux)."""
-    return _PRCTL is not None
+    return sys.platform.startswith("linux")
 
 
-def die_with_parent(signum: int = signal.SIGTERM) -> Callable[[], None] | None:
-    """A `preexec_fn` for subprocess/asyncio that sends the child `signum` when this process
-    dies; None where the platform has no such mechanism."""
-    prctl = _PRCTL
-    if prctl is None:
-        return None
-    parent = os.getpid()
+def command(argv: Sequence[str], signum: int = signal.SIGTERM) -> list[str]:
+    """`argv` run so that it receives `signum` when this process dies (Linux)."""
+    if not supported():
+        return list(argv)
+    trampoline = [sys.executable, "-m", "shared.lifeline", str(os.getpid()), str(int(signum))]
+    return [*trampoline, "--", *argv]
 
-    def arm() -> None:
-        # Runs in the child, between fork and exec: no imports, no locks.
-        if prctl(PR_SET_PDEATHSIG, int(signum), 0, 0, 0) != 0:
-            raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
-        if os.getppid() != parent:
-            os._exit(1)  # the parent died before the signal was armed: follow it now
 
-    return arm
+def main(args: Sequence[str]) -> None:
+    """The trampoline: `PARENT_PID SIGNAL -- argv...`; arms the signal, then execs argv."""
+    if len(args) < 4 or args[2] != "--":
+        sys.exit("usage: python -m shared.lifeline PARENT_PID SIGNAL -- COMMAND [ARGS...]")
+    parent, signum, argv = int(args[0]), int(args[1]), list(args[3:])
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_PDEATHSIG, signum, 0, 0, 0) != 0:
+        sys.exit(f"prctl(PR_SET_PDEATHSIG) failed: {os.strerror(ctypes.get_errno())}")
+    if os.getppid() != parent:
+        sys.exit(1)  # the parent died before the signal was armed: follow it now
+    os.execvp(argv[0], argv)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -83,12 +83,12 @@ class RedisServer:
         return args + self.extra_args
 
     def start(self, timeout_s: float = 10.0) -> RedisServer:
+        argv = self.command()
         self.process = subprocess.Popen(
-            self.command(),
+            lifeline.command(argv) if self.die_with_parent else argv,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,
-            preexec_fn=lifeline.die_with_parent() if self.die_with_parent else None,
         )
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
