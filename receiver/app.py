@@ -34,7 +34,12 @@ from receiver.signature import SignatureError, token_matches
 from receiver.store import InboxWriter, StoreUnavailable
 from receiver.whatsapp import WhatsAppInbound
 from shared.keys import Keys
-from shared.logs import configure_logging, log_startup, warn_if_not_persistent
+from shared.logs import (
+    configure_logging,
+    log_startup,
+    served_by_uvicorn,
+    warn_if_not_persistent,
+)
 from shared.provider import InboundProvider, WebhookRequest
 from shared.redis_client import make_redis
 from shared.scripts import Scripts
@@ -346,4 +351,14 @@ def create_app(settings: Settings | None = None) -> ReceiverApp:
     return ReceiverApp(Receiver(settings or Settings.from_env()))
 
 
-app = create_app()
+def _served_app() -> ReceiverApp:
+    """`uvicorn receiver.app:app`: when uvicorn's command line imports us, logging is set up
+    here, before its first line ("Started server process"), so that line is ours (JSON) too.
+    Any other importer (tests, an embedding app) keeps its own logging."""
+    settings = Settings.from_env()
+    if served_by_uvicorn():
+        configure_logging(settings.log_level, settings.log_format)
+    return create_app(settings)
+
+
+app = _served_app()

@@ -5,7 +5,8 @@ webhook's hot path pays one histogram `observe` and one counter `inc` per reques
 are plain integer additions, exposed at scrape time. Fleet figures are read from Redis at
 scrape time with bounded work: SMEMBERS of the tenant registry, then one pipeline of five
 reads per tenant. A Redis failure during a scrape leaves the receiver figures intact and
-reports `wa_fleet_scrape_ok 0`.
+reports `wa_fleet_scrape_ok 0`. The dispatch lag histogram comes from the stats hash too
+(shared/dispatch_lag.py).
 """
 
 from __future__ import annotations
@@ -16,9 +17,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
+from shared import dispatch_lag
 from shared.keys import Keys
 
 LATENCY_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
@@ -200,3 +207,12 @@ def _counters(snapshot: FleetSnapshot) -> Iterator[Metric]:
             if name.startswith(REVIEW_PREFIX):
                 review.add_metric([tenant, name[len(REVIEW_PREFIX) :]], value)
     yield review
+    lag = HistogramMetricFamily(
+        "wa_dispatch_lag_seconds",
+        "Time from a batch's due time to the claim that started its turn",
+        labels=["tenant"],
+    )
+    for tenant, figures in snapshot.items():
+        histogram = dispatch_lag.from_stats(figures.stats)
+        lag.add_metric([tenant], list(histogram.buckets), histogram.sum_s)
+    yield lag

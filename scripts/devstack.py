@@ -8,11 +8,21 @@ under `.devstack/redis`. Without `WHATSAPP_ACCESS_TOKEN` it also starts the loca
 the provider, `scripts/graph_standin` (`graph.1`), and points the workers' WhatsApp sender at it
 with a dev token: replies travel worker -> Graph API (stand-in) -> signed `sent`, `delivered`,
 `read` status webhooks -> receiver -> worker, as in production (`--sender outbox`: the Redis
-outbox instead, the old way). Without real credentials it runs `scripts/demo.py`, which sends
+outbox instead, the old way). Without real credentials it runs `scripts/simulate`, which sends
 signed webhook bursts and shows each burst turning into a single reply and its statuses.
 
+The receiver and the workers are the `Procfile`'s `web` and `worker` lines, run as
+`sh -c 'exec <line>'` with `.venv/bin` first on PATH, so dev runs exactly what production runs
+(`--workers N`: N copies of `worker`). honcho (the Python Foreman) was tried for this and not
+kept: its children outlive it when it is SIGKILLed (each runs in a new session, nothing ties
+it to honcho's life), and it SIGKILLs every process 5 s after a stop (a hard-coded KILL_WAIT),
+inside the workers' 10 s shutdown grace.
+
 Children run in their own process groups: a Ctrl-C in the terminal reaches only this process,
-which forwards one SIGTERM. (A second signal makes uvicorn skip its graceful shutdown.)
+which forwards one SIGTERM. (A second signal makes uvicorn skip its graceful shutdown.) Each
+child, the embedded Redis included, is started through shared/lifeline.py, which arms Linux's
+PR_SET_PDEATHSIG and execs it: if this process is killed outright, the kernel sends every child
+SIGTERM.
 """
 
 from __future__ import annotations
@@ -21,6 +31,7 @@ import argparse
 import asyncio
 import fcntl
 import os
+import re
 import signal
 import socket
 import sys
@@ -32,10 +43,12 @@ from typing import IO
 
 import httpx
 
+from shared import lifeline
 from shared.redis_server import RedisServer, free_port
 from shared.settings import ConfigError, Settings
 
 REPO = Path(__file__).resolve().parent.parent
+PROCFILE = REPO / "Procfile"
 
 DEFAULT_REDIS_PORT = 6390
 DEFAULT_PORT = 8000
@@ -186,7 +199,43 @@ def dev_environment(
     env["REDIS_URL"] = redis_url
     env["PORT"] = str(port)
     env["PYTHONUNBUFFERED"] = "1"
+    # The Procfile binds ${WEB_HOST:-0.0.0.0} (what a platform's router needs); a dev stack
+    # listens on loopback only unless the user asks for more.
+    env.setdefault("WEB_HOST", "127.0.0.1")
+    # The Procfile says `uvicorn` and `python`: this environment's, whatever the user's PATH.
+    venv_bin = str(Path(sys.executable).parent)
+    env["PATH"] = os.pathsep.join([venv_bin, env.get("PATH") or os.defpath])
     return env
+
+
+class ProcfileError(ValueError):
+    """A Procfile the dev stack cannot run; the message names the file and line."""
+
+
+PROCFILE_LINE = re.compile(r"^([A-Za-z0-9_-]+):\s*(\S.*)$")
+
+
+def read_procfile(path: Path) -> dict[str, str]:
+    """The `name: command` lines of a Procfile (blank lines and `#` comments skipped)."""
+    commands: dict[str, str] = {}
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        found = PROCFILE_LINE.match(line)
+        if found is None:
+            raise ProcfileError(f"{path}:{number}: not a 'name: command' line: {line!r}")
+        commands[found.group(1)] = found.group(2).strip()
+    for needed in ("web", "worker"):
+        if needed not in commands:
+            raise ProcfileError(f"{path}: no '{needed}:' line")
+    return commands
+
+
+def procfile_argv(command: str) -> list[str]:
+    """How a Procfile line is run: by the shell (it expands ${PORT:-8000}), which `exec`s the
+    command so the pid we supervise and signal is the command's own."""
+    return ["/bin/sh", "-c", f"exec {command}"]
 
 
 def _number(raw: str) -> float | None:
@@ -298,12 +347,15 @@ class DevStack:
                 self.environ, redis_url, self.options.port, self.graph_url, self.options.sender
             )
             settings = Settings.from_env(env)
+            children = self.service_children()
             self.start_redis()
-        except (ConfigError, RuntimeError) as exc:
+        except (ConfigError, ProcfileError, RuntimeError) as exc:
             self.console.say(f"cannot start: {exc}")
             return 2
+        if not lifeline.supported():
+            self.console.say("no PR_SET_PDEATHSIG: if this process is killed, stop its children")
         try:
-            for child in self.service_children():
+            for child in children:
                 await self.start(child, env)
             self.tasks.add(asyncio.create_task(self.wait_ready()))
             return await self.supervise(env, settings)
@@ -316,7 +368,9 @@ class DevStack:
         if port is None:
             port = DEFAULT_REDIS_PORT if port_is_free(DEFAULT_REDIS_PORT) else free_port()
         directory = self.options.data_dir / "redis"
-        self.redis = RedisServer(port=port, directory=directory, appendonly=True)
+        self.redis = RedisServer(
+            port=port, directory=directory, appendonly=True, die_with_parent=True
+        )
         return self.redis.url
 
     def start_redis(self) -> None:
@@ -341,23 +395,9 @@ class DevStack:
             ) from None
 
     def service_children(self) -> list[Child]:
-        web = [
-            sys.executable,
-            "-m",
-            "uvicorn",
-            "receiver.app:app",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(self.options.port),
-            "--loop",
-            "uvloop",
-            "--http",
-            "httptools",
-            "--no-access-log",
-        ]
+        procfile = read_procfile(PROCFILE)
         workers = [
-            Child(f"worker.{i + 1}", [sys.executable, "-m", "worker"])
+            Child(f"worker.{i + 1}", procfile_argv(procfile["worker"]))
             for i in range(self.options.workers)
         ]
         graph = []
@@ -368,12 +408,12 @@ class DevStack:
             argv += ["--webhook-url", f"{self.receiver_url}/webhooks/whatsapp"]
             argv += ["--log-level", "warning"]  # no access log line per request (the demo polls)
             graph = [Child("graph.1", argv)]
-        return [*graph, Child("web.1", web), *workers]
+        return [*graph, Child("web.1", procfile_argv(procfile["web"])), *workers]
 
     def demo_child(self) -> Child:
         # The secret, REDIS_URL and KEY_PREFIX reach the demo through its environment, not its
         # command line, which any user of the machine can read.
-        argv = [sys.executable, str(REPO / "scripts" / "demo.py"), "--url", self.receiver_url]
+        argv = [sys.executable, "-m", "scripts.simulate", "--url", self.receiver_url]
         if self.options.bursts is not None:
             argv += ["--bursts", str(self.options.bursts)]
         if self.graph_url is not None:
@@ -382,7 +422,7 @@ class DevStack:
 
     async def start(self, child: Child, env: Mapping[str, str]) -> None:
         child.process = await asyncio.create_subprocess_exec(
-            *child.argv,
+            *lifeline.command(child.argv),
             cwd=REPO,
             env=dict(env),
             stdin=asyncio.subprocess.DEVNULL,
@@ -483,10 +523,15 @@ class DevStack:
         say(f"receiver  {self.receiver_url}  (POST /webhooks/whatsapp, GET /readyz)")
         if self.redis is not None:
             say(f"redis     {self.redis.url}  (embedded, AOF on, data in {self.redis.directory})")
-            say(f"inspect   redis-cli -p {self.redis.port} --scan --pattern {pattern}")
+            say(
+                f"inspect   REDIS_URL={self.redis.url} .venv/bin/python -m worker.inspect "
+                "[TENANT [PERSON]]"
+            )
+            say(f"          redis-cli -p {self.redis.port} --scan --pattern {pattern}")
         else:
             say("redis     $REDIS_URL (yours)")
-            say(f'inspect   redis-cli -u "$REDIS_URL" --scan --pattern {pattern}')
+            say("inspect   .venv/bin/python -m worker.inspect [TENANT [PERSON]]")
+            say(f'          redis-cli -u "$REDIS_URL" --scan --pattern {pattern}')
         say(
             f"workers   {self.options.workers}, debounce {settings.debounce_window_s:g}s, "
             f"max wait {settings.max_wait_s:g}s, brain {settings.brain}, "
@@ -500,7 +545,10 @@ class DevStack:
         elif settings.sender == "outbox":
             say("replies   to the Redis outbox lists, no delivery statuses (--sender outbox)")
         if self.options.demo:
-            say("demo      on: signed bursts from a few people to two tenants (--no-demo: off)")
+            say(
+                "demo      on: scripts/simulate, signed bursts from a few people to three tenants "
+                "(--no-demo: off)"
+            )
         else:
             say("demo      off (--demo turns it on)")
         say("Ctrl-C to stop")

@@ -124,6 +124,18 @@ class TenantKeys:
     def memory(self, person: str) -> str:
         return f"{self.conversation_prefix}{_check(person, 'person')}:{MEMORY}"
 
+    def conversations_pattern(self, kind: str) -> str:
+        """A SCAN MATCH pattern for one kind of conversation key (PENDING, BATCH, ...) of
+        every person of the tenant; `person_in` reads the person back from a match."""
+        return f"{_glob_escape(self.conversation_prefix)}*:{kind}"
+
+    def person_in(self, key: str, kind: str) -> str | None:
+        """The person of a conversation key of `kind`, or None if `key` is not one."""
+        head, tail = self.conversation_prefix, f":{kind}"
+        if key.startswith(head) and key.endswith(tail) and len(key) > len(head) + len(tail):
+            return key[len(head) : -len(tail)]
+        return None
+
     @property
     def outbound_prefix(self) -> str:
         """Scripts append a provider message id to this to reach its outbound record."""
@@ -137,6 +149,11 @@ class TenantKeys:
 # cannot receive every key through KEYS; they get the tenant's conversation prefix and these
 # suffixes through `lua_prelude()`, so this module stays the only place a key is spelled.
 PENDING, BATCH, LOCK, LASTIN, MEMORY = "pending", "batch", "lock", "lastin", "memory"
+
+
+def _glob_escape(text: str) -> str:
+    """Redis glob patterns treat * ? [ ] \\ specially: match them literally."""
+    return "".join(f"\\{ch}" if ch in "*?[]\\" else ch for ch in text)
 
 
 def lua_prelude() -> str:

@@ -25,7 +25,10 @@ _STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
     "message",
     "asctime",
     "taskName",
+    "color_message",  # uvicorn's terminal-coloured copy of the message
 }
+# uvicorn configures these with text handlers of their own (not propagating to the root).
+SERVER_LOGGERS = ("uvicorn", "uvicorn.error", "uvicorn.access")
 
 
 class JsonFormatter(logging.Formatter):
@@ -59,8 +62,10 @@ def make_formatter(fmt: str = "json") -> logging.Formatter:
 def configure_logging(level: str = "INFO", fmt: str = "json") -> None:
     """Give the root logger a stdout handler with our format, unless someone else gave it one.
 
-    Under uvicorn the server configures its own loggers (not the root): ours then get this
-    handler; a root logger that already has handlers (tests, an embedding app) is left alone.
+    Under uvicorn the server configures its own loggers (not the root) with text handlers;
+    in the json format they are routed through ours too, so every line of the process is one
+    JSON object (call this before uvicorn's first line: receiver/app.py does at import). A
+    root logger that already has handlers (tests, an embedding app) is left alone.
     """
     root = logging.getLogger()
     if root.handlers:
@@ -69,6 +74,17 @@ def configure_logging(level: str = "INFO", fmt: str = "json") -> None:
     handler = logging.StreamHandler(sys.stdout)
     handler.setFormatter(make_formatter(fmt))
     root.addHandler(handler)
+    if fmt == "json":
+        for name in SERVER_LOGGERS:
+            server = logging.getLogger(name)
+            server.handlers.clear()
+            server.propagate = True
+
+
+def served_by_uvicorn() -> bool:
+    """Whether uvicorn's own logging is set up and the root's is not: the process is uvicorn's
+    command line (it configures its loggers before importing the app)."""
+    return bool(logging.getLogger("uvicorn").handlers) and not logging.getLogger().handlers
 
 
 def redact_person(person: str) -> str:

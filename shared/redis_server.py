@@ -16,6 +16,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from shared import lifeline
+
 
 def find_server_binary() -> str:
     found = os.environ.get("REDIS_SERVER_BIN") or shutil.which("redis-server")
@@ -43,6 +45,7 @@ class RedisServer:
         directory: str | Path | None = None,
         appendonly: bool = False,
         extra_args: list[str] | None = None,
+        die_with_parent: bool = False,
     ) -> None:
         self.port = port or free_port()
         self._tmp = None if directory else tempfile.TemporaryDirectory(prefix="redis-")
@@ -50,6 +53,8 @@ class RedisServer:
         self.directory.mkdir(parents=True, exist_ok=True)
         self.appendonly = appendonly
         self.extra_args = extra_args or []
+        # Opt-in (the dev stack): tied to the thread that starts it, see shared/lifeline.py.
+        self.die_with_parent = die_with_parent
         self.binary = find_server_binary()
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -78,8 +83,9 @@ class RedisServer:
         return args + self.extra_args
 
     def start(self, timeout_s: float = 10.0) -> RedisServer:
+        argv = self.command()
         self.process = subprocess.Popen(
-            self.command(),
+            lifeline.command(argv) if self.die_with_parent else argv,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,

@@ -1,10 +1,11 @@
 """Loads the Lua scripts in `shared/lua/` once and calls them by SHA.
 
-Each script is prepended with `keys.lua_prelude()` (the conversation key helpers) and the
-functions of `lua/lib/*.lua` that several scripts share. Calls go
-through EVALSHA; if Redis answers NOSCRIPT (it restarted, or a failover lost its script cache)
-the script is loaded again and the call repeated, which is safe because a NOSCRIPT call did
-nothing. Scripts can also be queued on a pipeline (`queue`), the building block of group commit.
+Each script is prepended with `keys.lua_prelude()` (the conversation key helpers),
+`dispatch_lag.lua_prelude()` (the lag histogram's buckets) and the functions of
+`lua/lib/*.lua` that several scripts share. Calls go through EVALSHA; if Redis answers
+NOSCRIPT (it restarted, or a failover lost its script cache) the script is loaded again and
+the call repeated, which is safe because a NOSCRIPT call did nothing. Scripts can also be
+queued on a pipeline (`queue`), the building block of group commit.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 from redis.exceptions import NoScriptError
 
+from shared import dispatch_lag
 from shared.keys import lua_prelude
 
 LUA_DIR = Path(__file__).with_name("lua")
@@ -31,7 +33,7 @@ class Script:
 
     @classmethod
     def from_file(cls, path: Path, library: str = "") -> Script:
-        source = lua_prelude() + library + path.read_text()
+        source = lua_prelude() + dispatch_lag.lua_prelude() + library + path.read_text()
         return cls(path.stem, source, hashlib.sha1(source.encode()).hexdigest())
 
     async def __call__(self, redis: Any, keys: Sequence[str], args: Sequence[ScriptArg]) -> Any:

@@ -9,6 +9,7 @@ apply (a 3 s debounce window).
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import queue
 import re
@@ -20,9 +21,13 @@ import time
 from pathlib import Path
 from types import ModuleType
 
+import httpx
 import pytest
+import redis
+from prometheus_client.parser import text_string_to_metric_families
 
-from shared.redis_server import free_port
+from shared.keys import Keys
+from shared.redis_server import RedisServer, free_port
 
 REPO = Path(__file__).resolve().parent.parent
 VENV_PYTHON = REPO / ".venv" / "bin" / "python"
@@ -125,6 +130,37 @@ class Stack:
         return found
 
 
+SUMMARY = re.compile(
+    r"summary: sent (\d+) messages in (\d+) bursts \(\+(\d+) duplicate deliveries, "
+    r"(\d+) statuses\); receiver stored (\d+), dropped (\d+) duplicates; Redis: (\d+) "
+    r"messages in, (\d+) turns, (\d+) replies, (\d+) retries, (\d+) new review items"
+)
+
+
+def check_summary_against_redis(output: str, data_dir: Path, statuses: int) -> None:
+    """The summary's counts are what the replies showed and what the fleet recorded in Redis
+    (read back from the stopped stack's AOF)."""
+    found = SUMMARY.search(output)
+    assert found, output
+    sent, bursts, dups, sent_statuses, stored, dropped, *fleet = map(int, found.groups())
+    shown = sum(int(n) for n in re.findall(r"sent (\d) messages -> turn", output))
+    assert (sent, bursts, sent_statuses) == (shown, 2, statuses), output
+    assert dups >= 1 and stored == sent and dropped == dups + statuses, output
+    with RedisServer(directory=data_dir / "redis", appendonly=True) as server:
+        client = redis.Redis.from_url(server.url)
+        keys = Keys()
+        totals = dict.fromkeys(("messages", "turns", "replies", "retries", "review"), 0)
+        for tenant in client.smembers(keys.tenants):
+            k = keys.tenant(tenant.decode())
+            stats = client.hgetall(k.stats)
+            for name in ("messages", "turns", "replies", "retries"):
+                totals[name] += int(stats.get(name.encode(), 0))
+            totals["review"] += int(client.hlen(k.review))
+        client.close()
+    assert fleet == list(totals.values()), (fleet, totals)
+    assert fleet == [sent, bursts, bursts, 0, 0], output
+
+
 def alive(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
@@ -148,7 +184,7 @@ def test_each_demo_burst_becomes_one_reply_through_the_graph_standin(tmp_path: P
     # The reply line is printed once the worker recorded the stand-in's statuses in Redis
     # (the outbound record's status reached read).
     replies = re.findall(
-        r"\[demo\] (\d+) sent (\d) messages -> 1 reply .*: \"Got \2 messages: .*\" "
+        r"\[sim\] (\d+) sent (\d) messages -> turn \d+-\d+ -> 1 reply .*: \"Got \2 messages: .*\" "
         r"\(sent, delivered, read\)$",
         output,
         re.MULTILINE,
@@ -157,10 +193,12 @@ def test_each_demo_burst_becomes_one_reply_through_the_graph_standin(tmp_path: P
     assert all(int(n) >= 3 for _, n in replies), output
     assert "-> 2 replies via the Graph API stand-in (2 delivered and read)" in output, output
     assert "every burst became exactly one reply" in output
-    assert re.search(r"\[demo\] \d+ \(\w+\): .* delivered twice", output), "a duplicate was sent"
+    assert re.search(r"\[sim\] \d+ \(\w+\): .* delivered twice", output), "a duplicate was sent"
     assert "WARNING" not in output and "FAILED" not in output, output
     assert "stand-in answered" not in output, output
     assert list((tmp_path / "redis").rglob("appendonly*")), "the embedded Redis keeps an AOF"
+    assert output.count("a late 'delivered' for reply") == 2, output
+    check_summary_against_redis(output, tmp_path, statuses=2)
     pids = stack.pids()
     assert {"redis", "graph.1", "web.1", "worker.1", "demo"} <= set(pids), output
     assert not [name for name, pid in pids.items() if alive(pid)], output
@@ -176,13 +214,14 @@ def test_each_demo_burst_becomes_one_reply_in_the_outbox(tmp_path: Path) -> None
     output = stack.output
     assert code == 0, output
     assert "started graph.1" not in output and "sender outbox" in output, output
-    replies = re.findall(r"\[demo\] (\d+) sent (\d) messages -> 1 reply \(batch ", output)
+    replies = re.findall(r"\[sim\] (\d+) sent (\d) messages -> turn \d+-\d+ -> 1 reply", output)
     assert len(replies) == 2, output
     assert all(int(n) >= 3 for _, n in replies), output
     assert "every burst became exactly one reply" in output
-    assert re.search(r"\[demo\] \d+ \(\w+\): .* delivered twice", output), "a duplicate was sent"
+    assert re.search(r"\[sim\] \d+ \(\w+\): .* delivered twice", output), "a duplicate was sent"
     assert "WARNING" not in output and "FAILED" not in output, output
     assert list((tmp_path / "redis").rglob("appendonly*")), "the embedded Redis keeps an AOF"
+    check_summary_against_redis(output, tmp_path, statuses=0)
     assert not [name for name, pid in stack.pids().items() if alive(pid)], output
 
 
@@ -219,6 +258,147 @@ def test_a_child_that_dies_stops_the_stack(tmp_path: Path) -> None:
     assert code != 0, stack.output
     assert "worker.1 exited unexpectedly (exit -9); stopping the stack" in stack.output
     assert not [name for name, pid in pids.items() if alive(pid)], stack.output
+
+
+@pytest.mark.slow
+def test_the_stack_runs_the_procfiles_lines_and_its_children_die_with_it(tmp_path: Path) -> None:
+    """SIGKILL leaves the stack no chance to stop anything: the kernel must (PR_SET_PDEATHSIG)."""
+    stack = Stack(tmp_path, "--no-demo", "--workers", "2")
+    try:
+        port = stack.wait_for(r"receiver +http://127\.0\.0\.1:(\d+) ").group(1)
+        stack.wait_for(r"Ctrl-C to stop")
+        pids = stack.pids()
+        assert set(pids) == {"redis", "graph.1", "web.1", "worker.1", "worker.2"}, stack.output
+        procfile = load_devstack().read_procfile(REPO / "Procfile")
+        web = procfile["web"].replace("${PORT:-8000}", port)
+        web = web.replace("${WEB_HOST:-0.0.0.0}", "127.0.0.1").split()
+        venv_bin = Path(PYTHON).parent
+        web_cmdline = cmdline(pids["web.1"])
+        assert Path(web_cmdline[1]) == venv_bin / web[0], web_cmdline  # the venv's uvicorn
+        assert web_cmdline[2:] == web[1:], web_cmdline
+        for name in ("worker.1", "worker.2"):
+            assert cmdline(pids[name]) == procfile["worker"].split(), cmdline(pids[name])
+            # `python` found first on PATH: the venv's
+            path = environ(pids[name])["PATH"].split(os.pathsep)
+            assert path[0] == str(venv_bin), path
+        # The simulator as a load generator against the stack, checked against its Redis...
+        found_url = re.search(r"redis +(redis://127\.0\.0\.1:\d+/0) ", stack.output)
+        assert found_url, stack.output
+        redis_url = found_url.group(1)
+        load = run_simulate(
+            "--url",
+            f"http://127.0.0.1:{port}",
+            "--rate",
+            "15",
+            "--duration",
+            "2",
+            "--seed",
+            "7",
+            REDIS_URL=redis_url,
+        )
+        assert load.returncode == 0, load.stdout + load.stderr
+        found = SUMMARY.search(load.stdout)
+        assert found, load.stdout
+        sent, bursts, dups, statuses, stored, dropped, *fleet = map(int, found.groups())
+        assert 10 <= sent <= 60 and stored == sent and dropped == dups and statuses == 0
+        assert fleet == [sent, bursts, bursts, 0, 0], load.stdout
+        assert re.search(r"^\[sim\] +1s +sent \d+ ", load.stdout, re.MULTILINE), load.stdout
+        client = redis.Redis.from_url(redis_url)
+        turns = sum(
+            int(client.hget(Keys().tenant(t.decode()).stats, "turns") or 0)
+            for t in client.smembers(Keys().tenants)
+        )
+        client.close()
+        assert turns == bursts, (turns, load.stdout)
+        # /metrics of the live receiver moved with that traffic (fleet figures from Redis).
+        metrics = scrape(f"http://127.0.0.1:{port}/metrics")
+        # (stored: our messages, plus the stand-in's status webhooks for the replies)
+        assert metrics["wa_webhook_items_stored_total"] >= sent, metrics
+        assert metrics["wa_webhook_items_duplicate_total"] == dups, metrics
+        assert metrics["wa_messages_total"] == sent and metrics["wa_turns_total"] == bursts
+        assert metrics["wa_dispatch_lag_seconds_count"] == bursts, metrics
+        # Every line of the receiver and the workers is one JSON object, none with message text.
+        product = [
+            line.split("| ", 1)[1]
+            for line in stack.lines
+            if re.match(r"\S+ (web|worker)\.\d+ +\| ", line)
+        ]
+        assert product and all(json.loads(line) for line in product), stack.output
+        texts = ("una consulta", "tienen turno", "a la tarde", "gracias!")
+        assert not [line for line in product if any(t in line for t in texts)], stack.output
+        # ...then the stack dies without a chance to stop anything.
+        os.kill(stack.process.pid, signal.SIGKILL)
+        stack.wait(timeout_s=10)
+        deadline = time.monotonic() + 30
+        while [pid for pid in pids.values() if alive(pid)] and time.monotonic() < deadline:
+            time.sleep(0.2)
+        survivors = [name for name, pid in pids.items() if alive(pid)]
+    finally:
+        stack.stop()
+        for pid in stack.pids().values():  # never leave one behind if the test failed
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+    assert not survivors, stack.output
+
+
+def test_a_procfile_without_a_worker_line_is_refused_by_name(tmp_path: Path) -> None:
+    devstack = load_devstack()
+    procfile = tmp_path / "Procfile"
+    procfile.write_text("# comment\n\nweb: uvicorn receiver.app:app\n")
+    with pytest.raises(devstack.ProcfileError, match="no 'worker:' line"):
+        devstack.read_procfile(procfile)
+    procfile.write_text("web uvicorn receiver.app:app\nworker: python -m worker\n")
+    with pytest.raises(devstack.ProcfileError, match=r"Procfile:1: not a 'name: command' line"):
+        devstack.read_procfile(procfile)
+    procfile.write_text("web: uvicorn receiver.app:app\nworker:  python -m worker  \n")
+    assert devstack.read_procfile(procfile) == {
+        "web": "uvicorn receiver.app:app",
+        "worker": "python -m worker",
+    }
+
+
+def scrape(url: str) -> dict[str, float]:
+    """Each sample of a Prometheus text page, summed over its labels (all tenants)."""
+    totals: dict[str, float] = {}
+    for family in text_string_to_metric_families(httpx.get(url, timeout=10).text):
+        for sample in family.samples:
+            totals[sample.name] = totals.get(sample.name, 0.0) + sample.value
+    return totals
+
+
+def run_simulate(*args: str, **variables: str) -> subprocess.CompletedProcess[str]:
+    env = clean_environment()
+    env.update({"WHATSAPP_APP_SECRET": "dev-secret", **variables})
+    return subprocess.run(
+        [PYTHON, "-m", "scripts.simulate", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+
+
+def test_the_simulator_refuses_other_hosts_and_unbounded_load() -> None:
+    for args, problem in (
+        (["--url", "http://10.0.0.5:8000"], "only 127.0.0.1 is allowed"),
+        (["--redis-url", "redis://redis.example.com:6379/0"], "only 127.0.0.1 is allowed"),
+        (["--rate", "10"], "--rate and --duration go together"),
+        (["--rate", "100000", "--duration", "5"], "--rate must be more than 0"),
+        (["--rate", "10", "--duration", "86400"], "--duration must be more than 0"),
+        (["--rate", "10", "--duration", "5", "--bursts", "2"], "drop it with --rate"),
+    ):
+        done = run_simulate(*args)
+        assert done.returncode == 2 and problem in done.stderr, (args, done.stderr)
+
+
+def cmdline(pid: int) -> list[str]:
+    return Path(f"/proc/{pid}/cmdline").read_bytes().decode().rstrip("\0").split("\0")
+
+
+def environ(pid: int) -> dict[str, str]:
+    pairs = Path(f"/proc/{pid}/environ").read_bytes().decode().split("\0")
+    return dict(pair.split("=", 1) for pair in pairs if "=" in pair)
 
 
 def test_dev_defaults_never_override_the_users_settings() -> None:

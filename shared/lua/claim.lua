@@ -159,6 +159,7 @@ if max_claim > 0 then
         redis.call('SET', lock, token, 'PX', lease)
         redis.call('ZADD', KEYS[3], now + lease, person)
         redis.call('HSET', bkey, 'token', token, 'claimed_ms', now, 'due_ms', due_ms)
+        record_dispatch_lag(KEYS[5], now - tonumber(due_ms))
         local b = redis.call('HGETALL', bkey)
         table.insert(b, 'last_inbound')
         table.insert(b, redis.call('GET', conv_key(prefix, person, LASTIN)) or '0')

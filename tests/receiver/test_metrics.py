@@ -10,12 +10,15 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from redis.asyncio import Redis
 
+from shared.group_commit import GroupCommitter
 from shared.keys import Keys
 from shared.redis_server import RedisServer
+from shared.scripts import Scripts
 from shared.settings import Settings
 from tests.conftest import fixture_bytes
 from tests.receiver.conftest import TENANT, counts, dumps, payload, post, running, text_message
 from tests.worker.support import push_message
+from worker.store import ConversationStore
 
 TEXT = fixture_bytes("whatsapp/text.json")
 PERSON = "5491155550001"
@@ -104,6 +107,37 @@ async def test_fleet_gauges_reflect_redis(
     samples = await scrape(client)
     assert value(samples, "wa_inbox_depth", tenant=other) == 1
     assert value(samples, "wa_inbox_depth", tenant=TENANT) == 1
+
+
+async def test_dispatch_lag_moves_as_turns_are_claimed(
+    client: httpx.AsyncClient, redis: Redis, settings: Settings
+) -> None:
+    """The claim script records due -> claim per batch; /metrics shows it as a histogram."""
+    scripts = Scripts()
+    store = ConversationStore(settings, scripts, GroupCommitter(redis, scripts))
+    k = Keys(settings.key_prefix).tenant(TENANT)
+    late = {PERSON: 0.3, "5491155550002": 3.0}  # seconds overdue when claimed
+    for i, person in enumerate(late):
+        await push_message(redis, settings.key_prefix, person, f"wamid.l{i}", "hola", tenant=TENANT)
+    await store.claim(TENANT, 0, "intake")
+    before = await scrape(client)
+    assert value(before, "wa_dispatch_lag_seconds_count", tenant=TENANT) == 0
+    assert value(before, "wa_dispatch_lag_seconds_bucket", tenant=TENANT, le="+Inf") == 0
+
+    sec, usec = await redis.time()
+    now_ms = int(sec) * 1000 + int(usec) // 1000
+    await redis.zadd(k.due, {p: now_ms - int(s * 1000) for p, s in late.items()})
+    claim = await store.claim(TENANT, 5, "t")
+    assert len(claim.batches) == 2
+
+    after = await scrape(client)
+    bucket = "wa_dispatch_lag_seconds_bucket"
+    assert value(after, "wa_dispatch_lag_seconds_count", tenant=TENANT) == 2
+    assert value(after, bucket, tenant=TENANT, le="+Inf") == 2
+    assert value(after, bucket, tenant=TENANT, le="0.25") == 0  # both were later than that
+    assert value(after, bucket, tenant=TENANT, le="2.5") == 1  # 0.3 s (a noisy machine: ≤ 2.5)
+    assert value(after, bucket, tenant=TENANT, le="1") <= 1
+    assert 3.3 <= value(after, "wa_dispatch_lag_seconds_sum", tenant=TENANT) < 3.3 + 10
 
 
 async def test_redis_down_still_serves_receiver_figures(

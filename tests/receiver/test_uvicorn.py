@@ -42,7 +42,7 @@ class Uvicorn:
             [*command, "--loop", "uvloop", "--http", "httptools", "--no-access-log"],
             cwd=ROOT,
             env=self.env,
-            # Our logs go to stdout (one JSON object per line), uvicorn's own to stderr.
+            # Every log line goes to stdout, one JSON object per line (uvicorn's too).
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
         )
@@ -152,6 +152,11 @@ def test_starts_without_redis_and_stops_cleanly() -> None:
     assert "WHATSAPP_APP_SECRET is not set" in output
     assert "receiver stopped" in output
     assert "Traceback" not in output
-    ours = [json.loads(line) for line in output.splitlines() if line.startswith("{")]
+    # Every line is one JSON object, uvicorn's own ("Started server process", ...) included.
+    ours = [json.loads(line) for line in output.splitlines()]
+    assert any(line["logger"] == "uvicorn.error" for line in ours), output
+    assert not [line for line in ours if "color_message" in line], output
     assert any(line["level"] == "WARNING" and "WHATSAPP_APP_SECRET" in line["msg"] for line in ours)
-    assert ours[-1] == {**ours[-1], "logger": "receiver.app", "msg": "receiver stopped"}
+    (last_of_ours,) = [line for line in ours if line["logger"] == "receiver.app"][-1:]
+    assert last_of_ours["msg"] == "receiver stopped", output
+    assert ours[-1]["msg"].startswith("Finished server process"), output

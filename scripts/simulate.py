@@ -1,35 +1,43 @@
-"""Demo traffic: realistic, signed WhatsApp webhooks, and the replies they turned into.
+"""Simulated WhatsApp traffic: realistic, signed webhooks, and the replies they turned into.
 
-Every ~10 s two or three people write to one of two businesses (tenants) in bursts of 3-4
+Every ~10 s two or three people write to one of three businesses (tenants) in bursts of 3-4
 lines, 0.3-1.5 s apart, as people do on WhatsApp; in each round one delivery arrives twice, as
-Meta's sometimes do. Meanwhile it watches the replies and prints each one next to the burst it
-answers, so one sees four lines become one reply. Where it finds them:
+Meta's sometimes do, and a status webhook or two is delivered again, late (duplicates too).
+Meanwhile it watches the replies and prints each one next to the burst it answers, so one sees
+four lines become one reply. Where it finds them:
 
 - `--graph-url URL` (what `scripts/run` passes): the workers send through the WhatsApp sender to
   the local Graph API stand-in, which posts signed `sent`/`delivered`/`read` status webhooks
-  back to the receiver, as Meta does. The demo reads the stand-in's record (`GET /_requests`):
-  the read receipt a turn starts with names the last message of the batch it answers, which
-  identifies the burst; the text sent to that person after it is the reply. It prints the
-  reply once the worker recorded its statuses (the outbound record in Redis).
+  back to the receiver, as Meta does. The simulation reads the stand-in's record
+  (`GET /_requests`): the read receipt a turn starts with names the last message of the batch
+  it answers, which identifies the burst; the text sent to that person after it is the reply.
+  It prints the reply once the worker recorded its statuses (the outbound record in Redis).
 - otherwise: the tenants' Redis outbox lists (`SENDER=outbox`), whose entries list the ids of
   the messages they answer.
 
+At the end (`--bursts N`, or Ctrl-C) it prints a summary: what it sent, what the receiver
+stored and dropped as duplicates (its `x-stored` / `x-duplicates` answer headers), and what the
+fleet did, read from the tenants' counters in Redis (messages taken in, turns, replies, review
+items) as the difference between the start and the end of the run.
+
 `scripts/run` starts it; it also runs alone against a running receiver:
 
-    .venv/bin/python scripts/demo.py --url http://127.0.0.1:8000 --secret dev-secret \\
+    scripts/simulate --url http://127.0.0.1:8000 --secret dev-secret \\
         --redis-url redis://127.0.0.1:6390/0 --bursts 3 [--graph-url http://127.0.0.1:8081]
 
 With `--bursts N` it sends N bursts, waits for their replies (at most `--timeout` seconds
 after the last message) and exits 0 only if every burst became exactly one reply (and, through
 the stand-in, that reply's statuses came back as far as `read`).
+
+With `--rate R --duration S` it is a load generator instead (scripts/load_traffic.py): R
+messages per second for S seconds, in bursts from fresh people, one progress line a second,
+then the same summary. It only ever sends to 127.0.0.1.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import hashlib
-import hmac
 import os
 import random
 import secrets
@@ -45,26 +53,23 @@ import orjson
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from scripts.load_traffic import LoadGenerator
+from scripts.traffic import (
+    MAX_DURATION_S,
+    MAX_RATE,
+    TENANTS,
+    Person,
+    Tally,
+    Tenant,
+    fleet_counters,
+    loopback_only,
+    post_webhook,
+    status_body,
+    summary_line,
+    webhook_body,
+)
 from shared.keys import Keys
 
-
-@dataclass(frozen=True)
-class Tenant:
-    phone_number_id: str
-    display_phone_number: str
-    waba_id: str
-
-
-@dataclass(frozen=True)
-class Person:
-    wa_id: str
-    name: str
-
-
-TENANTS = (
-    Tenant("106500000000001", "15550001001", "102200000000001"),
-    Tenant("106500000000002", "15550001002", "102200000000002"),
-)
 PEOPLE = (
     Person("5491155550001", "Ana Pérez"),
     Person("5491155550002", "Martín Gómez"),
@@ -93,6 +98,7 @@ GIVE_UP_S = 60.0
 STATUS_WAIT_S = 20.0  # after a reply went to the stand-in: how long its statuses may take
 STATUS_RANK = {"accepted": 0, "sent": 1, "delivered": 2, "read": 3, "played": 4, "failed": 5}
 FINAL_STATUSES = frozenset({"read", "played", "failed"})
+STATUS_REPEATS = 2  # late duplicate status webhooks per run (through the stand-in)
 
 
 @dataclass(eq=False)  # identity: the same reply may be counted once in a set
@@ -164,6 +170,12 @@ class Options:
     timeout_s: float
     seed: int | None
     graph_url: str | None = None
+    rate: float | None = None  # load generator: messages per second...
+    duration_s: float | None = None  # ...for this long
+
+    @property
+    def load(self) -> bool:
+        return self.rate is not None
 
 
 def parse_options(argv: Sequence[str]) -> Options:
@@ -195,9 +207,29 @@ def parse_options(argv: Sequence[str]) -> Options:
         help="the Graph API stand-in the workers send to: read the replies there "
         "(default: read the Redis outbox)",
     )
+    parser.add_argument(
+        "--rate", type=float, help=f"load generator: messages per second (at most {MAX_RATE:g})"
+    )
+    parser.add_argument(
+        "--duration",
+        type=float,
+        help=f"load generator: seconds to send for (with --rate; at most {MAX_DURATION_S:g})",
+    )
     args = parser.parse_args(argv)
     if args.bursts is not None and args.bursts < 1:
         parser.error("--bursts must be at least 1")
+    if (args.rate is None) != (args.duration is None):
+        parser.error("--rate and --duration go together")
+    if args.rate is not None:
+        if not 0 < args.rate <= MAX_RATE:
+            parser.error(f"--rate must be more than 0 and at most {MAX_RATE:g}")
+        if not 0 < args.duration <= MAX_DURATION_S:
+            parser.error(f"--duration must be more than 0 and at most {MAX_DURATION_S:g}")
+        if args.bursts is not None:
+            parser.error("--bursts is for the narrated simulation; drop it with --rate")
+    for url in (args.url, args.redis_url, args.graph_url):
+        if url and (problem := loopback_only(url)):
+            parser.error(problem)
     return Options(
         url=args.url.rstrip("/"),
         secret=args.secret,
@@ -208,11 +240,13 @@ def parse_options(argv: Sequence[str]) -> Options:
         timeout_s=args.timeout,
         seed=args.seed,
         graph_url=args.graph_url.rstrip("/") if args.graph_url else None,
+        rate=args.rate,
+        duration_s=args.duration,
     )
 
 
 def say(text: str) -> None:
-    print(f"[demo] {text}", flush=True)
+    print(f"[sim] {text}", flush=True)
 
 
 def quoted(text: str, limit: int = 160) -> str:
@@ -222,29 +256,6 @@ def quoted(text: str, limit: int = 160) -> str:
 
 def short(batch_id: str) -> str:
     return batch_id if len(batch_id) <= 16 else f"{batch_id[:13]}..."
-
-
-def webhook_body(tenant: Tenant, person: Person, message_id: str, text: str) -> bytes:
-    """One inbound text message exactly as Meta's Cloud API delivers it."""
-    message = {
-        "from": person.wa_id,
-        "id": message_id,
-        "timestamp": str(int(time.time())),
-        "type": "text",
-        "text": {"body": text},
-    }
-    value = {
-        "messaging_product": "whatsapp",
-        "metadata": {
-            "display_phone_number": tenant.display_phone_number,
-            "phone_number_id": tenant.phone_number_id,
-        },
-        "contacts": [{"profile": {"name": person.name}, "wa_id": person.wa_id}],
-        "messages": [message],
-    }
-    change = {"field": "messages", "value": value}
-    entry = {"id": tenant.waba_id, "changes": [change]}
-    return orjson.dumps({"object": "whatsapp_business_account", "entry": [entry]})
 
 
 def digits(number: str) -> str:
@@ -261,11 +272,7 @@ def record_key(record: dict[str, Any]) -> str:
     return f"{record.get('time')}:{record.get('path')}:{record.get('status')}"
 
 
-def signature(body: bytes, secret: str) -> str:
-    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
-
-
-class Demo:
+class Simulation:
     def __init__(self, options: Options, http: httpx.AsyncClient, redis: Any) -> None:
         self.options = options
         self.http = http
@@ -284,6 +291,10 @@ class Demo:
         self.turns: dict[tuple[str, str], Burst] = {}
         self.awaiting: list[Reply] = []
         self.burst_of: dict[Reply, Burst] = {}
+        self.tally = Tally()
+        self.counters_before: dict[str, int] = {}
+        # Late status deliveries (the summary waits for them; the poller does not).
+        self.repeats: set[asyncio.Task[None]] = set()
 
     async def run(self) -> int:
         if not await self.receiver_ready():
@@ -296,6 +307,7 @@ class Demo:
                 await self.skip_old_graph_records()
             else:
                 return 2
+            self.counters_before = await fleet_counters(self.redis, self.keys, TENANTS)
         except RedisError as exc:
             say(f"cannot read the outbox at {self.options.redis_url}: {exc}")
             return 2
@@ -314,7 +326,10 @@ class Demo:
             )
         try:
             if self.options.bursts is None:
-                await self.send_rounds(None)
+                try:
+                    await self.send_rounds(None)
+                finally:
+                    await self.say_summary()  # on Ctrl-C too (a cancellation)
                 return 0
             await self.send_rounds(self.options.bursts)
             return await self.verdict()
@@ -405,8 +420,9 @@ class Demo:
         for i, text in enumerate(burst.lines):
             if i:
                 await asyncio.sleep(self.rng.uniform(*GAP_S))
-            message_id = f"wamid.DEMO{secrets.token_hex(10).upper()}"
+            message_id = f"wamid.SIM{secrets.token_hex(10).upper()}"
             burst.message_ids.append(message_id)
+            self.tally.messages += 1
             self.by_message[message_id] = burst
             body = webhook_body(burst.tenant, burst.person, message_id, text)
             say(f"{who} -> tenant {burst.tenant.phone_number_id}: {quoted(text)}")
@@ -414,34 +430,27 @@ class Demo:
             if i == burst.duplicate_at:
                 await asyncio.sleep(self.rng.uniform(0.05, 0.3))
                 say(f"{who}: {quoted(text)} delivered twice (a duplicate: must count once)")
+                self.tally.duplicates_sent += 1
                 await self.deliver(body, burst)
         burst.last_sent_s = time.monotonic()
 
-    async def deliver(self, body: bytes, burst: Burst, attempts: int = 4) -> None:
-        """POST like Meta does: signed raw bytes, retried while the answer is not 200."""
-        headers = {
-            "Content-Type": "application/json",
-            "X-Hub-Signature-256": signature(body, self.options.secret),
-        }
-        detail = ""
-        for attempt in range(attempts):
-            if attempt:
-                await asyncio.sleep(0.5 * 2 ** (attempt - 1))
-            try:
-                response = await self.http.post(
-                    f"{self.options.url}/webhooks/whatsapp", content=body, headers=headers
-                )
-            except httpx.HTTPError as exc:
-                detail = f"{type(exc).__name__}: {exc}"
-                continue
-            if response.status_code == 200:
-                return
-            detail = f"HTTP {response.status_code} {response.text[:120]!r}"
-            if response.status_code in (401, 403):
-                detail += " (is --secret the receiver's WHATSAPP_APP_SECRET?)"
-                break
-        burst.problems.append(f"delivery failed: {detail}")
-        say(f"delivery to {self.options.url} failed: {detail}")
+    async def deliver(self, body: bytes, burst: Burst) -> None:
+        detail = await post_webhook(
+            self.http, self.options.url, self.options.secret, body, self.tally
+        )
+        if detail is not None:
+            burst.problems.append(f"delivery failed: {detail}")
+            say(f"delivery to {self.options.url} failed: {detail}")
+
+    async def repeat_status(self, reply: Reply, burst: Burst) -> None:
+        """Meta delivers statuses more than once, and out of order: a late `delivered` for a
+        reply already read is a duplicate the receiver drops (and must never downgrade)."""
+        if reply.wamid is None or self.tally.statuses_sent >= STATUS_REPEATS:
+            return
+        body = status_body(burst.tenant, burst.person.wa_id, reply.wamid, "delivered")
+        say(f"{burst.person.wa_id}: a late 'delivered' for reply {short(reply.wamid)} (duplicate)")
+        self.tally.statuses_sent += 1
+        await self.deliver(body, burst)
 
     # --- replies --------------------------------------------------------------------------
     async def skip_old_replies(self) -> None:
@@ -548,6 +557,8 @@ class Demo:
         self.graph_count = -1 if unfinished else len(records)
         for reply in due:
             self.report_statuses(reply, data.get("webhooks") or [])
+            task = asyncio.create_task(self.repeat_status(reply, self.burst_of[reply]))
+            self.repeats.add(task)
 
     async def statuses_due(self) -> list[Reply]:
         """Replies whose outbound record in Redis reached a final status, or that waited long
@@ -556,8 +567,10 @@ class Demo:
         for reply in self.awaiting:
             assert reply.wamid is not None
             key = self.keys.tenant(reply.tenant).outbound(reply.wamid)
-            raw = await self.redis.hget(key, "status")
+            raw, batch = await self.redis.hmget(key, "status", "batch")
             reply.status = raw.decode() if raw else None
+            if batch:  # the turn that sent it
+                reply.batch_id = batch.decode()
             if reply.status in FINAL_STATUSES or time.monotonic() - reply.at_s > STATUS_WAIT_S:
                 due.append(reply)
         return due
@@ -646,12 +659,12 @@ class Demo:
             if not reply.read:
                 statuses += f"; Redis has {reply.status or 'no status'} after {STATUS_WAIT_S:g}s"
                 say(f"WARNING {who}: the reply's statuses did not come back as far as read")
-            say(f"{who} sent {n} messages -> 1 reply{after}: {text} ({statuses})")
+            say(f"{who} sent {n} messages -> turn {batch} -> 1 reply{after}: {text} ({statuses})")
         elif burst.complete:
             after = ""
             if burst.last_sent_s is not None:
                 after = f" {time.monotonic() - burst.last_sent_s:.1f}s after the last line"
-            say(f"{who} sent {n} messages -> 1 reply (batch {batch}){after}: {text}")
+            say(f"{who} sent {n} messages -> turn {batch} -> 1 reply{after}: {text}")
         else:
             covered = len(burst.answered)
             say(f"{who}: a reply (batch {batch}) covers {covered} of {n} messages so far: {text}")
@@ -660,6 +673,8 @@ class Demo:
         if await self.all_answered(self.options.timeout_s):
             await asyncio.sleep(EXTRA_REPLY_GRACE_S)  # a second reply would be a bug: catch it
             await self.all_settled(STATUS_WAIT_S + 2.0)
+            if self.repeats:
+                await asyncio.wait(self.repeats, timeout=10.0)
         messages = sum(len(b.message_ids) for b in self.bursts)
         duplicates = sum(b.duplicate_at is not None for b in self.bursts)
         replies = {r for b in self.bursts for r in b.replies}
@@ -670,6 +685,7 @@ class Demo:
         if self.options.graph_url is not None:
             read = sum(r.read for r in replies)
             summary += f" via the Graph API stand-in ({read} delivered and read)"
+        await self.say_summary()
         failed = [b for b in self.bursts if not b.ok]
         if not failed:
             say(f"{summary}: every burst became exactly one reply")
@@ -678,6 +694,14 @@ class Demo:
             say(f"FAILED burst {burst.number} from {burst.person.wa_id}: {self.problem(burst)}")
         say(f"{summary}: {len(failed)} of {len(self.bursts)} bursts did not become one reply")
         return 1
+
+    async def say_summary(self) -> None:
+        try:
+            after = await asyncio.wait_for(fleet_counters(self.redis, self.keys, TENANTS), 5.0)
+        except (RedisError, TimeoutError) as exc:
+            say(f"cannot read the tenants' counters for the summary: {exc!r}")
+            return
+        say(summary_line(self.tally, self.counters_before, after, len(self.bursts)))
 
     async def all_answered(self, timeout_s: float) -> bool:
         deadline = time.monotonic() + timeout_s
@@ -723,7 +747,25 @@ async def run(options: Options) -> int:
     redis = Redis.from_url(options.redis_url, socket_timeout=2, socket_connect_timeout=2)
     try:
         async with httpx.AsyncClient(timeout=10.0) as http:
-            return await Demo(options, http, redis).run()
+            simulation = Simulation(options, http, redis)
+            if not options.load:
+                return await simulation.run()
+            if not await simulation.receiver_ready():
+                return 2
+            assert options.rate is not None and options.duration_s is not None
+            load = LoadGenerator(
+                http,
+                redis,
+                url=options.url,
+                secret=options.secret,
+                key_prefix=options.key_prefix,
+                rate=options.rate,
+                duration_s=options.duration_s,
+                timeout_s=options.timeout_s,
+                seed=options.seed,
+                say=say,
+            )
+            return await load.run()
     finally:
         await redis.aclose()
 

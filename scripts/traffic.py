@@ -1,0 +1,179 @@
+"""Signed WhatsApp webhook traffic for a receiver on this machine: the tenants, the bodies
+Meta sends (messages and statuses), delivery with Meta's retries, and the counts a run is
+summarised by (the receiver's answer headers, the tenants' counters in Redis).
+
+Used by scripts/simulate.py (the narrated simulation) and scripts/load_traffic.py (the load
+generator). Only 127.0.0.1 is ever a target.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import orjson
+
+from shared.keys import Keys
+
+
+@dataclass(frozen=True)
+class Tenant:
+    phone_number_id: str
+    display_phone_number: str
+    waba_id: str
+
+
+@dataclass(frozen=True)
+class Person:
+    wa_id: str
+    name: str
+
+
+TENANTS = (
+    Tenant("106500000000001", "15550001001", "102200000000001"),
+    Tenant("106500000000002", "15550001002", "102200000000002"),
+    Tenant("106500000000003", "15550001003", "102200000000003"),
+)
+MAX_RATE = 2000.0  # messages per second: a load generator, not a flood
+MAX_DURATION_S = 3600.0
+LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
+
+
+def loopback_only(url: str) -> str | None:
+    """Why `url` may not be used (traffic goes to this machine only), or None if it may."""
+    host = httpx.URL(url).host
+    if host not in LOOPBACK:
+        return f"{url}: only 127.0.0.1 is allowed (this tool sends traffic only to this machine)"
+    return None
+
+
+def webhook_body(tenant: Tenant, person: Person, message_id: str, text: str) -> bytes:
+    """One inbound text message exactly as Meta's Cloud API delivers it."""
+    message = {
+        "from": person.wa_id,
+        "id": message_id,
+        "timestamp": str(int(time.time())),
+        "type": "text",
+        "text": {"body": text},
+    }
+    value = {
+        "messaging_product": "whatsapp",
+        "metadata": {
+            "display_phone_number": tenant.display_phone_number,
+            "phone_number_id": tenant.phone_number_id,
+        },
+        "contacts": [{"profile": {"name": person.name}, "wa_id": person.wa_id}],
+        "messages": [message],
+    }
+    change = {"field": "messages", "value": value}
+    entry = {"id": tenant.waba_id, "changes": [change]}
+    return orjson.dumps({"object": "whatsapp_business_account", "entry": [entry]})
+
+
+def status_body(tenant: Tenant, recipient: str, wamid: str, status: str) -> bytes:
+    """A status webhook for one of our outbound messages, as Meta sends it."""
+    entry_status = {
+        "id": wamid,
+        "status": status,
+        "timestamp": str(int(time.time())),
+        "recipient_id": recipient,
+    }
+    value = {
+        "messaging_product": "whatsapp",
+        "metadata": {
+            "display_phone_number": tenant.display_phone_number,
+            "phone_number_id": tenant.phone_number_id,
+        },
+        "statuses": [entry_status],
+    }
+    change = {"field": "messages", "value": value}
+    entry = {"id": tenant.waba_id, "changes": [change]}
+    return orjson.dumps({"object": "whatsapp_business_account", "entry": [entry]})
+
+
+@dataclass
+class Tally:
+    """What this run sent, and what the receiver's 200 answers said it did with it."""
+
+    messages: int = 0  # distinct messages
+    duplicates_sent: int = 0  # the same delivery again
+    statuses_sent: int = 0
+    stored: int = 0  # x-stored
+    dropped: int = 0  # x-duplicates
+    failed: int = 0  # deliveries that never got a 200
+    latencies_s: list[float] = field(default_factory=list)
+
+    def took(self, response: httpx.Response, seconds: float) -> None:
+        self.latencies_s.append(seconds)
+        self.stored += int(response.headers.get("x-stored", 0))
+        self.dropped += int(response.headers.get("x-duplicates", 0))
+
+
+# Counters of the tenants' stats hashes the summary reports (their change during the run).
+FLEET_COUNTERS = ("messages", "turns", "replies", "retries", "statuses")
+
+
+async def fleet_counters(redis: Any, keys: Keys, tenants: Sequence[Tenant]) -> dict[str, int]:
+    """The simulated tenants' counters summed, plus the size of their review lists."""
+    totals = dict.fromkeys((*FLEET_COUNTERS, "review"), 0)
+    for tenant in tenants:
+        k = keys.tenant(tenant.phone_number_id)
+        stats = await redis.hgetall(k.stats)
+        for name in FLEET_COUNTERS:
+            totals[name] += int(stats.get(name.encode(), 0))
+        totals["review"] += int(await redis.hlen(k.review))
+    return totals
+
+
+def summary_line(tally: Tally, before: dict[str, int], after: dict[str, int], bursts: int) -> str:
+    """What was sent, what the receiver did with it, and what the fleet did (Redis)."""
+    fleet = {name: after[name] - before[name] for name in after}
+    return (
+        f"summary: sent {tally.messages} messages in {bursts} bursts "
+        f"(+{tally.duplicates_sent} duplicate deliveries, {tally.statuses_sent} statuses); "
+        f"receiver stored {tally.stored}, dropped {tally.dropped} duplicates"
+        f"{f', {tally.failed} deliveries failed' if tally.failed else ''}; "
+        f"Redis: {fleet['messages']} messages in, {fleet['turns']} turns, "
+        f"{fleet['replies']} replies, {fleet['retries']} retries, "
+        f"{fleet['review']} new review items"
+    )
+
+
+def signature(body: bytes, secret: str) -> str:
+    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+
+
+async def post_webhook(
+    http: httpx.AsyncClient, url: str, secret: str, body: bytes, tally: Tally, attempts: int = 4
+) -> str | None:
+    """POST like Meta does: signed raw bytes, retried while the answer is not 200. None when
+    the receiver took it (its counts go to `tally`), else what went wrong."""
+    headers = {
+        "Content-Type": "application/json",
+        "X-Hub-Signature-256": signature(body, secret),
+    }
+    detail = ""
+    for attempt in range(attempts):
+        if attempt:
+            await asyncio.sleep(0.5 * 2 ** (attempt - 1))
+        try:
+            started = time.monotonic()
+            response = await http.post(f"{url}/webhooks/whatsapp", content=body, headers=headers)
+        except httpx.HTTPError as exc:
+            detail = f"{type(exc).__name__}: {exc}"
+            continue
+        if response.status_code == 200:
+            tally.took(response, time.monotonic() - started)
+            return None
+        detail = f"HTTP {response.status_code} {response.text[:120]!r}"
+        if response.status_code in (401, 403):
+            detail += " (is --secret the receiver's WHATSAPP_APP_SECRET?)"
+            break
+    tally.failed += 1
+    return detail

@@ -1,0 +1,57 @@
+"""Dispatch lag (a batch's due time -> the claim that starts its turn) as a histogram in each
+tenant's stats hash: the claim script records it, any worker, and `/metrics` reads it back.
+
+Fields of `wa:{T}:stats`: `lag_le:<ms>` counts claims whose lag was at most <ms> and more than
+the bucket below (not cumulative: a claim increments one bucket; `lag_le:inf` above the last),
+`lag_sum_ms` and `lag_count`. The bounds are defined here once and reach Lua via the prelude.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+BUCKETS_MS = (1, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000)
+BUCKET_PREFIX = "lag_le:"
+INF = "inf"
+SUM_FIELD = "lag_sum_ms"
+COUNT_FIELD = "lag_count"
+
+
+def lua_prelude() -> str:
+    """`record_dispatch_lag(stats_key, lag_ms)` for the scripts (see shared/scripts.py)."""
+    bounds = ", ".join(str(b) for b in BUCKETS_MS)
+    return (
+        f"local LAG_BUCKETS_MS = {{{bounds}}}\n"
+        "local function record_dispatch_lag(stats, lag)\n"
+        "  lag = math.max(0, math.floor(lag))\n"
+        f"  local bucket = '{INF}'\n"
+        "  for _, le in ipairs(LAG_BUCKETS_MS) do\n"
+        "    if lag <= le then bucket = le; break end\n"
+        "  end\n"
+        f"  redis.call('HINCRBY', stats, '{BUCKET_PREFIX}' .. bucket, 1)\n"
+        f"  redis.call('HINCRBY', stats, '{SUM_FIELD}', lag)\n"
+        f"  redis.call('HINCRBY', stats, '{COUNT_FIELD}', 1)\n"
+        "end\n"
+    )
+
+
+@dataclass(frozen=True)
+class LagHistogram:
+    """Cumulative buckets in seconds, Prometheus style: (upper bound, count), `+Inf` last."""
+
+    buckets: tuple[tuple[str, int], ...]
+    sum_s: float
+    count: int
+
+
+def from_stats(stats: Mapping[str, int]) -> LagHistogram:
+    """The histogram held by one tenant's stats hash (all zero before any claim)."""
+    running = 0
+    buckets = []
+    for bound in BUCKETS_MS:
+        running += stats.get(f"{BUCKET_PREFIX}{bound}", 0)
+        buckets.append((f"{bound / 1000:g}", running))
+    running += stats.get(f"{BUCKET_PREFIX}{INF}", 0)
+    buckets.append(("+Inf", running))
+    return LagHistogram(tuple(buckets), stats.get(SUM_FIELD, 0) / 1000, running)
