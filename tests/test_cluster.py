@@ -44,10 +44,7 @@ from tests.worker.support import (
 )
 from worker.store import ConversationStore
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.parametrize("redis_target", ["cluster"], indirect=True),
-]
+pytestmark = [pytest.mark.slow, pytest.mark.cluster(only=True)]
 PEOPLE_PER_TENANT = 3
 LEASE = {"LEASE_S": "2", "LEASE_RENEW_S": "0.5"}
 

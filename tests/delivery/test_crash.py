@@ -18,7 +18,6 @@ PERSON = "5491155550021"
 LEASE = {"LEASE_S": "1.5", "LEASE_RENEW_S": "0.3"}
 
 
-@pytest.mark.cluster
 async def test_parts_after_a_crash_are_sent_once_and_the_ai_is_not_asked_again(
     redis: Redis,
     prefix: str,
