@@ -138,6 +138,16 @@ def flush(backend: Backend) -> None:
         client.close()
 
 
+def script_calls(backend: Backend) -> int:
+    """EVALSHA calls every node has served so far (INFO commandstats)."""
+    total = 0
+    for url in backend.node_urls:
+        client = redis.Redis.from_url(url)
+        total += int(client.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
+        client.close()
+    return total
+
+
 def used_memory(backend: Backend) -> int:
     total = 0
     for url in backend.node_urls:
@@ -367,6 +377,7 @@ class Run:
     cpu_us: dict[str, float]  # per message, by component
     others_share: float  # machine CPU used by other processes during the run (cores)
     non_200: int
+    script_calls: float = 0.0  # EVALSHA calls per message (every node)
     extra: dict[str, float] = field(default_factory=dict)
 
 
@@ -385,11 +396,13 @@ async def measure(
         await wait_turns(client, tenants, len(warm), 60)
         load = requests_for(messages, tenants, tag)
         cpu0, busy0, own0 = fleet.cpu(), machine_busy(), time.process_time()
+        calls0 = script_calls(fleet.backend)
         t0_ms = time.time() * 1000
         statuses = await post_all(fleet.ports, load, connections)
         posted_ms = time.time() * 1000
         await wait_turns(client, tenants, len(warm) + messages, 120 + messages / 100)
         cpu1, busy1, own1 = fleet.cpu(), machine_busy(), time.process_time()
+        calls1 = script_calls(fleet.backend)
     finally:
         await client.aclose()
     fleet.stop()
@@ -413,6 +426,7 @@ async def measure(
         cpu_us=cpu_us,
         others_share=max(0.0, (busy1 - busy0) - ours) / elapsed_s,
         non_200=sum(n for s, n in statuses.items() if s != 200),
+        script_calls=(calls1 - calls0) / messages,
     )
 
 
@@ -420,7 +434,8 @@ def describe(run: Run) -> str:
     cpu = ", ".join(f"{k} {v:.0f}" for k, v in run.cpu_us.items())
     return (
         f"  {run.label}: {run.rate:,.0f} msg/s end to end (ingest {run.ingest_rate:,.0f}/s), "
-        f"CPU µs/msg: {cpu}; other load {run.others_share:.2f} cores"
+        f"CPU µs/msg: {cpu}; {run.script_calls:.2f} script calls/msg; "
+        f"other load {run.others_share:.2f} cores"
         + ("" if not run.non_200 else f"; NON-200: {run.non_200}")
     )
 
@@ -632,19 +647,23 @@ def report(rounds: list[dict[str, list[Run]]], args: argparse.Namespace, started
             f"**{scenario}**",
             "",
             "| run | msg/s end to end | × first row | ingest msg/s | CPU µs/msg "
-            "(receivers + workers + Redis) | load generator µs/msg | other load (cores) |",
-            "| --- | ---: | ---: | ---: | --- | ---: | ---: |",
+            "(receivers + workers + Redis) | CPU × first row | script calls/msg "
+            "| load generator µs/msg | other load (cores) |",
+            "| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: |",
         ]
         for i, first in enumerate(table[0]):
             same = [rnd[i] for rnd in table]
             rate = median([r.rate for r in same])
             base = median([rnd[0].rate for rnd in table])
             cpu = {k: median([r.cpu_us[k] for r in same]) for k in first.cpu_us}
+            cpu_base = median([total_cpu(rnd[0]) for rnd in table])
             lines.append(
                 f"| {first.label} | {rate:,.0f} | {rate / base:.2f} | "
                 f"{median([r.ingest_rate for r in same]):,.0f} | "
                 f"{cpu['receivers']:.0f} + {cpu['workers']:.0f} + {cpu['redis']:.0f} = "
                 f"{cpu['receivers'] + cpu['workers'] + cpu['redis']:.0f} | "
+                f"{median([total_cpu(r) for r in same]) / cpu_base:.2f} | "
+                f"{median([r.script_calls for r in same]):.2f} | "
                 f"{cpu['load generator']:.0f} | {median([r.others_share for r in same]):.2f} |"
             )
         lines.append("")
