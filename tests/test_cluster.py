@@ -93,7 +93,12 @@ def fleet(
 @pytest.fixture
 async def receiver(redis_target: RedisTarget, prefix: str) -> AsyncIterator[Uvicorn]:
     server = await asyncio.to_thread(
-        Uvicorn, redis_target.url, REDIS_CLUSTER="true", KEY_PREFIX=prefix
+        # A generous Redis timeout: a 503 here would be the shared machine, not the cluster.
+        Uvicorn,
+        redis_target.url,
+        REDIS_CLUSTER="true",
+        KEY_PREFIX=prefix,
+        REDIS_TIMEOUT_S="5",
     )
     try:
         yield server
