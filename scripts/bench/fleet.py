@@ -633,7 +633,8 @@ def report(rounds: list[dict[str, list[Run]]], args: argparse.Namespace, started
         + ", ".join(f"{x:.2f}" for x in os.getloadavg()),
         f"- python {platform.python_version()}, redis-py {redis.__version__}, server "
         f"{args.server_version}",
-        f"- command: `{' '.join(sys.argv)}` ({len(rounds)} round(s); medians over rounds)",
+        f"- command: `scripts/bench_fleet {' '.join(sys.argv[1:])}` ({len(rounds)} round(s); "
+        "medians over rounds)",
         f"- load: {args.messages} one-message webhooks per run (+200 warm-up), "
         f"{args.connections} keep-alive connections, {args.tenants} tenants unless stated",
         "",
