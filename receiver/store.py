@@ -11,6 +11,10 @@ sends, in one pipeline and in this order:
 4. one `PUBLISH wake <tenant,tenant,…>`, so idle workers look at those tenants at once (on a
    Redis Cluster, right after the pipeline: redis-py's cluster pipeline refuses PUBLISH).
 
+On a cluster the pipeline is split per node and the nodes run their parts in parallel, so the
+registry's `SADD` may land after the tenant's items. That is safe: the wake-up naming the
+tenant follows the whole pipeline, and a sweep that missed the tenant sees it at the next one.
+
 Merging is what makes this fast: the Redis client's cost is per command, so one script call
 for 32 requests' items costs a fraction of 32 calls. Each request still learns its own
 outcome only after Redis answered the whole round; any error, or no answer within the
