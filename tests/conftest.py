@@ -6,9 +6,9 @@ machine's own Redis on 6379 is never touched.
 
 A test marked `@pytest.mark.cluster` runs twice: on that server and on a local Redis Cluster of
 three masters (`redis_cluster`, started once, on first use); `cluster(only=True)` runs it on
-the cluster alone. Such a test reaches Redis only
-through `redis_target` (URL and client kind, for the processes it starts) and `redis` (the
-test's own client: a cluster client on the cluster).
+the cluster alone. Such a test reaches Redis only through `redis_target` (URL and client kind,
+for the processes it starts) and `redis` (the test's own client: a cluster client on the
+cluster).
 """
 
 from __future__ import annotations
