@@ -8,7 +8,12 @@ sends, in one pipeline and in this order:
 2. one `ingest` script call per tenant (chunks of `MAX_ITEMS_PER_CALL`) holding the items of
    every request of the round: each item's dedupe marker and its LPUSH, atomically;
 3. `LPUSH deadletter <body…>` for bodies (or parts) that could not be understood;
-4. one `PUBLISH wake <tenant,tenant,…>`, so idle workers look at those tenants at once.
+4. one `PUBLISH wake <tenant,tenant,…>`, so idle workers look at those tenants at once (on a
+   Redis Cluster, right after the pipeline: redis-py's cluster pipeline refuses PUBLISH).
+
+On a cluster the pipeline is split per node and the nodes run their parts in parallel, so the
+registry's `SADD` may land after the tenant's items. That is safe: the wake-up naming the
+tenant follows the whole pipeline, and a sweep that missed the tenant sees it at the next one.
 
 Merging is what makes this fast: the Redis client's cost is per command, so one script call
 for 32 requests' items costs a fraction of 32 calls. Each request still learns its own
@@ -26,6 +31,7 @@ from typing import Any
 
 from receiver.parsing import Item
 from shared.keys import Keys
+from shared.redis_client import is_cluster
 from shared.scripts import Scripts, is_noscript
 
 MAX_ITEMS_PER_CALL = 500  # bounds how long one script call holds Redis
@@ -72,6 +78,7 @@ class InboxWriter:
         self._flusher: asyncio.Task[None] | None = None
         self._registered: set[str] = set()
         self._registered_at = 0.0
+        self._cluster = is_cluster(redis)
 
     async def save(self, items: dict[str, list[Item]], deadletter: bytes | None = None) -> Saved:
         """Store every item (grouped by tenant) and the optional dead-letter body."""
@@ -160,8 +167,9 @@ class InboxWriter:
             ingest.queue(pipe, script_keys, script_args)
         if round_.deadletters:
             pipe.lpush(keys.deadletter, *round_.deadletters)
-        if round_.seen:
-            pipe.publish(keys.wake_channel, ",".join(round_.seen))
+        wake = ",".join(round_.seen)
+        if wake and not self._cluster:
+            pipe.publish(keys.wake_channel, wake)
         results = await pipe.execute(raise_on_error=False)
         offset = 1 if unregistered else 0
         replies = list(results[offset : offset + len(calls)])
@@ -176,6 +184,10 @@ class InboxWriter:
         for result in results:
             if isinstance(result, Exception):
                 raise result
+        if wake and self._cluster:
+            # A cluster pipeline refuses PUBLISH (redis-py), so it follows the round's writes
+            # as a command of its own; the cluster bus carries it to every node's subscribers.
+            await self._redis.publish(keys.wake_channel, wake)
         self._registered.update(unregistered)
         per_tenant: dict[str, list[int]] = {}
         for (tenant, _, _), reply in zip(calls, replies, strict=True):

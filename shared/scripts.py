@@ -44,8 +44,13 @@ class Script:
             return await redis.evalsha(self.sha, len(keys), *keys, *args)
 
     def queue(self, pipe: Any, keys: Sequence[str], args: Sequence[ScriptArg]) -> None:
-        """Add a call to a pipeline; `Scripts.load` must have run on that server."""
-        pipe.evalsha(self.sha, len(keys), *keys, *args)
+        """Add a call to a pipeline; `Scripts.load` must have run on that server.
+
+        Through `execute_command` because redis-py's cluster pipeline blocks its `evalsha`
+        method, yet routes a queued EVALSHA by its keys' slot; on one server it is the same
+        command `evalsha` would queue.
+        """
+        pipe.execute_command("EVALSHA", self.sha, len(keys), *keys, *args)
 
 
 class Scripts:

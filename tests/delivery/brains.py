@@ -16,9 +16,9 @@ import time
 from typing import Any
 
 import anthropic
-from redis.asyncio import Redis
 
 from shared.keys import Keys
+from shared.redis_client import make_redis
 from shared.settings import Settings
 from worker.batch import Batch
 
@@ -38,7 +38,7 @@ class ToolBrain:
         self._settings = settings
         self._keys = Keys(settings.key_prefix)
         self._client = anthropic.AsyncAnthropic(api_key=settings.anthropic_api_key, max_retries=0)
-        self._redis = Redis.from_url(settings.redis_url)
+        self._redis = make_redis(settings)
         self._records = record_key(settings.key_prefix)
 
     async def reply(self, batch: Batch) -> str | None:

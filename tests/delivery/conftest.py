@@ -13,9 +13,8 @@ from redis.asyncio import Redis
 
 from receiver.app import create_app
 from scripts.standins import BackgroundServer, GraphApiStandIn, MessagesApiStandIn
-from shared.redis_server import RedisServer
 from shared.settings import Settings
-from tests.conftest import APP_SECRET
+from tests.conftest import APP_SECRET, RedisTarget
 from tests.delivery.support import (
     API_KEY,
     TENANT_TOKEN,
@@ -60,7 +59,7 @@ def ai(ai_server: MessagesApiStandIn) -> Iterator[MessagesApiStandIn]:
 
 @pytest.fixture
 def env(
-    redis_server: RedisServer,
+    redis_target: RedisTarget,
     prefix: str,
     graph: GraphApiStandIn,
     ai: MessagesApiStandIn,
@@ -69,7 +68,7 @@ def env(
 ) -> dict[str, str]:
     tenants = tmp_path / "tenants.toml"
     tenants.write_text(TENANTS_TOML)
-    values = worker_env(redis_server.url, prefix, graph, ai, tenants)
+    values = {**worker_env(redis_target.url, prefix, graph, ai, tenants), **redis_target.env()}
     # In-process workers build their SDK client here: it reads these from the environment.
     monkeypatch.setenv("ANTHROPIC_BASE_URL", values["ANTHROPIC_BASE_URL"])
     monkeypatch.delenv("ANTHROPIC_AUTH_TOKEN", raising=False)
@@ -88,10 +87,10 @@ async def workers(
 
 
 @pytest.fixture
-async def receiver_url(redis: Redis, redis_server: RedisServer, prefix: str) -> AsyncIterator[str]:
+async def receiver_url(redis: Redis, redis_target: RedisTarget, prefix: str) -> AsyncIterator[str]:
     """The real receiver app on uvicorn (its own thread and loop): its webhook URL."""
     settings = Settings.from_env(
-        {"REDIS_URL": redis_server.url, "KEY_PREFIX": prefix, "WHATSAPP_APP_SECRET": APP_SECRET}
+        {**redis_target.env(), "KEY_PREFIX": prefix, "WHATSAPP_APP_SECRET": APP_SECRET}
     )
     async with BackgroundServer(create_app(settings), name="receiver") as server:
         yield f"{server.url}/webhooks/whatsapp"
@@ -99,9 +98,9 @@ async def receiver_url(redis: Redis, redis_server: RedisServer, prefix: str) -> 
 
 @pytest.fixture
 def fleet(
-    redis: Redis, redis_server: RedisServer, prefix: str, tmp_path: Path
+    redis: Redis, redis_target: RedisTarget, prefix: str, tmp_path: Path
 ) -> Iterator[WorkerFleet]:
-    workers = WorkerFleet(redis, redis_server.url, prefix, tmp_path)
+    workers = WorkerFleet(redis, redis_target.url, prefix, tmp_path, redis_target.cluster)
     try:
         yield workers
     finally:

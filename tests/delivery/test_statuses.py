@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from redis.asyncio import Redis
 
 from scripts.standins import GraphApiStandIn, MessagesApiStandIn
@@ -45,6 +46,7 @@ async def settled(
     return await wait_for(probe, f"{parts} part(s) {status} and the turn ended", timeout_s=10)
 
 
+@pytest.mark.cluster
 async def test_statuses_move_each_part_forward_and_are_counted(
     redis: Redis,
     prefix: str,

@@ -8,6 +8,7 @@ import gc
 import time
 import warnings
 
+import pytest
 from redis.asyncio import Redis
 
 from scripts.standins import GraphApiStandIn, MessagesApiStandIn, last_user_text
@@ -32,6 +33,7 @@ from tests.worker.support import push_message, review_items, stats, wait_for
 PERSON = "5491155550001"
 
 
+@pytest.mark.cluster
 async def test_a_burst_is_one_ai_request_and_one_reply_after_read_and_typing(
     redis: Redis,
     prefix: str,

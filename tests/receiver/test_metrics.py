@@ -75,6 +75,7 @@ async def test_receiver_figures_move_as_traffic_flows(client: httpx.AsyncClient)
     assert value(after, "wa_webhook_request_seconds_bucket", le="+Inf") == 4
 
 
+@pytest.mark.cluster
 async def test_fleet_gauges_reflect_redis(
     client: httpx.AsyncClient, redis: Redis, settings: Settings
 ) -> None:

@@ -24,8 +24,7 @@ import random
 import time
 from typing import Any
 
-from redis.asyncio import Redis
-
+from shared.redis_client import make_redis
 from shared.settings import Settings
 from tests.worker.support import record_key
 from worker.batch import Batch
@@ -44,7 +43,7 @@ def directives(batch: Batch) -> dict[str, str]:
 
 class RecordingBrain:
     def __init__(self, settings: Settings) -> None:
-        self._redis = Redis.from_url(settings.redis_url)
+        self._redis = make_redis(settings)
         self._key = record_key(settings.key_prefix)
         self._once = f"test:{settings.key_prefix}:once:"
         self._calls = itertools.count(1)

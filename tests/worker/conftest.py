@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from redis.asyncio import Redis
 
-from shared.redis_server import RedisServer
+from tests.conftest import RedisTarget
 from tests.worker.support import Records, WorkerFleet
 
 
@@ -20,9 +20,9 @@ def prefix() -> str:
 
 @pytest.fixture
 def fleet(
-    redis: Redis, redis_server: RedisServer, prefix: str, tmp_path: Path
+    redis: Redis, redis_target: RedisTarget, prefix: str, tmp_path: Path
 ) -> Iterator[WorkerFleet]:
-    workers = WorkerFleet(redis, redis_server.url, prefix, tmp_path)
+    workers = WorkerFleet(redis, redis_target.url, prefix, tmp_path, redis_target.cluster)
     try:
         yield workers
     finally:

@@ -21,9 +21,11 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster as ClusterClient
 
 from shared import events
 from shared.keys import Keys
+from shared.redis_client import is_cluster
 from shared.scripts import Scripts
 
 T = TypeVar("T")
@@ -223,7 +225,11 @@ async def stats(redis: Redis, prefix: str, tenant: str = TENANT) -> dict[str, in
 
 async def subscribers(redis: Redis, prefix: str) -> int:
     """How many connections listen on the wake-up channel (one per running worker)."""
-    ((_, count),) = await redis.pubsub_numsub(Keys(prefix).wake_channel)
+    channel = Keys(prefix).wake_channel
+    if is_cluster(redis):  # each node counts its own subscribers: ask them all
+        ((_, count),) = await redis.pubsub_numsub(channel, target_nodes=ClusterClient.ALL_NODES)
+    else:
+        ((_, count),) = await redis.pubsub_numsub(channel)
     return int(count)
 
 
@@ -239,10 +245,13 @@ def _text(value: bytes | str) -> str:
 class WorkerFleet:
     """Starts `python -m worker` processes against the test Redis; `close()` kills them all."""
 
-    def __init__(self, redis: Redis, redis_url: str, prefix: str, log_dir: Path) -> None:
+    def __init__(
+        self, redis: Redis, redis_url: str, prefix: str, log_dir: Path, cluster: bool = False
+    ) -> None:
         self.redis = redis
         self.prefix = prefix
         self._redis_url = redis_url
+        self._cluster = cluster
         self._log_dir = log_dir
         self.procs: list[subprocess.Popen[bytes]] = []
         self.logs: list[Path] = []
@@ -251,6 +260,7 @@ class WorkerFleet:
         env = {k: v for k, v in os.environ.items() if k not in _CONTRACT_VARS}
         env.update(
             REDIS_URL=self._redis_url,
+            REDIS_CLUSTER="true" if self._cluster else "false",
             KEY_PREFIX=self.prefix,
             BRAIN=RECORDING_BRAIN,
             DEBOUNCE_WINDOW_S="0.3",

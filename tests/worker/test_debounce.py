@@ -20,6 +20,7 @@ from tests.worker.support import (
 pytestmark = pytest.mark.slow
 
 
+@pytest.mark.cluster
 async def test_burst_within_the_window_is_one_turn_with_every_message_in_order(
     redis: Redis, prefix: str, fleet: WorkerFleet, records: Records
 ) -> None:
@@ -109,6 +110,7 @@ async def test_messages_sent_during_a_turn_form_the_next_batch_after_it_ended(
     assert second.start["ms"] - replies[0]["sent_ms"] <= 700
 
 
+@pytest.mark.cluster
 async def test_duplicate_deliveries_are_one_message_in_one_turn(
     redis: Redis, prefix: str, fleet: WorkerFleet, records: Records
 ) -> None:

@@ -28,6 +28,7 @@ pytestmark = pytest.mark.slow
 SHORT_LEASE = {"LEASE_S": "2", "LEASE_RENEW_S": "0.5"}
 
 
+@pytest.mark.cluster
 async def test_a_worker_killed_mid_turn_loses_nothing(
     redis: Redis, prefix: str, fleet: WorkerFleet, records: Records
 ) -> None:

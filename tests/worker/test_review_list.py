@@ -56,6 +56,7 @@ async def _parked_item(redis: Redis, settings: Settings, texts: list[str]) -> tu
     return store, batch.id
 
 
+@pytest.mark.cluster
 async def test_list_show_requeue_as_fresh_batch(redis: Redis, settings: Settings) -> None:
     store, item_id = await _parked_item(redis, settings, ["hola", "una consulta"])
     review = ReviewList(redis, Keys(settings.key_prefix), Scripts())
@@ -102,9 +103,14 @@ async def test_drop_and_unknown_ids(redis: Redis, settings: Settings) -> None:
         await review.drop(TENANT, item_id)
 
 
+@pytest.mark.cluster
 async def test_cli_lists_and_drops(redis: Redis, settings: Settings) -> None:
     _, item_id = await _parked_item(redis, settings, ["hola"])
-    env = {**os.environ, "REDIS_URL": settings.redis_url}
+    env = {
+        **os.environ,
+        "REDIS_URL": settings.redis_url,
+        "REDIS_CLUSTER": str(settings.redis_cluster).lower(),
+    }
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
