@@ -16,14 +16,16 @@ renewed, never released early), the second exits at once.
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import logging
 import os
 import secrets
 import signal
 import socket
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 from redis.asyncio import Redis
@@ -43,6 +45,7 @@ from worker.split import WHATSAPP_MAX_CHARS, split_reply
 from worker.store import Claim, ConversationStore
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 @dataclass
@@ -319,11 +322,9 @@ class Worker:
         s = self.settings
         age_ms = batch.claimed_ms - batch.oldest_ts * 1000
         if not batch.requeued and batch.oldest_ts and age_ms > s.review_after_s * 1000:
+            why = f"oldest message {age_ms / 1000:.0f}s old"
             await self._finish(
-                self.store.finish_review(
-                    batch, "too_old", f"oldest message {age_ms / 1000:.0f}s old", batch.claimed_ms
-                ),
-                batch,
+                lambda: self.store.finish_review(batch, "too_old", why, batch.claimed_ms), batch
             )
             return
         try:
@@ -336,8 +337,9 @@ class Worker:
                 exc.reason,
                 extra=_fields(batch, "review"),
             )
+            reason, detail = exc.reason, exc.detail
             await self._finish(
-                self.store.finish_review(batch, exc.reason, exc.detail, batch.claimed_ms), batch
+                lambda: self.store.finish_review(batch, reason, detail, batch.claimed_ms), batch
             )
         except LeaseLost:
             log.warning("lease lost mid-turn tenant=%s batch=%s", batch.tenant, batch.id)
@@ -348,7 +350,7 @@ class Worker:
             # A reply replaced by a template never reached the person: not part of the chat.
             if reply and not batch.template_sent:
                 remember = orjson.dumps({"user": batch.user_text, "assistant": reply})
-            await self._finish(self.store.finish_done(batch, remember), batch)
+            await self._finish(lambda: self.store.finish_done(batch, remember), batch)
             log.debug("turn done batch=%s", batch.id, extra=_fields(batch, "done"))
 
     async def _reply(self, batch: Batch) -> str | None:
@@ -367,7 +369,9 @@ class Worker:
             answer = await self._brain.reply(batch)
             if not answer:
                 return None
-            reply = await self.store.save_reply(batch, answer)
+            reply = await self._while_leased(
+                lambda: self.store.save_reply(batch, answer), batch, "store the reply"
+            )
             if reply is None:
                 raise LeaseLost
             batch.reply = reply
@@ -382,7 +386,12 @@ class Worker:
                 # per turn; a crash in between re-sends it, exactly as before recording).
                 batch.unrecorded_part = (index, provider_id)
                 break
-            if not await self.store.record_part(batch, index, provider_id):
+            recorded = await self._while_leased(
+                functools.partial(self.store.record_part, batch, index, provider_id),
+                batch,
+                "record a part",
+            )
+            if not recorded:
                 raise LeaseLost
             batch.sent_parts[index] = provider_id
         return reply
@@ -401,7 +410,8 @@ class Worker:
                 extra=_fields(batch, "review"),
             )
             await self._finish(
-                self.store.finish_review(batch, "max_attempts", error, batch.claimed_ms), batch
+                lambda: self.store.finish_review(batch, "max_attempts", error, batch.claimed_ms),
+                batch,
             )
         else:
             delay = s.retry_base_s * 2 ** (attempts - 1)
@@ -414,11 +424,45 @@ class Worker:
                 error,
                 extra=_fields(batch, "retry"),
             )
-            await self._finish(self.store.finish_retry(batch, delay, error), batch)
+            await self._finish(lambda: self.store.finish_retry(batch, delay, error), batch)
 
-    async def _finish(self, call: Any, batch: Batch) -> None:
-        if not await call:
+    async def _finish(self, call: Callable[[], Awaitable[bool]], batch: Batch) -> None:
+        if not await self._while_leased(call, batch, "finish the turn"):
             log.warning("lease lost before finish tenant=%s batch=%s", batch.tenant, batch.id)
+
+    async def _while_leased(self, call: Callable[[], Awaitable[T]], batch: Batch, what: str) -> T:
+        """One of the turn's Redis calls; while Redis does not answer, try again for as long as
+        the turn holds its lease.
+
+        Giving up at the first error would abandon the turn: it would be resumed after the
+        lease and re-send the part the provider accepted but Redis had not recorded yet (the
+        chaos suite found this at Redis stalls and restarts). The calls are token-checked
+        and idempotent, so repeating one that did run, its answer lost, changes nothing. The
+        renewal loop cancels the turn before its lease can end, which also ends the retries.
+        """
+        delay = 0.05
+        while True:
+            try:
+                return await call()
+            except (RedisError, OSError) as exc:
+                turn = self._turns.get((batch.tenant, batch.person))
+                until = turn.lease_deadline - self._lease_margin_s if turn else 0.0
+                if asyncio.get_running_loop().time() + delay >= until:
+                    raise
+                log.warning(
+                    "redis did not %s, retrying within the lease tenant=%s batch=%s: %r",
+                    what,
+                    batch.tenant,
+                    batch.id,
+                    exc,
+                )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 1.0)
+
+    @property
+    def _lease_margin_s(self) -> float:
+        """How long before its lease can end in Redis a turn is stopped."""
+        return min(1.0, self.settings.lease_s * 0.1)
 
     # --- background loops -----------------------------------------------------------------
     async def _listen_for_wakeups(self) -> None:
@@ -449,7 +493,7 @@ class Worker:
         s = self.settings
         loop = asyncio.get_running_loop()
         # Stop a turn a little before its lease can have ended in Redis.
-        margin = min(1.0, s.lease_s * 0.1)
+        margin = self._lease_margin_s
         while True:
             await asyncio.sleep(self._next_renewal_in(margin))
             turns = list(self._turns.values())
