@@ -174,3 +174,15 @@ async def memory(stack: Stack) -> dict[str, int]:
     """Redis's own memory figures (INFO memory) that tell data from overhead."""
     info = await stack.redis.info("memory")
     return {name: int(info.get(name, 0)) for name in MEMORY_FIELDS}
+
+
+async def reloaded_dataset(stack: Stack) -> dict[str, int]:
+    """Stop every process, restart Redis from its AOF alone and read what it holds: the data
+    the run left, without the buffers and caches a busy server keeps (INFO's used_memory)."""
+    await stack.stop_processes()
+    await stack.redis_restart(down_s=0.0)
+    info = await stack.redis.info("memory")
+    return {
+        "keys": int(await stack.redis.dbsize()),
+        "dataset_bytes": int(info["used_memory_dataset"]),
+    }

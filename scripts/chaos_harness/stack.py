@@ -26,6 +26,9 @@ from typing import Any
 
 import httpx
 from redis.asyncio import Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from shared.keys import Keys
 from shared.redis_server import RedisServer, free_port
@@ -157,7 +160,12 @@ class Stack:
     # --- lifecycle ------------------------------------------------------------------------
     async def start(self) -> None:
         await asyncio.to_thread(self.redis_server.start)
-        self.redis = Redis.from_url(self.redis_server.url)
+        # The harness's own client rides out the Redis restarts it causes.
+        self.redis = Redis.from_url(
+            self.redis_server.url,
+            retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), 10),
+            retry_on_error=[RedisConnectionError],
+        )
         base = clean_environ() | {"PYTHONUNBUFFERED": "1"}
         py = sys.executable
         graph_env = base | {"WHATSAPP_APP_SECRET": APP_SECRET, "WHATSAPP_ACCESS_TOKEN": GRAPH_TOKEN}
@@ -227,11 +235,15 @@ class Stack:
             if not child.alive:
                 raise RuntimeError(f"{child.name} exited:\n{child.tail()}")
 
-    async def close(self) -> None:
+    async def stop_processes(self) -> None:
+        """Kill every child (workers, receiver, stand-ins); Redis keeps running."""
         for child in self.workers + self.others:
             child.kill(signal.SIGKILL)
         for child in self.workers + self.others:
             await asyncio.to_thread(child.wait)
+
+    async def close(self) -> None:
+        await self.stop_processes()
         await self._http.aclose()
         if self.redis is not None:
             await self.redis.aclose()
