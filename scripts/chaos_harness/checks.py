@@ -18,15 +18,18 @@ What is checked (each violation names its invariant and the person):
 - `order`: a person's batches, in the order their AI requests arrived, hold increasing message
   numbers, each batch's messages in the order written, and no batch comes back after a later one.
 - `burst_one_turn`: a burst whose messages were each stored within one window of the previous
-  one, and its last within `max_wait` of its first, is one batch. From the client's side that is
-  certain when `ack(m[i+1]) - first_send(m[i]) < window` for each pair (a message is stored
-  after its first send started and before its 200 came back; the batch is claimed no earlier
-  than a window after its latest message was stored). Bursts that a fault delayed past that
-  (a 503 and its retry, say) are not held to it: the condition is computed per burst.
+  one, and its last within `max_wait` of the first message of its batch, is one batch. From the
+  client's side that is certain when `ack(m[i+1]) - first_send(m[i]) < window` for each pair and
+  `ack(last) - first_send(f) < max_wait`, f being the first message of the batch that holds the
+  burst's first message (a message is stored after its first send started and before its 200
+  came back; a batch is claimed no earlier than a window after its latest message was stored,
+  nor than `max_wait` after its first, which may belong to an earlier burst still waiting, e.g.
+  behind a killed worker's lease). Bursts that a fault delayed past that (a 503 and its retry,
+  say) are not held to it: the condition is computed per burst.
 - `reply_once`: no reply was accepted twice by the Graph API. The one excused case is a part in
   flight at a SIGKILL, before its id was recorded (Meta has no idempotency key): allowed only
-  when the scenario kills workers and a kill fell between that send's start and one second after
-  its answer; counted as `resent_after_kill`.
+  when the scenario kills workers and a kill fell within a second of that send (before its
+  arrival at the stand-in, or after its answer); counted as `resent_after_kill`.
 - `ai_not_asked_again`: no AI request for a batch after its reply was accepted; in scenarios
   where nothing can lose a stored reply's turn, not more than one AI request per batch at all.
 - `nothing_in_flight`: no inbox entries, due/running/burst entries, pending, batch or lock keys
@@ -51,7 +54,10 @@ EXPIRING_KINDS = frozenset({"seen", "out", "lastin", "memory"})
 KEPT_KINDS = frozenset({"tenants", "stats", "review"})  # for people to read and empty
 FORBIDDEN_KINDS = frozenset({"unroutable", "deadletter", "outbox", "other"})
 OVERLAP_TOLERANCE_S = 0.001
-KILL_EXCUSE_S = 1.0  # a kill this long after a send's answer can still precede its recording
+# A send counts as in flight at a kill that fell within this long of it: before its arrival
+# (a loaded stand-in reads a request well after the client wrote it: 90 ms seen) or after its
+# answer (before the finish recorded its id).
+KILL_EXCUSE_S = 1.0
 BURST_MARGIN_S = 0.05
 
 
@@ -274,10 +280,16 @@ def _order(obs: Observation, out: Outcome) -> None:
 
 
 def must_be_one_turn(
-    burst: Burst, messages: dict[Token, Message], window_s: float, max_wait_s: float
+    burst: Burst,
+    messages: dict[Token, Message],
+    window_s: float,
+    max_wait_s: float,
+    batch_first: Message | None = None,
 ) -> bool:
     """Whether the client's timings prove every message of the burst was stored before its
-    batch could be claimed (see the module docstring)."""
+    batch could be claimed (see the module docstring). `batch_first` is the first message of
+    the batch holding the burst's first message: when earlier messages were still waiting,
+    the batch's max wait runs from that one."""
     ms = [messages[(burst.person, seq)] for seq in burst.seqs]
     if any(m.acked is None for m in ms):
         return False
@@ -287,18 +299,21 @@ def must_be_one_turn(
             return False
     last = ms[-1].acked
     assert last is not None
-    return last - ms[0].first_sent < max_wait_s - BURST_MARGIN_S
+    first = min(ms[0].first_sent, batch_first.first_sent if batch_first else ms[0].first_sent)
+    return last - first < max_wait_s - BURST_MARGIN_S
 
 
 def _bursts(obs: Observation, out: Outcome, batches: dict[Token, set[BatchKey]]) -> None:
     held = split = 0
     for burst in obs.bursts:
+        first = (burst.person, burst.seqs[0])
+        holding = sorted(batches.get(first, set()))
+        batch_first = obs.messages.get(holding[0][0]) if holding else None
         if len(burst.seqs) < 2 or not must_be_one_turn(
-            burst, obs.messages, obs.window_s, obs.max_wait_s
+            burst, obs.messages, obs.window_s, obs.max_wait_s, batch_first
         ):
             continue
         held += 1
-        first = (burst.person, burst.seqs[0])
         wanted = {(burst.person, s) for s in burst.seqs}
         if not any(wanted <= set(key) for key in batches.get(first, set())):
             split += 1
@@ -326,7 +341,8 @@ def _reply_once(obs: Observation, out: Outcome) -> None:
         for again in calls[1:]:
             end = first.end if first.end is not None else first.start
             in_flight_at_kill = any(
-                first.start <= t <= end + KILL_EXCUSE_S and t <= again.start for t in obs.kills
+                first.start - KILL_EXCUSE_S <= t <= end + KILL_EXCUSE_S and t <= again.start
+                for t in obs.kills
             )
             if obs.policy.resend_after_kill and in_flight_at_kill:
                 excused += 1

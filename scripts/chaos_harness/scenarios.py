@@ -20,6 +20,7 @@ silently did nothing would make a green run meaningless.
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import tempfile
 import time
@@ -421,6 +422,7 @@ async def _report(
         "bytes_left_total": sum(bytes_by_kind.values()),
         **outcome.figures,
     }
+    (run_dir / "faults.json").write_text(json.dumps(run.faults, indent=1))
     logs = stack.dump() if violations else ""
     figures["reloaded"] = await observe.reloaded_dataset(stack)
     return Report(scenario.name, run.duration_s, figures, run.faults, violations, run_dir, logs)

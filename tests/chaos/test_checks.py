@@ -216,6 +216,29 @@ def test_a_burst_longer_than_max_wait_is_not_held_to_one_turn() -> None:
     assert violations(obs) == []
 
 
+def test_a_burst_cut_by_the_max_wait_of_an_earlier_waiting_message_is_not_held() -> None:
+    obs = clean()
+    # Alice's message 0 waited (a slow turn before it, say) and formed one batch with the
+    # first message of the next burst; max wait from message 0 ended before message 2 came.
+    obs.messages[(ALICE, 2)] = message(ALICE, 2, 10.0 + MAX_WAIT_S - 0.2)
+    obs.messages[(ALICE, 3)] = message(ALICE, 3, 10.0 + MAX_WAIT_S)
+    obs.bursts = [Burst(ALICE, 0, [0]), Burst(ALICE, 1, [1, 2, 3]), Burst(BOB, 2, [0])]
+    obs.calls = (
+        turn(ALICE, [0, 1, 2], 10.0 + MAX_WAIT_S + 0.001)
+        + turn(ALICE, [3], 15.0)
+        + turn(BOB, [0], 10.5)
+    )
+    obs.messages[(ALICE, 1)].first_sent = 10.0 + MAX_WAIT_S - 0.35
+    obs.messages[(ALICE, 1)].acked = 10.0 + MAX_WAIT_S - 0.34
+    outcome = check(obs)
+    assert outcome.violations == []
+    # The same burst in a batch of its own is held to one turn.
+    obs.calls = (
+        turn(ALICE, [0], 10.5) + turn(ALICE, [1, 2], 14.3) + turn(ALICE, [3], 15.0)
+    ) + turn(BOB, [0], 10.5)
+    assert "burst [1, 2, 3] was split" in only(obs, "burst_one_turn").detail
+
+
 def resent(obs: Observation, at: float) -> Observation:
     (send,) = [c for c in obs.calls if c.person == BOB and c.kind == "send"]
     obs.calls.append(replace(send, start=at, end=at + 0.04))
@@ -235,6 +258,14 @@ def test_a_reply_in_flight_at_a_kill_is_excused_only_in_the_kill_scenario() -> N
     outcome = check(obs)
     assert outcome.violations == []
     assert outcome.figures["resent_after_kill"] == 1
+
+
+def test_a_kill_just_before_the_send_reached_the_stand_in_excuses_it() -> None:
+    # The worker wrote the request and died; the loaded stand-in read it 90 ms later.
+    obs = resent(clean(), 14.0)
+    obs.kills = [10.61 - 0.09]
+    obs.policy = Policy(resend_after_kill=True)
+    assert check(obs).figures["resent_after_kill"] == 1
 
 
 def test_a_kill_long_after_the_send_excuses_nothing() -> None:
