@@ -24,6 +24,7 @@ import json
 import random
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -206,7 +207,7 @@ def _verify_graph(run: Run, obs: Observation, stats: dict[str, int]) -> None:
     run.expect(
         "nothing was accepted for people whose window is closed",
         not closed & accepted,
-        f"accepted for {sorted(closed & accepted)}",
+        f"{len(closed)} such people; sends accepted for {sorted(closed & accepted) or 'none'}",
     )
     reasons: dict[int, set[str]] = {}
     for item in obs.review:
@@ -218,10 +219,12 @@ def _verify_graph(run: Run, obs: Observation, stats: dict[str, int]) -> None:
     run.expect(
         "people with a closed window are in review as window_closed",
         not wrong,
-        f"not so for {wrong}",
+        f"{len(closed) - len(wrong)} of {len(closed)}; not so for {wrong or 'none'}",
     )
     others = sorted(p for p, r in reasons.items() if p not in closed and "window_closed" in r)
-    run.expect("nobody else is in review as window_closed", not others, f"{others}")
+    run.expect(
+        "nobody else is in review as window_closed", not others, f"others: {others or 'none'}"
+    )
 
 
 # --- slow AI ------------------------------------------------------------------------------------
@@ -295,6 +298,7 @@ class Report:
     faults: list[tuple[float, str, str]]
     violations: list[Violation]
     run_dir: Path
+    effects: list[tuple[str, bool, str]] = field(default_factory=list)
     logs: str = ""
 
     @property
@@ -315,8 +319,9 @@ class Report:
             f"  bursts {f['bursts']} ({f['bursts_held_to_one_turn']} held to one turn); "
             f"retries {f['retries']}, leases expired {f['leases_expired']}, "
             f"resent after kill {f['resent_after_kill']}",
-            f"  faults injected {len(self.faults)}: "
-            + (", ".join(f"{k}" for _, k, _ in self.faults) or "none"),
+            "  faults injected: "
+            + (", ".join(f"{n} {k}" for k, n in Counter(k for _, k, _ in self.faults).items())),
+            *(f"  fault effect: {what}: {detail}" for what, _, detail in self.effects),
             f"  drained in {f['drain_s']:.1f}s; keys left {f['keys_left']}, "
             f"{f['bytes_left_total']} B (MEMORY USAGE)",
             f"  redis used_memory {f['memory_baseline']['used_memory']} B before traffic, "
@@ -425,4 +430,13 @@ async def _report(
     (run_dir / "faults.json").write_text(json.dumps(run.faults, indent=1))
     logs = stack.dump() if violations else ""
     figures["reloaded"] = await observe.reloaded_dataset(stack)
-    return Report(scenario.name, run.duration_s, figures, run.faults, violations, run_dir, logs)
+    return Report(
+        scenario.name,
+        run.duration_s,
+        figures,
+        run.faults,
+        violations,
+        run_dir,
+        effects=run.expectations,
+        logs=logs,
+    )
