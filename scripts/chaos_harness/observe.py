@@ -116,11 +116,11 @@ async def leftover_keys(stack: Stack) -> tuple[list[LeftKey], dict[str, int]]:
     return left, dict(bytes_by_kind)
 
 
-async def in_flight(stack: Stack) -> int:
-    """How much work is still under way: inbox entries, due/running/burst entries, pending,
+async def in_flight(stack: Stack) -> Counter[str]:
+    """What is still under way, by kind: inbox entries, due/running/burst entries, pending,
     batch and lock keys, and status webhooks the Graph API stand-in has yet to deliver."""
     redis = stack.redis
-    total = 0
+    found: Counter[str] = Counter()
     for tenant in TENANTS:
         k = stack.keys.tenant(tenant)
         pipe = redis.pipeline(transaction=False)
@@ -128,27 +128,33 @@ async def in_flight(stack: Stack) -> int:
         pipe.zcard(k.due)
         pipe.zcard(k.running)
         pipe.hlen(k.burst)
-        total += sum(int(x) for x in await pipe.execute())
+        for kind, n in zip(("inbox", "due", "running", "burst"), await pipe.execute(), strict=True):
+            found[kind] += int(n)
         async for name in redis.scan_iter(match=f"{k.conversation_prefix}*", count=1000):
-            if name.decode().rpartition(":")[2] in (PENDING, BATCH, LOCK):
-                total += 1
+            kind = name.decode().rpartition(":")[2]
+            if kind in (PENDING, BATCH, LOCK):
+                found[kind] += 1
     state = await stack.graph_state()
-    return total + int(state.get("pending_webhooks", 0))
+    found["status_webhooks"] = int(state.get("pending_webhooks", 0))
+    return +found  # only what is there
 
 
-async def drain(stack: Stack, timeout_s: float) -> float:
-    """Wait until nothing is in flight twice in a row; the seconds it took (or the timeout)."""
+async def drain(stack: Stack, timeout_s: float) -> tuple[float, dict[str, int]]:
+    """Wait until nothing is in flight twice in a row: the seconds it took, and what was still
+    in flight at the last look (empty unless the timeout ended the wait)."""
     started = time.monotonic()
     quiet = 0
+    last: dict[str, int] = {}
     while time.monotonic() - started < timeout_s:
         try:
-            quiet = quiet + 1 if await in_flight(stack) == 0 else 0
-        except Exception:  # Redis restarting: keep waiting
-            quiet = 0
+            last = dict(await in_flight(stack))
+        except Exception as exc:  # Redis restarting: keep waiting
+            last = {f"error {exc!r}": 1}
+        quiet = quiet + 1 if not last else 0
         if quiet >= 2:
             break
         await asyncio.sleep(0.25)
-    return time.monotonic() - started
+    return time.monotonic() - started, last
 
 
 async def review_items(stack: Stack) -> list[dict[str, Any]]:

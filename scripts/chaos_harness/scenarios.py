@@ -322,7 +322,7 @@ class Report:
             "  faults injected: "
             + (", ".join(f"{n} {k}" for k, n in Counter(k for _, k, _ in self.faults).items())),
             *(f"  fault effect: {what}: {detail}" for what, _, detail in self.effects),
-            f"  drained in {f['drain_s']:.1f}s; keys left {f['keys_left']}, "
+            f"  drained in {f['drain_s']:.1f}s{_timeout_note(f)}; keys left {f['keys_left']}, "
             f"{f['bytes_left_total']} B (MEMORY USAGE)",
             f"  redis used_memory {f['memory_baseline']['used_memory']} B before traffic, "
             f"{f['memory_after']['used_memory']} B after; restarted from its AOF alone: "
@@ -331,6 +331,11 @@ class Report:
         ]
         lines += [f"  {v}" for v in self.violations[:50]]
         return "\n".join(lines)
+
+
+def _timeout_note(figures: dict[str, Any]) -> str:
+    still = figures["in_flight_at_drain_timeout"]
+    return f" (timed out, still in flight: {still})" if still else ""
 
 
 async def run_scenario(
@@ -359,14 +364,18 @@ async def run_scenario(
         injector = asyncio.create_task(scenario.inject(run))
         await workload.run(duration_s)
         await injector
-        drain_s = await observe.drain(stack, drain_timeout_s)
-        return await _report(scenario, run, baseline, drain_s, run_dir)
+        drain_s, still = await observe.drain(stack, drain_timeout_s)
+        return await _report(scenario, run, baseline, (drain_s, still), run_dir)
     finally:
         await stack.close()
 
 
 async def _report(
-    scenario: Scenario, run: Run, baseline: dict[str, int], drain_s: float, run_dir: Path
+    scenario: Scenario,
+    run: Run,
+    baseline: dict[str, int],
+    drained: tuple[float, dict[str, int]],
+    run_dir: Path,
 ) -> Report:
     stack, workload = run.stack, run.workload
     after = await observe.memory(stack)
@@ -415,7 +424,8 @@ async def _report(
         "retries": stats.get("retries", 0),
         "leases_expired": stats.get("leases_expired", 0),
         "turns_counted": stats.get("turns", 0),
-        "drain_s": drain_s,
+        "drain_s": drained[0],
+        "in_flight_at_drain_timeout": drained[1],
         "memory_baseline": baseline,
         "memory_after": after,
         "keys_left": {
