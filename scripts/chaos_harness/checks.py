@@ -317,12 +317,12 @@ def _bursts(obs: Observation, out: Outcome, batches: dict[Token, set[BatchKey]])
         wanted = {(burst.person, s) for s in burst.seqs}
         if not any(wanted <= set(key) for key in batches.get(first, set())):
             split += 1
-            found = sorted(_seqs(k) for t in wanted for k in batches.get(t, set()))
+            found = sorted({k for t in wanted for k in batches.get(t, set())})
             out.violations.append(
                 Violation(
                     "burst_one_turn",
                     _name(obs, burst.person),
-                    f"burst {burst.seqs} was split: batches {found}",
+                    f"burst {burst.seqs} was split: batches {[_seqs(k) for k in found]}",
                 )
             )
     out.figures["bursts"] = len(obs.bursts)
