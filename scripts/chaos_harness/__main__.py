@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import signal
 import sys
 import time
 from collections.abc import Sequence
@@ -67,6 +68,8 @@ async def run_all(args: argparse.Namespace) -> list[Report]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse(sys.argv[1:] if argv is None else argv)
+    # SIGTERM ends the run like Ctrl-C: the stack's processes are stopped on the way out.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     reports = asyncio.run(run_all(args))
     total = sum(len(r.violations) for r in reports)
     print(f"{len(reports)} scenario(s), violations: {total}")

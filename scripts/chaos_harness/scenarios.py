@@ -129,11 +129,16 @@ def _verify_kill(run: Run, obs: Observation, stats: dict[str, int]) -> None:
 
 
 # --- redis restart ------------------------------------------------------------------------------
+async def _sleep_until(at: float) -> None:
+    await asyncio.sleep(max(0.0, at - time.monotonic()))
+
+
 async def _restart_redis(run: Run) -> None:
     restarts = max(1, int(run.duration_s / 4))
     every = run.duration_s / (restarts + 1)
-    for _ in range(restarts):
-        await asyncio.sleep(every)
+    began = time.monotonic()
+    for i in range(restarts):
+        await _sleep_until(began + (i + 1) * every)
         started = time.time()
         await run.stack.redis_restart(down_s=0.5)
         run.fault("redis_restart", f"down {time.time() - started:.2f}s, back from the AOF")
@@ -151,11 +156,11 @@ STALL_S = 2.0
 async def _stall_redis(run: Run) -> None:
     stalls = max(1, int(run.duration_s / 4))
     every = run.duration_s / (stalls + 1)
-    for _ in range(stalls):
-        await asyncio.sleep(every)
-        await run.stack.redis_pause(STALL_S)
+    began = time.monotonic()
+    for i in range(stalls):
+        await _sleep_until(began + (i + 1) * every)
+        await run.stack.redis_pause(STALL_S)  # returns at once; Redis ends the pause itself
         run.fault("redis_stall", f"CLIENT PAUSE {STALL_S:g}s ALL")
-        await asyncio.sleep(STALL_S)
 
 
 def _verify_stall(run: Run, obs: Observation, stats: dict[str, int]) -> None:
