@@ -29,7 +29,9 @@ from typing import Any, TypeVar
 
 import orjson
 from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from shared.group_commit import GroupCommitter
 from shared.keys import Keys
@@ -444,7 +446,8 @@ class Worker:
         while True:
             try:
                 return await call()
-            except (RedisError, OSError) as exc:
+            # Redis away or slow; an error answer (a script error) would only repeat itself.
+            except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
                 turn = self._turns.get((batch.tenant, batch.person))
                 until = turn.lease_deadline - self._lease_margin_s if turn else 0.0
                 if asyncio.get_running_loop().time() + delay >= until:
