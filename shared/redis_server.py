@@ -134,8 +134,15 @@ class RedisServer:
             self.process.wait()
         self.process = None
 
-    def restart(self) -> None:
-        self.stop()
+    def restart(self, crash: bool = False, down_s: float = 0.0) -> None:
+        """Stop (SIGTERM, or SIGKILL with `crash`), stay down `down_s`, start again on the same
+        port from the same data: with `appendonly` every acknowledged write comes back."""
+        if crash:
+            self.kill()
+        else:
+            self.stop()
+        if down_s > 0:
+            time.sleep(down_s)
         self.start()
 
     def close(self) -> None:

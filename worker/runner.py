@@ -16,19 +16,22 @@ renewed, never released early), the second exits at once.
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import logging
 import os
 import secrets
 import signal
 import socket
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from shared.group_commit import GroupCommitter
 from shared.keys import Keys
@@ -44,6 +47,7 @@ from worker.split import WHATSAPP_MAX_CHARS, split_reply
 from worker.store import Claim, ConversationStore
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 @dataclass
@@ -350,7 +354,7 @@ class Worker:
             # A reply replaced by a template never reached the person: not part of the chat.
             if reply and not batch.template_sent:
                 remember = orjson.dumps({"user": batch.user_text, "assistant": reply})
-            await self._finish(self.store.finish_done(batch, remember), batch)
+            await self._finish(lambda: self.store.finish_done(batch, remember), batch)
             log.debug("turn done batch=%s", batch.id, extra=_fields(batch, "done"))
 
     async def _reply(self, batch: Batch) -> str | None:
@@ -372,7 +376,9 @@ class Worker:
             answer = await self._brain.reply(batch)
             if not answer:
                 return None
-            reply = await self.store.save_reply(batch, answer)
+            reply = await self._while_leased(
+                lambda: self.store.save_reply(batch, answer), batch, "store the reply"
+            )
             if reply is None:
                 raise LeaseLost
             batch.reply = reply
@@ -387,7 +393,12 @@ class Worker:
                 # per turn; a crash in between re-sends it, exactly as before recording).
                 batch.unrecorded_part = (index, provider_id)
                 break
-            if not await self.store.record_part(batch, index, provider_id):
+            recorded = await self._while_leased(
+                functools.partial(self.store.record_part, batch, index, provider_id),
+                batch,
+                "record a part",
+            )
+            if not recorded:
                 raise LeaseLost
             batch.sent_parts[index] = provider_id
         return reply
@@ -417,7 +428,7 @@ class Worker:
                 error,
                 extra=_fields(batch, "retry"),
             )
-            await self._finish(self.store.finish_retry(batch, delay, error), batch)
+            await self._finish(lambda: self.store.finish_retry(batch, delay, error), batch)
 
     async def _review(self, batch: Batch, reason: str, detail: str) -> None:
         """Park the batch for review, after handing the conversation to a person where the
@@ -425,7 +436,8 @@ class Worker:
         dies meanwhile leaves the batch to be resumed, and so handed over, by another."""
         handoff = await self._hand_over(batch, reason, detail)
         await self._finish(
-            self.store.finish_review(batch, reason, detail, batch.claimed_ms, handoff), batch
+            lambda: self.store.finish_review(batch, reason, detail, batch.claimed_ms, handoff),
+            batch,
         )
 
     async def _hand_over(self, batch: Batch, reason: str, detail: str) -> str:
@@ -447,9 +459,44 @@ class Worker:
             return f"failed: {type(exc).__name__}: {exc}"[:500]
         return "done" if told else ""
 
-    async def _finish(self, call: Any, batch: Batch) -> None:
-        if not await call:
+    async def _finish(self, call: Callable[[], Awaitable[bool]], batch: Batch) -> None:
+        if not await self._while_leased(call, batch, "finish the turn"):
             log.warning("lease lost before finish tenant=%s batch=%s", batch.tenant, batch.id)
+
+    async def _while_leased(self, call: Callable[[], Awaitable[T]], batch: Batch, what: str) -> T:
+        """One of the turn's Redis calls; while Redis does not answer, try again for as long as
+        the turn holds its lease.
+
+        Giving up at the first error would abandon the turn: it would be resumed after the
+        lease and re-send the part the provider accepted but Redis had not recorded yet (the
+        chaos suite found this at Redis stalls and restarts). The calls are token-checked
+        and idempotent, so repeating one that did run, its answer lost, changes nothing. The
+        renewal loop cancels the turn before its lease can end, which also ends the retries.
+        """
+        delay = 0.05
+        while True:
+            try:
+                return await call()
+            # Redis away or slow; an error answer (a script error) would only repeat itself.
+            except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+                turn = self._turns.get((batch.tenant, batch.person))
+                until = turn.lease_deadline - self._lease_margin_s if turn else 0.0
+                if asyncio.get_running_loop().time() + delay >= until:
+                    raise
+                log.warning(
+                    "redis did not %s, retrying within the lease tenant=%s batch=%s: %r",
+                    what,
+                    batch.tenant,
+                    batch.id,
+                    exc,
+                )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 1.0)
+
+    @property
+    def _lease_margin_s(self) -> float:
+        """How long before its lease can end in Redis a turn is stopped."""
+        return min(1.0, self.settings.lease_s * 0.1)
 
     # --- background loops -----------------------------------------------------------------
     async def _listen_for_wakeups(self) -> None:
@@ -480,7 +527,7 @@ class Worker:
         s = self.settings
         loop = asyncio.get_running_loop()
         # Stop a turn a little before its lease can have ended in Redis.
-        margin = min(1.0, s.lease_s * 0.1)
+        margin = self._lease_margin_s
         while True:
             await asyncio.sleep(self._next_renewal_in(margin))
             turns = list(self._turns.values())

@@ -37,6 +37,9 @@ class RecordedRequest:
 
     `status`/`response` are None while the answer is still pending (latency, hang); `kind` says
     what the stand-in made of it ("text", "template", "read", "messages", "invalid", ...).
+    `answered` is when the answer was decided (`time.time()`), None while pending: with `time`
+    it tells how long a request was in flight (the chaos suite checks that no two requests of
+    one person ever were at once).
     """
 
     time: float
@@ -51,6 +54,7 @@ class RecordedRequest:
     fault: Any = None
     extra: dict[str, Any] = field(default_factory=dict)
     generation: int = 0  # the stand-in's clear() count when it arrived
+    answered: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -59,6 +63,7 @@ class RecordedRequest:
     def to_json(self) -> dict[str, Any]:
         return {
             "time": self.time,
+            "answered": self.answered,
             "method": self.method,
             "path": self.path,
             "headers": self.headers,
@@ -206,6 +211,7 @@ class StandInBase:
         with self._lock:
             record.status = status
             record.response = response
+            record.answered = time.time()
             if kind is not None:
                 record.kind = kind
 

@@ -1009,7 +1009,11 @@ class GraphApiStandIn(StandInBase):
 
     @asynccontextmanager
     async def _lifespan(self, app: Starlette) -> AsyncIterator[None]:
-        self._http = httpx.AsyncClient(timeout=self.webhook_timeout)
+        # No cap on connections: with a capped pool (httpx's default, 100), thousands of status
+        # sequences retrying through Redis restarts met PoolTimeout on most attempts and kept
+        # the stand-in busy for 40 s, slowing its sends and so every turn (chaos suite).
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=200)
+        self._http = httpx.AsyncClient(timeout=self.webhook_timeout, limits=limits)
         try:
             yield
         finally:

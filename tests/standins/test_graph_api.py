@@ -298,6 +298,8 @@ async def test_latency(graph: GraphApiStandIn, client: httpx.AsyncClient) -> Non
     started = time.monotonic()
     assert (await client.post(PATH, json=text())).status_code == 200
     assert time.monotonic() - started >= 0.3
+    (record,) = graph.requests
+    assert record.answered is not None and record.answered - record.time >= 0.3
     graph.set_latency(0)
     started = time.monotonic()
     await client.post(PATH, json=text())

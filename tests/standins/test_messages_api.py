@@ -334,6 +334,8 @@ async def test_timeout_and_latency(
     started = time.monotonic()
     await create(client)
     assert time.monotonic() - started >= 0.25
+    record = ai.requests[-1]
+    assert record.answered is not None and record.answered - record.time >= 0.25
 
 
 async def test_count_tokens(ai: MessagesApiStandIn, client: anthropic.AsyncAnthropic) -> None:

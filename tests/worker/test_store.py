@@ -153,3 +153,21 @@ async def test_an_expired_lease_makes_the_same_batch_claimable_again(
     assert await redis.hget(Keys(prefix).tenant(TENANT).stats, "leases_expired") == b"1"
     assert not await store.finish_done(batch), "the dead holder's token is void"
     assert await store.finish_done(resumed)
+
+
+async def test_recording_a_part_again_counts_it_once(
+    redis: Redis, store: ConversationStore, prefix: str
+) -> None:
+    """A worker repeats record_part when Redis did not answer; if the first call had run, the
+    repeat must not count the part twice nor reset its outbound record."""
+    k = Keys(prefix).tenant(TENANT)
+    await push_message(redis, prefix, PERSON, "m1", "hola")
+    await store.claim(TENANT, 0, "t")
+    await redis.zadd(k.due, {PERSON: 0})
+    (batch,) = (await store.claim(TENANT, 5, "tok")).batches
+    assert await store.record_part(batch, 0, "wamid.P0")
+    await redis.hset(k.outbound("wamid.P0"), "status", "delivered")  # a status came meanwhile
+    assert await store.record_part(batch, 0, "wamid.P0")
+    assert await redis.hget(k.stats, "parts_out") == b"1"
+    assert await redis.hget(k.outbound("wamid.P0"), "status") == b"delivered"
+    assert not await store.record_part(replace(batch, token="wrong"), 0, "wamid.P0")

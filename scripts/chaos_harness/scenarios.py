@@ -1,0 +1,457 @@
+"""The scenarios, and `run_scenario`: start the stack, write, inject, drain, check, report.
+
+Each scenario is the same workload with one kind of fault injected while it runs:
+
+- `kill`: SIGKILL of a worker that holds a turn right now (read from the lock tokens), several
+  times, each replaced at once; short leases so its batches come back within the run.
+- `redis_restart`: Redis crashes (SIGKILL) and restarts from its AOF (`appendfsync always`)
+  while traffic flows.
+- `redis_stall`: Redis stops answering for a few seconds (`CLIENT PAUSE ... ALL`): the receiver
+  answers 503 for what it could not store, and the workload's retries complete it.
+- `graph_faults`: the Graph API fails 30% of sends with retryable codes, and answers 131047
+  (window closed) to every send to some people, whose batches must all go to review.
+- `slow_ai`: every AI call takes 1.5 leases: only lease renewal keeps the turn its own.
+
+Besides the invariants (checks.py), each scenario checks that its fault really happened and
+had its effect (a kill mid-turn and a lease recovered, a 503 answered, ...): a fault that
+silently did nothing would make a green run meaningless.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from scripts.chaos_harness import observe
+from scripts.chaos_harness.checks import Observation, Policy, Violation, check, review_key
+from scripts.chaos_harness.stack import APP_SECRET, Stack
+from scripts.chaos_harness.workload import TENANTS, Workload
+
+WINDOW_S = 0.4
+MAX_WAIT_S = 4.0
+BASE_ENV = {
+    "DEBOUNCE_WINDOW_S": str(WINDOW_S),
+    "MAX_WAIT_S": str(MAX_WAIT_S),
+    "LEASE_S": "3",
+    "LEASE_RENEW_S": "0.5",
+    "RETRY_BASE_S": "0.2",
+    "MAX_ATTEMPTS": "5",
+    "WORKER_CONCURRENCY": "20",
+    "POLL_INTERVAL_S": "1",
+    "REDIS_TIMEOUT_S": "1",
+}
+
+
+@dataclass
+class Run:
+    """What a scenario's fault injector works with, and what it writes down."""
+
+    stack: Stack
+    workload: Workload
+    duration_s: float
+    rng: random.Random
+    faults: list[tuple[float, str, str]] = field(default_factory=list)  # (time, kind, detail)
+    kills: list[float] = field(default_factory=list)
+    expectations: list[tuple[str, bool, str]] = field(default_factory=list)
+
+    def fault(self, kind: str, detail: str = "") -> None:
+        self.faults.append((time.time(), kind, detail))
+
+    def expect(self, what: str, ok: bool, detail: str) -> None:
+        self.expectations.append((what, ok, detail))
+
+
+Injector = Callable[[Run], Coroutine[Any, Any, None]]
+Verifier = Callable[[Run, Observation, dict[str, int]], None]
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    summary: str
+    inject: Injector
+    verify: Verifier
+    env: dict[str, str] = field(default_factory=dict)
+    policy: Policy = field(default_factory=Policy)
+    window_closed_people: int = 0
+
+
+# --- kill ---------------------------------------------------------------------------------------
+async def _kill_workers(run: Run) -> None:
+    # Turns that take a moment (AI, then the send), so a kill lands in the middle of one.
+    await run.stack.ai_control({"op": "latency", "seconds": 0.2})
+    await run.stack.graph_control({"op": "latency", "seconds": 0.05})
+    kills = max(2, int(run.duration_s / 2))
+    every = run.duration_s / (kills + 1)
+    for _ in range(kills):
+        await asyncio.sleep(every * run.rng.uniform(0.7, 1.3))
+        victim, people = await _busy_worker(run)
+        run.kills.append(time.time())
+        replacement = run.stack.kill_worker(victim)
+        run.fault(
+            "sigkill", f"pid {victim} holding {len(people)} turn(s); new pid {replacement.pid}"
+        )
+
+
+async def _busy_worker(run: Run) -> tuple[int, list[str]]:
+    """A live worker holding at least one turn now (waits up to 2 s for one), else any."""
+    live = {w.pid for w in run.stack.live_workers}
+    deadline = time.monotonic() + 2.0
+    while time.monotonic() < deadline:
+        holders = await run.stack.lock_holders(list(TENANTS))
+        busy = sorted(pid for pid in holders if pid in live)
+        if busy:
+            pid = run.rng.choice(busy)
+            return pid, holders[pid]
+        await asyncio.sleep(0.02)
+    return run.rng.choice(sorted(live)), []
+
+
+def _verify_kill(run: Run, obs: Observation, stats: dict[str, int]) -> None:
+    mid_turn = sum(
+        1 for _, kind, detail in run.faults if kind == "sigkill" and "holding 0" not in detail
+    )
+    run.expect("a worker was killed mid-turn", mid_turn >= 1, f"{mid_turn} kills mid-turn")
+    expired = stats.get("leases_expired", 0)
+    run.expect(
+        "a killed worker's batch came back after its lease",
+        expired >= 1,
+        f"leases_expired={expired}",
+    )
+
+
+# --- redis restart ------------------------------------------------------------------------------
+async def _sleep_until(at: float) -> None:
+    await asyncio.sleep(max(0.0, at - time.monotonic()))
+
+
+async def _restart_redis(run: Run) -> None:
+    restarts = max(1, int(run.duration_s / 4))
+    every = run.duration_s / (restarts + 1)
+    began = time.monotonic()
+    for i in range(restarts):
+        await _sleep_until(began + (i + 1) * every)
+        started = time.time()
+        await run.stack.redis_restart(down_s=0.5)
+        run.fault("redis_restart", f"down {time.time() - started:.2f}s, back from the AOF")
+
+
+def _verify_restart(run: Run, obs: Observation, stats: dict[str, int]) -> None:
+    restarts = sum(1 for _, kind, _ in run.faults if kind == "redis_restart")
+    run.expect("Redis was restarted while traffic flowed", restarts >= 1, f"{restarts} restarts")
+
+
+# --- redis stall --------------------------------------------------------------------------------
+STALL_S = 2.0
+
+
+async def _stall_redis(run: Run) -> None:
+    stalls = max(1, int(run.duration_s / 4))
+    every = run.duration_s / (stalls + 1)
+    began = time.monotonic()
+    for i in range(stalls):
+        await _sleep_until(began + (i + 1) * every)
+        await run.stack.redis_pause(STALL_S)  # returns at once; Redis ends the pause itself
+        run.fault("redis_stall", f"CLIENT PAUSE {STALL_S:g}s ALL")
+
+
+def _verify_stall(run: Run, obs: Observation, stats: dict[str, int]) -> None:
+    answered_503 = run.workload.tally.statuses.get(503, 0)
+    run.expect(
+        "the receiver answered 503 while Redis stalled",
+        answered_503 >= 1,
+        f"{answered_503} answers 503",
+    )
+    retried = sum(1 for m in run.workload.messages.values() if m.rejected and m.acked)
+    run.expect(
+        "messages refused during the stall were acknowledged on a retry",
+        retried >= 1,
+        f"{retried} messages",
+    )
+
+
+# --- graph faults -------------------------------------------------------------------------------
+RETRYABLE_CODES = (131000, 130429, 131056)
+
+
+async def _graph_faults(run: Run) -> None:
+    for person in run.workload.people:
+        if person.window_closed:
+            await run.stack.graph_control(
+                {"op": "fail", "code": 131047, "to": person.phone, "count": None}
+            )
+    # Three rules tried in turn: 0.1, then 0.1/0.9, then 0.1/0.8 of what is left = 30% in all.
+    for i, code in enumerate(RETRYABLE_CODES):
+        p = 0.1 / (1 - 0.1 * i)
+        await run.stack.graph_control(
+            {
+                "op": "fail",
+                "code": code,
+                "probability": p,
+                "count": None,
+                "seed": 7 if i == 0 else None,
+            }
+        )
+    run.fault("graph_failures", f"30% of sends fail with {RETRYABLE_CODES}; 131047 for some people")
+
+
+def _verify_graph(run: Run, obs: Observation, stats: dict[str, int]) -> None:
+    failed = sum(1 for c in obs.calls if c.kind == "send" and not c.ok)
+    sends = sum(1 for c in obs.calls if c.kind == "send")
+    run.expect("the Graph API refused sends", failed >= 1, f"{failed} of {sends} sends refused")
+    closed = {p.index for p in obs.people if p.window_closed}
+    accepted = {c.person for c in obs.calls if c.kind == "send" and c.ok}
+    run.expect(
+        "nothing was accepted for people whose window is closed",
+        not closed & accepted,
+        f"{len(closed)} such people; sends accepted for {sorted(closed & accepted) or 'none'}",
+    )
+    reasons: dict[int, set[str]] = {}
+    for item in obs.review:
+        for person in {p for p, _ in review_key(item)}:
+            reasons.setdefault(person, set()).add(str(item.get("reason")))
+    wrong = sorted(
+        p for p in closed if reasons.get(p, set()) - {"window_closed"} or p not in reasons
+    )
+    run.expect(
+        "people with a closed window are in review as window_closed",
+        not wrong,
+        f"{len(closed) - len(wrong)} of {len(closed)}; not so for {wrong or 'none'}",
+    )
+    others = sorted(p for p, r in reasons.items() if p not in closed and "window_closed" in r)
+    run.expect(
+        "nobody else is in review as window_closed", not others, f"others: {others or 'none'}"
+    )
+
+
+# --- slow AI ------------------------------------------------------------------------------------
+SLOW_LEASE_S = 1.2
+SLOW_AI_S = 1.8
+
+
+async def _slow_ai(run: Run) -> None:
+    await run.stack.ai_control({"op": "latency", "seconds": SLOW_AI_S})
+    run.fault("slow_ai", f"every AI call takes {SLOW_AI_S}s, the lease is {SLOW_LEASE_S}s")
+
+
+def _verify_slow(run: Run, obs: Observation, stats: dict[str, int]) -> None:
+    longer = sum(
+        1
+        for c in obs.calls
+        if c.kind == "ai" and c.end is not None and c.end - c.start > SLOW_LEASE_S
+    )
+    run.expect("AI calls outlasted the lease", longer >= 1, f"{longer} calls longer than the lease")
+    expired = stats.get("leases_expired", 0)
+    run.expect("renewal kept every lease", expired == 0, f"leases_expired={expired}")
+
+
+SCENARIOS: dict[str, Scenario] = {
+    s.name: s
+    for s in (
+        Scenario(
+            "kill",
+            "SIGKILL of a worker mid-turn, several times",
+            _kill_workers,
+            _verify_kill,
+            env={"LEASE_S": "1.5", "LEASE_RENEW_S": "0.3"},
+            policy=Policy(resend_after_kill=True),
+        ),
+        Scenario(
+            "redis_restart", "Redis crash + restart from AOF", _restart_redis, _verify_restart
+        ),
+        Scenario(
+            "redis_stall",
+            f"Redis stalled {STALL_S:g}s (CLIENT PAUSE)",
+            _stall_redis,
+            _verify_stall,
+            env={"LEASE_S": "5", "LEASE_RENEW_S": "0.5"},
+        ),
+        Scenario(
+            "graph_faults",
+            "30% retryable send failures, 131047 for some people",
+            _graph_faults,
+            _verify_graph,
+            env={"MAX_ATTEMPTS": "6", "RETRY_BASE_S": "0.1"},
+            policy=Policy(ai_once_per_batch=True),
+            window_closed_people=-1,  # about one in eight
+        ),
+        Scenario(
+            "slow_ai",
+            f"AI calls of {SLOW_AI_S:g}s, lease {SLOW_LEASE_S:g}s",
+            _slow_ai,
+            _verify_slow,
+            env={"LEASE_S": str(SLOW_LEASE_S), "LEASE_RENEW_S": "0.25", "WORKER_CONCURRENCY": "40"},
+            policy=Policy(ai_once_per_batch=True),
+        ),
+    )
+}
+
+
+@dataclass
+class Report:
+    scenario: str
+    duration_s: float
+    figures: dict[str, Any]
+    faults: list[tuple[float, str, str]]
+    violations: list[Violation]
+    run_dir: Path
+    effects: list[tuple[str, bool, str]] = field(default_factory=list)
+    logs: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+    def summary(self) -> str:
+        f = self.figures
+        lines = [
+            f"scenario {self.scenario}: {self.duration_s:.0f}s of traffic, {f['people']} people, "
+            f"{f['workers']} workers",
+            f"  messages {f['messages']} ({f['deliveries']} deliveries, "
+            f"{f['duplicate_deliveries']} duplicates, {f['answers_not_200']} answers not 200), "
+            f"acknowledged {f['acknowledged']}",
+            f"  turns {f['batches_answered']} answered, {f['batches_in_review']} in review "
+            f"{f['review_reasons']}; AI calls {f['ai_calls']} ({f['ai_calls_repeated']} repeated), "
+            f"sends accepted {f['sends_accepted']} of {f['sends']}",
+            f"  bursts {f['bursts']} ({f['bursts_held_to_one_turn']} held to one turn); "
+            f"retries {f['retries']}, leases expired {f['leases_expired']}, "
+            f"resent after kill {f['resent_after_kill']}",
+            "  faults injected: "
+            + (", ".join(f"{n} {k}" for k, n in Counter(k for _, k, _ in self.faults).items())),
+            *(f"  fault effect: {what}: {detail}" for what, _, detail in self.effects),
+            f"  drained in {f['drain_s']:.1f}s{_timeout_note(f)}; keys left {f['keys_left']}, "
+            f"{f['bytes_left_total']} B (MEMORY USAGE)",
+            f"  redis used_memory {f['memory_baseline']['used_memory']} B before traffic, "
+            f"{f['memory_after']['used_memory']} B after; restarted from its AOF alone: "
+            f"{f['reloaded']['keys']} keys, dataset {f['reloaded']['dataset_bytes']} B",
+            f"violations: {len(self.violations)}",
+        ]
+        lines += [f"  {v}" for v in self.violations[:50]]
+        return "\n".join(lines)
+
+
+def _timeout_note(figures: dict[str, Any]) -> str:
+    still = figures["in_flight_at_drain_timeout"]
+    return f" (timed out, still in flight: {still})" if still else ""
+
+
+async def run_scenario(
+    name: str,
+    *,
+    duration_s: float = 5.0,
+    people: int = 24,
+    workers: int = 3,
+    seed: int = 1,
+    run_dir: Path | None = None,
+    drain_timeout_s: float = 30.0,
+) -> Report:
+    scenario = SCENARIOS[name]
+    run_dir = run_dir or Path(tempfile.mkdtemp(prefix=f"chaos-{name}-"))
+    stack = Stack(run_dir, workers=workers, worker_env={**BASE_ENV, **scenario.env})
+    closed = scenario.window_closed_people
+    if closed < 0:
+        closed = max(1, people // 8)
+    workload = Workload(
+        stack.receiver_url, APP_SECRET, people, WINDOW_S, seed=seed, window_closed_people=closed
+    )
+    run = Run(stack, workload, duration_s, random.Random(seed))
+    try:
+        await stack.start()
+        baseline = await observe.memory(stack)
+        injector = asyncio.create_task(scenario.inject(run))
+        await workload.run(duration_s)
+        await injector
+        drain_s, still = await observe.drain(stack, drain_timeout_s)
+        return await _report(scenario, run, baseline, (drain_s, still), run_dir)
+    finally:
+        await stack.close()
+
+
+async def _report(
+    scenario: Scenario,
+    run: Run,
+    baseline: dict[str, int],
+    drained: tuple[float, dict[str, int]],
+    run_dir: Path,
+) -> Report:
+    stack, workload = run.stack, run.workload
+    after = await observe.memory(stack)
+    ai_records, graph_records = await stack.ai_records(), await stack.graph_records()
+    calls = observe.calls_from(workload, ai_records, graph_records)
+    left, bytes_by_kind = await observe.leftover_keys(stack)
+    review = await observe.review_items(stack)
+    stats = await observe.stats(stack)
+    obs = Observation(
+        people=workload.people,
+        messages=workload.messages,
+        bursts=workload.bursts,
+        calls=calls,
+        review=review,
+        left=left,
+        kills=run.kills,
+        window_s=WINDOW_S,
+        max_wait_s=MAX_WAIT_S,
+        policy=scenario.policy,
+    )
+    outcome = check(obs)
+    scenario.verify(run, obs, stats)
+    violations = list(outcome.violations)
+    for what, ok, detail in run.expectations:
+        if not ok:
+            violations.append(
+                Violation(f"fault:{scenario.name}", "-", f"{what}: not so ({detail})")
+            )
+    tally = workload.tally
+    reasons: dict[str, int] = {}
+    for item in review:
+        reasons[str(item.get("reason"))] = reasons.get(str(item.get("reason")), 0) + 1
+    figures: dict[str, Any] = {
+        "people": len(workload.people),
+        "workers": stack.worker_count,
+        "messages": len(workload.messages),
+        "acknowledged": sum(1 for m in workload.messages.values() if m.acked is not None),
+        "deliveries": tally.deliveries,
+        "duplicate_deliveries": tally.duplicate_deliveries,
+        "answers_not_200": sum(n for s, n in tally.statuses.items() if s != 200)
+        + tally.connection_errors,
+        "ai_calls": sum(1 for c in calls if c.kind == "ai"),
+        "sends": sum(1 for c in calls if c.kind == "send"),
+        "sends_accepted": sum(1 for c in calls if c.kind == "send" and c.ok),
+        "review_reasons": reasons,
+        "retries": stats.get("retries", 0),
+        "leases_expired": stats.get("leases_expired", 0),
+        "turns_counted": stats.get("turns", 0),
+        "drain_s": drained[0],
+        "in_flight_at_drain_timeout": drained[1],
+        "memory_baseline": baseline,
+        "memory_after": after,
+        "keys_left": {
+            k.removeprefix("keys_left_"): v
+            for k, v in outcome.figures.items()
+            if k.startswith("keys_left_") and v
+        },
+        "bytes_left": bytes_by_kind,
+        "bytes_left_total": sum(bytes_by_kind.values()),
+        **outcome.figures,
+    }
+    (run_dir / "faults.json").write_text(json.dumps(run.faults, indent=1))
+    logs = stack.dump() if violations else ""
+    figures["reloaded"] = await observe.reloaded_dataset(stack)
+    return Report(
+        scenario.name,
+        run.duration_s,
+        figures,
+        run.faults,
+        violations,
+        run_dir,
+        effects=run.expectations,
+        logs=logs,
+    )
