@@ -20,9 +20,9 @@ from typing import Any
 
 import redis
 
-CLUSTER_SLOTS = 16384
-
 from shared import lifeline
+
+CLUSTER_SLOTS = 16384
 
 
 def find_server_binary() -> str:
