@@ -88,6 +88,9 @@ class Worker:
         # A sweep of its own, whoever sweeps for the fleet: at start-up and on every
         # (re)subscription, since wake-ups published meanwhile never reached this worker.
         self._sweep_forced = True
+        # While the wake-up channel is lost this worker hears nothing, not even the sweeper's
+        # wake-ups: it then sweeps every interval on its own, as every worker once did.
+        self._deaf = True
         self._background: list[asyncio.Task[None]] = []
         self._farewells: list[asyncio.Task[None]] = []  # wake-ups sent while shutting down
         self.redis: Any = None
@@ -223,7 +226,8 @@ class Worker:
             try:
                 if self._sweep_forced or now >= self._next_sweep:
                     # Both set before the await: a sweep asked for meanwhile must survive it.
-                    forced, self._sweep_forced = self._sweep_forced, False
+                    forced = self._sweep_forced or self._deaf
+                    self._sweep_forced = False
                     self._next_sweep = now + self.settings.poll_interval_s
                     await self._safety_sweep(forced)
                 todo = self._dirty | {t for t, at in self._next_wake.items() if at <= now}
@@ -255,13 +259,16 @@ class Worker:
         return until - asyncio.get_running_loop().time()
 
     async def _safety_sweep(self, forced: bool) -> None:
-        """Claim for every registered tenant that has something to do; wake the fleet for
-        those still due once this worker's slots are full. Unless `forced`, only the worker
-        holding the fleet's sweep guard for this interval sweeps."""
+        """Claim for every registered tenant that has something to do now (`forced`: that
+        has anything at all); wake the fleet for those still due once this worker's slots
+        are full. Unless `forced`, only the worker holding the fleet's sweep guard for this
+        interval sweeps."""
         try:
             if not forced and not await self.sweep.my_turn():
                 return
-            tenants = await self.sweep.needing_a_look(await self.sweep.registered())
+            live = await self.sweep.live(await self.sweep.registered())
+            # A sweep of its own also learns every due time and lease end (see Sweep).
+            tenants = set(live) if forced else await self.sweep.needing_a_look(live)
         except BaseException:
             self._sweep_forced |= forced  # a forced sweep must still happen
             raise
@@ -489,6 +496,7 @@ class Worker:
                 async with self._pubsub_redis.pubsub(ignore_subscribe_messages=True) as pubsub:
                     await pubsub.subscribe(channel)
                     # Anything published before we listened: sweep the registry now.
+                    self._deaf = False
                     self._sweep_forced = True
                     self._wake.set()
                     async for message in pubsub.listen():
@@ -501,6 +509,7 @@ class Worker:
                         self._dirty |= tenants
                         self._wake.set()
             except (RedisError, OSError) as exc:
+                self._deaf = True
                 log.warning("wake-up channel lost (%s); polling until it is back", exc)
                 await asyncio.sleep(1.0)
 

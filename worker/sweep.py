@@ -9,13 +9,17 @@ needs neither to run on every worker nor to run the claim script on every tenant
   NX PX <0.9 x POLL_INTERVAL_S>` once per interval; the one that sets it sweeps (the guard of
   BullMQ's stalled-job checker). Nobody renews or deletes the guard: it expires, so a sweeper
   that dies is replaced by the next worker to try, at most about two intervals later. Each
-  worker also sweeps once on its own whenever it (re)subscribes to the wake-up channel.
+  worker also sweeps on its own when it (re)subscribes to the wake-up channel, and every
+  interval while that channel is lost (it would not hear the sweeper's wake-ups).
 - **A probe of plain reads, pipelined.** One `EXISTS inbox due running` per tenant: a quiet
   tenant has none of these keys (Redis deletes an empty list or sorted set). For the few that
   have any, `LLEN inbox`, `ZCOUNT due -inf <now>` and `ZCOUNT running -inf <now>` on Redis's
   clock tell whether there is something to take in, a conversation due, or a lease that ended.
-  Only those tenants get a claim. Each command names one tenant's keys (one slot), so the
-  probe runs unchanged on a cluster, where the pipeline is split per node.
+  Only those tenants get a claim. A worker's own sweep (start-up, resubscription) claims for
+  every tenant with any of these keys instead: the claim's answer gives it their next due
+  times and lease ends, which the worker that held them may have taken with it. Each
+  command names one tenant's keys (one slot), so the probe runs unchanged on a cluster,
+  where the pipeline is split per node.
 
 The guard is a fleet-wide key and never goes into a tenant's script (invariant 9).
 """
@@ -70,10 +74,14 @@ class Sweep:
             members = await self._redis.smembers(self._keys.tenants)
         return {m.decode() if isinstance(m, bytes) else m for m in members}
 
-    async def needing_a_look(self, tenants: Iterable[str]) -> set[str]:
-        """The tenants with events in their inbox, a conversation due, or an expired lease."""
+    async def live(self, tenants: Iterable[str]) -> list[str]:
+        """The tenants with anything in their inbox, due or running set."""
         ordered = sorted(tenants)
-        live = [t for t, n in zip(ordered, await self._exists(ordered), strict=True) if n]
+        return [t for t, n in zip(ordered, await self._exists(ordered), strict=True) if n]
+
+    async def needing_a_look(self, live: Sequence[str]) -> set[str]:
+        """Of these tenants, those with events in their inbox, a conversation due now, or an
+        expired lease."""
         if not live:
             return set()
         now_ms = await self._now_ms()

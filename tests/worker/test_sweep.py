@@ -1,6 +1,8 @@
 """The safety sweep: one worker of the fleet sweeps per `POLL_INTERVAL_S`, and it still
 catches what wake-ups and held due times missed (lost wake-ups, a killed worker's lease and
-retry). Real worker processes killed by SIGKILL; calls counted with INFO commandstats."""
+retry); a starting worker learns the due times nobody holds. Real worker processes killed by
+SIGKILL (one frozen by SIGSTOP so that it hears nothing); calls counted with INFO
+commandstats."""
 
 from __future__ import annotations
 
@@ -12,8 +14,11 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
+from shared.group_commit import GroupCommitter
 from shared.keys import Keys
 from shared.redis_server import RedisCluster
+from shared.scripts import Scripts
+from shared.settings import Settings
 from tests.test_cluster import tenants_on_every_node
 from tests.worker.support import (
     TENANT,
@@ -26,6 +31,7 @@ from tests.worker.support import (
     wait_exit,
     wait_for,
 )
+from worker.store import ConversationStore
 
 pytestmark = pytest.mark.slow
 INTERVAL_S = 0.5
@@ -96,31 +102,32 @@ async def test_a_killed_workers_lease_and_retry_are_taken_over_by_the_sweep_alon
     redis: Redis, prefix: str, fleet: WorkerFleet, records: Records
 ) -> None:
     timing = {"LEASE_S": "2", "LEASE_RENEW_S": "0.5", "RETRY_BASE_S": "3"}
+    (rescuer,) = await fleet.start(1, POLL_INTERVAL_S=str(INTERVAL_S), **timing)
+    await asyncio.sleep(INTERVAL_S)  # its start-up sweep found nothing
+    # Frozen while the victim takes the work: the rescuer never sees these conversations
+    # except through a later sweep (no wake-ups; its own sweep at start-up is over).
+    rescuer.send_signal(signal.SIGSTOP)
     flaky, slow = "5491100000081", "5491100000082"
     # Two tenants: a claim for one would also recover an expired lease of the other.
     other = "106540352200009"
-    # No wake-ups at all: the victim finds these with its start-up sweep.
-    await push_message(redis, prefix, flaky, "wamid.sk.1", "uno !fail=1", wake=False)
-    await push_message(
-        redis, prefix, slow, "wamid.sk.2", "dos !sleeponce=30", tenant=other, wake=False
-    )
-    (victim,) = await fleet.start(1, **timing)  # sweeps only at start-up (interval 60 s)
-    await records.wait_turns(flaky, 1, outcome="error")
-    await records.wait_turns(slow, 1, outcome=None)
-    k = Keys(prefix).tenant(TENANT)
-    retry_due_ms = int(await redis.zscore(k.due, flaky) or 0)
-    assert retry_due_ms > now_ms(), "the retry is still ahead"
-    # The rescuer's start-up sweep finds nothing due yet (a lease running, a retry ahead):
-    # it never hears of these conversations except through a later sweep.
-    (rescuer,) = await fleet.start(1, POLL_INTERVAL_S=str(INTERVAL_S), **timing)
-    victim.send_signal(signal.SIGKILL)
-    await wait_exit(victim, 5)
+    try:
+        await push_message(redis, prefix, flaky, "wamid.sk.1", "uno !fail=1", wake=False)
+        await push_message(
+            redis, prefix, slow, "wamid.sk.2", "dos !sleeponce=30", tenant=other, wake=False
+        )
+        (victim,) = await fleet.start(1, **timing)  # finds them with its start-up sweep
+        await records.wait_turns(flaky, 1, outcome="error")
+        await records.wait_turns(slow, 1, outcome=None)
+        victim.send_signal(signal.SIGKILL)
+        await wait_exit(victim, 5)
+    finally:
+        rescuer.send_signal(signal.SIGCONT)
+    retry_due_ms = int(await redis.zscore(Keys(prefix).tenant(TENANT).due, flaky) or 0)
     lease_ends_ms = now_ms() + await redis.pttl(Keys(prefix).tenant(other).lock(slow))
 
     async def resumed(person: str) -> list[Turn]:
         turns = await records.turns(person)
-        mine = [t for t in turns if t.start["pid"] == rescuer.pid and t.outcome == "end"]
-        return mine
+        return [t for t in turns if t.start["pid"] == rescuer.pid and t.outcome == "end"]
 
     (retried,) = await wait_for(lambda: resumed(flaky), "the retry run by the rescuer", 20)
     (taken_over,) = await wait_for(lambda: resumed(slow), "the lease taken over", 20)
@@ -132,3 +139,24 @@ async def test_a_killed_workers_lease_and_retry_are_taken_over_by_the_sweep_alon
     assert taken_over.start["ms"] - lease_ends_ms < 4000
     assert (await stats(redis, prefix, other))["leases_expired"] == 1
     assert "leases_expired" not in await stats(redis, prefix)
+
+
+async def test_a_starting_worker_learns_due_times_that_only_redis_still_holds(
+    redis: Redis, settings: Settings, prefix: str, fleet: WorkerFleet, records: Records
+) -> None:
+    # A worker took this message in and died before it was due: no worker holds its due time.
+    s = settings.with_overrides(key_prefix=prefix, debounce_window_s=3, max_wait_s=6)
+    scripts = Scripts()
+    await scripts.load(redis)
+    store = ConversationStore(s, scripts, GroupCommitter(redis, scripts))
+    person = "5491100000091"
+    await push_message(redis, prefix, person, "wamid.sj.1", "hola", wake=False)
+    claim = await store.claim(TENANT, 0, "gone-worker")
+    due_ms = claim.next_ms
+    assert due_ms > claim.now_ms and not claim.batches
+
+    await fleet.start(1)  # sweeps only at start-up (interval 60 s)
+    assert now_ms() < due_ms, "the worker came up before the conversation was due"
+    (turn,) = await records.wait_turns(person, 1, timeout_s=10)
+    # On time: its start-up sweep claimed for the tenant and kept the due time it answered.
+    assert due_ms - 50 <= turn.start["ms"] < due_ms + 1000
