@@ -718,10 +718,13 @@ def report(rounds: list[dict[str, list[Any]]], args: argparse.Namespace, started
         f"{args.server_version}",
         f"- command: `scripts/bench_fleet {' '.join(sys.argv[1:])}` ({len(rounds)} round(s); "
         "medians over rounds)",
-        f"- load: {args.messages} one-message webhooks per run (+200 warm-up), "
-        f"{args.connections} keep-alive connections, {args.tenants} tenants unless stated",
-        "",
     ]
+    if args.only != ["idle"]:
+        lines.append(
+            f"- load: {args.messages} one-message webhooks per run (+200 warm-up), "
+            f"{args.connections} keep-alive connections, {args.tenants} tenants unless stated"
+        )
+    lines.append("")
     baseline = median([r.rate for rnd in rounds for r in rnd.get("scaling", [])[:1]])
     for scenario in ("scaling", "tenants", "waiting"):
         table = [rnd[scenario] for rnd in rounds if rnd.get(scenario)]
@@ -761,10 +764,11 @@ def report(rounds: list[dict[str, list[Any]]], args: argparse.Namespace, started
     lines += idle_table([rnd["idle"] for rnd in rounds if rnd.get("idle")])
     if baseline == baseline:
         lines.append(f"Baseline (first scaling row, median): {baseline:,.0f} msg/s.")
-    non_200 = sum(
-        r.non_200 for rnd in rounds for runs in rnd.values() for r in runs if isinstance(r, Run)
-    )
-    lines.append(f"Non-200 answers over every run: {non_200}.")
+    if args.only != ["idle"]:
+        non_200 = sum(
+            r.non_200 for rnd in rounds for runs in rnd.values() for r in runs if isinstance(r, Run)
+        )
+        lines.append(f"Non-200 answers over every run: {non_200}.")
     return "\n".join(lines)
 
 
