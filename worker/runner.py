@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import math
 import os
 import secrets
 import signal
@@ -85,9 +86,11 @@ class Worker:
         self._force_exit = asyncio.Event()
         self._stopping = False
         self._next_sweep = 0.0  # loop time of this worker's next try at the fleet's sweep
-        # A sweep of its own, whoever sweeps for the fleet: at start-up and on every
-        # (re)subscription, since wake-ups published meanwhile never reached this worker.
-        self._sweep_forced = True
+        # A sweep of its own, whoever sweeps for the fleet: set on every subscription, the
+        # first included, since wake-ups published before it never reached this worker.
+        self._sweep_forced = False
+        self._subscribed = asyncio.Event()  # first subscription done: start-up waits for it
+        self._slow_sweep_warned = -math.inf  # loop time of the last "sweep too slow" warning
         # While the wake-up channel is lost this worker hears nothing, not even the sweeper's
         # wake-ups: it then sweeps every interval on its own, as every worker once did.
         self._deaf = True
@@ -152,6 +155,12 @@ class Worker:
             asyncio.create_task(self._listen_for_wakeups(), name="wakeups"),
             asyncio.create_task(self._renew_leases(), name="renew"),
         ]
+        # Subscribed first, then one sweep of its own (set by the listener) covers everything
+        # published before; without the wait the first sweep would run twice.
+        try:
+            await asyncio.wait_for(self._subscribed.wait(), s.redis_timeout_s)
+        except TimeoutError:
+            log.info("not subscribed to the wake-up channel yet; sweeping every interval")
         log.info(
             "worker %s started: concurrency=%d brain=%s senders=%s",
             self.worker_id,
@@ -263,21 +272,39 @@ class Worker:
         has anything at all); wake the fleet for those still due once this worker's slots
         are full. Unless `forced`, only the worker holding the fleet's sweep guard for this
         interval sweeps."""
+        loop = asyncio.get_running_loop()
         try:
             if not forced and not await self.sweep.my_turn():
                 return
-            live = await self.sweep.live(await self.sweep.registered())
+            started = loop.time()
+            registered = await self.sweep.registered()
+            live = await self.sweep.live(registered)
             # A sweep of its own also learns every due time and lease end (see Sweep).
             tenants = set(live) if forced else await self.sweep.needing_a_look(live)
         except BaseException:
             self._sweep_forced |= forced  # a forced sweep must still happen
             raise
+        self._warn_if_slow(loop.time() - started, len(registered))
         if not tenants:
             return
         log.debug("sweep: %d tenants need a look", len(tenants))
         still_due = await self._visit(tenants)
         if still_due:
             await self.sweep.wake(still_due)
+
+    def _warn_if_slow(self, took_s: float, tenants: int) -> None:
+        """A probe taking much of the interval makes sweeps overlap: say so, once a minute."""
+        interval = self.settings.poll_interval_s
+        now = asyncio.get_running_loop().time()
+        if took_s > interval / 2 and now - self._slow_sweep_warned > 60:
+            self._slow_sweep_warned = now
+            log.warning(
+                "the safety sweep of %d tenants took %.2fs, over half of POLL_INTERVAL_S=%s: "
+                "raise POLL_INTERVAL_S",
+                tenants,
+                took_s,
+                interval,
+            )
 
     async def _visit(self, tenants: set[str]) -> set[str]:
         """Take in new events of these tenants and claim what is due, up to the free slots;
@@ -498,6 +525,7 @@ class Worker:
                     # Anything published before we listened: sweep the registry now.
                     self._deaf = False
                     self._sweep_forced = True
+                    self._subscribed.set()
                     self._wake.set()
                     async for message in pubsub.listen():
                         if message.get("type") != "message":

@@ -20,8 +20,9 @@ Scenarios (--only, comma-separated):
     waiting   the same with 100 000 conversations waiting (window 300 s, in 10 other tenants)
               against the same load without them
     idle      no traffic at all: --tenant-counts tenants registered (registry entry and stats
-              hash, as traffic leaves them), --idle-workers workers, POLL_INTERVAL_S=1; the CPU
-              the workers and Redis spend on the safety sweep, and the commands it sends
+              hash, as traffic leaves them), --idle-workers workers, POLL_INTERVAL_S set by
+              --idle-poll-s (1); the CPU the workers and Redis spend on the safety sweep, and
+              the commands it sends
 
 Results are ratios against a baseline measured in the same round (one receiver, one worker, one
 Redis, 10 tenants), because the machine is shared and noisy; absolute rates are shown too.
@@ -547,7 +548,7 @@ async def idle_sweep(backend: Backend, args: argparse.Namespace) -> list[Idle]:
             flush(backend)
             await register_idle_tenants(backend, tenant_ids(count))
             out = Path(tempfile.mkdtemp(prefix="bench-fleet-idle-"))
-            fleet = Fleet(backend, 0, workers, out).start()
+            fleet = Fleet(backend, 0, workers, out, poll_interval_s=args.idle_poll_s).start()
             try:
                 await asyncio.sleep(2.0)  # start-up sweeps are over
                 cpu0, calls0, t0 = fleet.cpu(), command_calls(backend), time.monotonic()
@@ -761,7 +762,7 @@ def report(rounds: list[dict[str, list[Any]]], args: argparse.Namespace, started
                     f"- {first.label}: " + ", ".join(f"{k} {v:,.1f}" for k, v in merged.items())
                 )
         lines.append("")
-    lines += idle_table([rnd["idle"] for rnd in rounds if rnd.get("idle")])
+    lines += idle_table([rnd["idle"] for rnd in rounds if rnd.get("idle")], args)
     if baseline == baseline:
         lines.append(f"Baseline (first scaling row, median): {baseline:,.0f} msg/s.")
     if args.only != ["idle"]:
@@ -772,11 +773,11 @@ def report(rounds: list[dict[str, list[Any]]], args: argparse.Namespace, started
     return "\n".join(lines)
 
 
-def idle_table(table: list[list[Idle]]) -> list[str]:
+def idle_table(table: list[list[Idle]], args: argparse.Namespace) -> list[str]:
     if not table:
         return []
     lines = [
-        "**idle** (no traffic; `POLL_INTERVAL_S=1`)",
+        f"**idle** (no traffic; `POLL_INTERVAL_S={args.idle_poll_s:g}`)",
         "",
         "| tenants registered | workers | workers' CPU (% of a core) | Redis CPU | "
         "SMEMBERS/s | EVALSHA/s | other commands/s (scripts' own included) |",
@@ -829,6 +830,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--waiting", type=int, default=100_000)
     parser.add_argument("--idle-s", type=float, default=5.0, help="idle-cost measuring time")
     parser.add_argument("--idle-workers", default="1,4", help="worker counts of the idle runs")
+    parser.add_argument(
+        "--idle-poll-s", type=float, default=1.0, help="POLL_INTERVAL_S of the idle runs"
+    )
     parser.add_argument("--write", action="store_true", help=f"update {DOC.relative_to(ROOT)}")
     args = parser.parse_args(argv)
     args.only = [s for s in args.only.split(",") if s]
