@@ -27,10 +27,13 @@ The guard is a fleet-wide key and never goes into a tenant's script (invariant 9
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from shared.keys import Keys
+from shared.keys import KeyError_, Keys
+
+log = logging.getLogger(__name__)
 
 # Commands per pipeline: bounds one round trip's size with 10 000+ registered tenants.
 PROBE_CHUNK = 1000
@@ -58,6 +61,7 @@ class Sweep:
         # its last, must find the guard gone even if that SET reaches Redis a bit early.
         self._guard_ms = max(1, int(interval_s * GUARD_SHARE * 1000))
         self._timeout_s = timeout_s
+        self._refused: set[str] = set()  # registry entries that cannot be keys, told once
 
     async def my_turn(self) -> bool:
         """True if this worker is the fleet's sweeper for the coming interval."""
@@ -69,10 +73,22 @@ class Sweep:
             )
 
     async def registered(self) -> set[str]:
-        """Every tenant in the registry."""
+        """Every tenant in the registry (leaving out, with a warning, ids that cannot be
+        part of a key: one bad entry must not stop the sweep of all the others)."""
         async with asyncio.timeout(self._timeout_s):
             members = await self._redis.smembers(self._keys.tenants)
-        return {m.decode() if isinstance(m, bytes) else m for m in members}
+        tenants = set()
+        for member in members:
+            tenant = member.decode() if isinstance(member, bytes) else member
+            try:
+                self._keys.tenant(tenant)
+            except KeyError_:
+                if tenant not in self._refused:
+                    self._refused.add(tenant)
+                    log.warning("tenant registry entry %r cannot be a key: left out", tenant)
+                continue
+            tenants.add(tenant)
+        return tenants
 
     async def live(self, tenants: Iterable[str]) -> list[str]:
         """The tenants with anything in their inbox, due or running set."""

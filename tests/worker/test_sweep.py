@@ -47,7 +47,8 @@ async def test_one_worker_sweeps_per_interval_and_another_takes_over_when_it_is_
 ) -> None:
     keys = Keys(prefix)
     idle = [f"10654035220{i:04d}" for i in range(20)]
-    await redis.sadd(keys.tenants, *idle)
+    # And a registry entry that cannot be part of a key: left out, it stops nothing.
+    await redis.sadd(keys.tenants, *idle, "bad{id}")
     procs = await fleet.start(3, POLL_INTERVAL_S=str(INTERVAL_S))
     await asyncio.sleep(INTERVAL_S)  # start-up sweeps (each worker's own) are over
     before, t0 = await calls(redis), time.monotonic()
