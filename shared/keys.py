@@ -2,14 +2,15 @@
 
 All keys of one tenant carry the tenant id as a Redis Cluster hash tag (`{tenant}`), so every
 Lua script touches one slot and the same code runs on one Redis or on a cluster. The few
-fleet-wide keys (the tenant registry, the wake-up channel, the dead-letter list) are never used
-together with a tenant's keys inside one script.
+fleet-wide keys (the tenant registry, the wake-up channel, the dead-letter list, the sweep
+guard) are never used together with a tenant's keys inside one script.
 
 Layout (prefix `wa`, tenant 106540352242922, person 16505551234):
 
     wa:tenants                          SET     tenants that ever received traffic (registry)
     wa:wake                             PUBSUB  channel: "tenant,tenant,…" that got new work
     wa:deadletter                       LIST    signed bodies that could not be parsed, whole
+    wa:sweep                            STRING  id of the worker sweeping this interval (PX)
     wa:{106540352242922}:inbox          LIST    events from the receiver (LPUSH; worker RPOPs)
     wa:{106540352242922}:seen:<id>      STRING  dedupe marker of one provider item (TTL)
     wa:{106540352242922}:due            ZSET    person -> when its conversation is due (ms)
@@ -59,6 +60,11 @@ class Keys:
     @property
     def deadletter(self) -> str:
         return f"{self.prefix}:deadletter"
+
+    @property
+    def sweep_guard(self) -> str:
+        """Set NX with a PX by the worker that does the fleet's safety sweep this interval."""
+        return f"{self.prefix}:sweep"
 
     # --- per tenant ---------------------------------------------------------------------
     def tenant(self, tenant: str) -> TenantKeys:

@@ -3,7 +3,9 @@
 One process runs at most `WORKER_CONCURRENCY` turns at once. It learns about new work from
 the receiver's wake-up channel (pub/sub) and about due times from the claim script's answer,
 so a conversation's turn starts within milliseconds of its due time; the `POLL_INTERVAL_S`
-sweep over the tenant registry is only a safety net (a missed wake-up, a restarted Redis).
+sweep over the tenant registry is only a safety net (a missed wake-up, a restarted Redis, a
+dead worker's lease or due time), done by one worker of the fleet per interval and by each
+worker when it (re)subscribes (worker/sweep.py).
 
 Every running turn holds its person's lock; one renewal loop extends all of this process's
 leases every `LEASE_RENEW_S`. A turn whose lease cannot be proven any more (lost, or Redis
@@ -19,6 +21,7 @@ import asyncio
 import functools
 import itertools
 import logging
+import math
 import os
 import secrets
 import signal
@@ -45,6 +48,7 @@ from worker.errors import LeaseLost, NeedsReview
 from worker.senders import Sender, load_senders
 from worker.split import WHATSAPP_MAX_CHARS, split_reply
 from worker.store import Claim, ConversationStore
+from worker.sweep import Sweep
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -80,13 +84,20 @@ class Worker:
         self._owned: list[object] = []  # brain/sender loaded here: their clients close here
         self._seq = itertools.count(1)
         self._turns: dict[tuple[str, str], RunningTurn] = {}
-        self._tenants: set[str] = set()
         self._dirty: set[str] = set()
         self._next_wake: dict[str, float] = {}
         self._wake = asyncio.Event()
         self._force_exit = asyncio.Event()
         self._stopping = False
-        self._next_sweep = 0.0  # loop time of the next safety sweep of the tenant registry
+        self._next_sweep = 0.0  # loop time of this worker's next try at the fleet's sweep
+        # A sweep of its own, whoever sweeps for the fleet: set on every subscription, the
+        # first included, since wake-ups published before it never reached this worker.
+        self._sweep_forced = False
+        self._subscribed = asyncio.Event()  # first subscription done: start-up waits for it
+        self._slow_sweep_warned = -math.inf  # loop time of the last "sweep too slow" warning
+        # While the wake-up channel is lost this worker hears nothing, not even the sweeper's
+        # wake-ups: it then sweeps every interval on its own, as every worker once did.
+        self._deaf = True
         self._background: list[asyncio.Task[None]] = []
         self._farewells: list[asyncio.Task[None]] = []  # wake-ups sent while shutting down
         self.redis: Any = None
@@ -128,6 +139,9 @@ class Worker:
             self._commit_redis, self.scripts, timeout_s=s.redis_timeout_s
         )
         self.store = ConversationStore(s, self.scripts, self.committer)
+        self.sweep = Sweep(
+            self._commit_redis, self.keys, self.worker_id, s.poll_interval_s, s.redis_timeout_s
+        )
         if self._brain is None:
             self._brain = load_brain(s)
             self._owned.append(self._brain)
@@ -145,6 +159,12 @@ class Worker:
             asyncio.create_task(self._listen_for_wakeups(), name="wakeups"),
             asyncio.create_task(self._renew_leases(), name="renew"),
         ]
+        # Subscribed first, then one sweep of its own (set by the listener) covers everything
+        # published before; without the wait the first sweep would run twice.
+        try:
+            await asyncio.wait_for(self._subscribed.wait(), s.redis_timeout_s)
+        except TimeoutError:
+            log.info("not subscribed to the wake-up channel yet; sweeping every interval")
         log.info(
             "worker %s started: concurrency=%d brain=%s senders=%s",
             self.worker_id,
@@ -217,11 +237,12 @@ class Worker:
             now = loop.time()
             todo: set[str] = set()
             try:
-                if now >= self._next_sweep:
-                    # Set before the await: a re-read asked for meanwhile (_next_sweep = 0)
-                    # must survive it.
+                if self._sweep_forced or now >= self._next_sweep:
+                    # Both set before the await: a sweep asked for meanwhile must survive it.
+                    forced = self._sweep_forced or self._deaf
+                    self._sweep_forced = False
                     self._next_sweep = now + self.settings.poll_interval_s
-                    await self._refresh_tenants()
+                    await self._safety_sweep(forced)
                 todo = self._dirty | {t for t, at in self._next_wake.items() if at <= now}
                 self._dirty = set()
                 if todo:
@@ -250,17 +271,53 @@ class Worker:
             until = min(until, min(self._next_wake.values()))
         return until - asyncio.get_running_loop().time()
 
-    async def _refresh_tenants(self) -> None:
-        members = await self.redis.smembers(self.keys.tenants)
-        self._tenants = {m.decode() if isinstance(m, bytes) else m for m in members}
-        self._dirty |= self._tenants
+    async def _safety_sweep(self, forced: bool) -> None:
+        """Claim for every registered tenant that has something to do now (`forced`: that
+        has anything at all); wake the fleet for those still due once this worker's slots
+        are full. Unless `forced`, only the worker holding the fleet's sweep guard for this
+        interval sweeps."""
+        loop = asyncio.get_running_loop()
+        try:
+            if not forced and not await self.sweep.my_turn():
+                return
+            started = loop.time()
+            registered = await self.sweep.registered()
+            live = await self.sweep.live(registered)
+            # A sweep of its own also learns every due time and lease end (see Sweep).
+            tenants = set(live) if forced else await self.sweep.needing_a_look(live)
+        except BaseException:
+            self._sweep_forced |= forced  # a forced sweep must still happen
+            raise
+        self._warn_if_slow(loop.time() - started, len(registered))
+        if not tenants:
+            return
+        log.debug("sweep: %d tenants need a look", len(tenants))
+        still_due = await self._visit(tenants)
+        if still_due:
+            await self.sweep.wake(still_due)
 
-    async def _visit(self, tenants: set[str]) -> None:
-        """Take in new events of these tenants and claim what is due, up to the free slots."""
+    def _warn_if_slow(self, took_s: float, tenants: int) -> None:
+        """A probe taking much of the interval makes sweeps overlap: say so, once a minute."""
+        interval = self.settings.poll_interval_s
+        now = asyncio.get_running_loop().time()
+        if took_s > interval / 2 and now - self._slow_sweep_warned > 60:
+            self._slow_sweep_warned = now
+            log.warning(
+                "the safety sweep of %d tenants took %.2fs, over half of POLL_INTERVAL_S=%s: "
+                "raise POLL_INTERVAL_S",
+                tenants,
+                took_s,
+                interval,
+            )
+
+    async def _visit(self, tenants: set[str]) -> set[str]:
+        """Take in new events of these tenants and claim what is due, up to the free slots;
+        returns the tenants that still have a conversation due (no free slot for it)."""
         if len(tenants) == 1:
             (tenant,) = tenants
-            self._apply(tenant, await self._claim(tenant, self.free_slots))
-            return
+            claim = await self._claim(tenant, self.free_slots)
+            self._apply(tenant, claim)
+            return {tenant} if _still_due(claim) else set()
         # Many tenants: one pipelined intake-only pass tells which of them have work due now,
         # then claim from those until the slots are full.
         ordered = sorted(tenants)
@@ -268,12 +325,18 @@ class Worker:
         ready = []
         for tenant, claim in zip(ordered, claims, strict=True):
             self._apply(tenant, claim)
-            if 0 <= claim.next_ms <= claim.now_ms:
+            if _still_due(claim):
                 ready.append((claim.next_ms, tenant))
+        still_due = set()
         for _, tenant in sorted(ready):
             if self.free_slots <= 0:
-                break
-            self._apply(tenant, await self._claim(tenant, self.free_slots))
+                still_due.add(tenant)
+                continue
+            claim = await self._claim(tenant, self.free_slots)
+            self._apply(tenant, claim)
+            if _still_due(claim):
+                still_due.add(tenant)
+        return still_due
 
     async def _claim(self, tenant: str, max_batches: int) -> Claim:
         token = f"{self.worker_id}:{next(self._seq)}"
@@ -506,8 +569,10 @@ class Worker:
             try:
                 async with self._pubsub_redis.pubsub(ignore_subscribe_messages=True) as pubsub:
                     await pubsub.subscribe(channel)
-                    # Anything published before we listened: read the registry again now.
-                    self._next_sweep = 0.0
+                    # Anything published before we listened: sweep the registry now.
+                    self._deaf = False
+                    self._sweep_forced = True
+                    self._subscribed.set()
                     self._wake.set()
                     async for message in pubsub.listen():
                         if message.get("type") != "message":
@@ -516,10 +581,10 @@ class Worker:
                         text = data.decode() if isinstance(data, bytes) else str(data)
                         # The receiver publishes the tenants of one write round, comma-separated.
                         tenants = set(text.split(",")) - {""}
-                        self._tenants |= tenants
                         self._dirty |= tenants
                         self._wake.set()
             except (RedisError, OSError) as exc:
+                self._deaf = True
                 log.warning("wake-up channel lost (%s); polling until it is back", exc)
                 await asyncio.sleep(1.0)
 
@@ -574,6 +639,11 @@ class Worker:
             soonest = min(t.lease_deadline for t in self._turns.values())
             delay = min(delay, soonest - margin - asyncio.get_running_loop().time())
         return max(0.05, delay)
+
+
+def _still_due(claim: Claim) -> bool:
+    """A conversation of the tenant is due now (or a lease ended) and was not claimed."""
+    return 0 <= claim.next_ms <= claim.now_ms
 
 
 def _fields(batch: Batch, outcome: str) -> dict[str, str]:

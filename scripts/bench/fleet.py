@@ -19,6 +19,10 @@ Scenarios (--only, comma-separated):
               tenants; then the idle cost of the worker's registry sweep with that many
     waiting   the same with 100 000 conversations waiting (window 300 s, in 10 other tenants)
               against the same load without them
+    idle      no traffic at all: --tenant-counts tenants registered (registry entry and stats
+              hash, as traffic leaves them), --idle-workers workers, POLL_INTERVAL_S set by
+              --idle-poll-s (1); the CPU the workers and Redis spend on the safety sweep, and
+              the commands it sends
 
 Results are ratios against a baseline measured in the same round (one receiver, one worker, one
 Redis, 10 tenants), because the machine is shared and noisy; absolute rates are shown too.
@@ -71,6 +75,7 @@ SECRET = "fleet-bench-secret"
 FIRST_TENANT = 106540352200000
 DOC = ROOT / "docs" / "benchmarks" / "fleet.md"
 BEGIN, END = "<!-- bench_fleet:begin -->", "<!-- bench_fleet:end -->"
+IDLE_BEGIN, IDLE_END = "<!-- bench_fleet:idle:begin -->", "<!-- bench_fleet:idle:end -->"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 # Variables of the product's contract: the developer's shell must not leak into the processes.
 CONTRACT = (
@@ -526,6 +531,85 @@ async def idle_cost(
     }
 
 
+@dataclass
+class Idle:
+    tenants: int
+    workers: int
+    worker_pct: float  # of one core, all workers together
+    redis_pct: float
+    commands: dict[str, float]  # per second, by command (INFO commandstats, every node)
+
+
+async def idle_sweep(backend: Backend, args: argparse.Namespace) -> list[Idle]:
+    """Registered tenants and no traffic: what the fleet's safety sweep costs while idle."""
+    runs = []
+    for count in args.tenant_counts:
+        for workers in args.idle_workers:
+            flush(backend)
+            await register_idle_tenants(backend, tenant_ids(count))
+            out = Path(tempfile.mkdtemp(prefix="bench-fleet-idle-"))
+            fleet = Fleet(backend, 0, workers, out, poll_interval_s=args.idle_poll_s).start()
+            try:
+                await asyncio.sleep(2.0)  # start-up sweeps are over
+                cpu0, calls0, t0 = fleet.cpu(), command_calls(backend), time.monotonic()
+                await asyncio.sleep(args.idle_s)
+                cpu1, calls1 = fleet.cpu(), command_calls(backend)
+                elapsed = time.monotonic() - t0
+            finally:
+                fleet.stop()
+                shutil.rmtree(out, ignore_errors=True)
+            run = Idle(
+                tenants=count,
+                workers=workers,
+                worker_pct=(cpu1["workers"] - cpu0["workers"]) / elapsed * 100,
+                redis_pct=(cpu1["redis"] - cpu0["redis"]) / elapsed * 100,
+                commands={
+                    name: (calls1[name] - calls0.get(name, 0)) / elapsed
+                    for name in calls1
+                    if calls1[name] > calls0.get(name, 0)
+                },
+            )
+            say(describe_idle(run))
+            runs.append(run)
+    return runs
+
+
+async def register_idle_tenants(backend: Backend, tenants: list[str]) -> None:
+    """What traffic leaves of a tenant once it is quiet: its registry entry and stats hash."""
+    keys = Keys(PREFIX)
+    client = backend.client()
+    try:
+        for start in range(0, len(tenants), 1000):
+            chunk = tenants[start : start + 1000]
+            await client.sadd(keys.tenants, *chunk)
+            pipe = client.pipeline(transaction=False)
+            for tenant in chunk:
+                pipe.hset(keys.tenant(tenant).stats, mapping={"messages": 2, "turns": 2})
+            await pipe.execute()
+    finally:
+        await client.aclose()
+
+
+def command_calls(backend: Backend) -> dict[str, int]:
+    """Calls served so far by command name, summed over every node (INFO commandstats)."""
+    total: Counter[str] = Counter()
+    for url in backend.node_urls:
+        client = redis.Redis.from_url(url)
+        for name, row in client.info("commandstats").items():
+            total[name.removeprefix("cmdstat_")] += int(row.get("calls", 0))
+        client.close()
+    return dict(total)
+
+
+def describe_idle(run: Idle) -> str:
+    top = sorted(run.commands.items(), key=lambda kv: -kv[1])[:6]
+    return (
+        f"  idle {run.tenants} tenants, {run.workers} worker(s): workers {run.worker_pct:.1f}% "
+        f"+ Redis {run.redis_pct:.1f}% of a core; commands/s: "
+        + ", ".join(f"{name} {rate:,.0f}" for name, rate in top)
+    )
+
+
 async def waiting(backend: Backend, args: argparse.Namespace) -> list[Run]:
     tenants = tenant_ids(args.tenants)
     parked = tenant_ids(10, start=500_000)
@@ -626,7 +710,7 @@ def median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
 
-def report(rounds: list[dict[str, list[Run]]], args: argparse.Namespace, started: str) -> str:
+def report(rounds: list[dict[str, list[Any]]], args: argparse.Namespace, started: str) -> str:
     lines = [
         f"- date: {started}",
         f"- machine: nproc={os.cpu_count()}, load average at start {args.load_start}, at end "
@@ -635,10 +719,13 @@ def report(rounds: list[dict[str, list[Run]]], args: argparse.Namespace, started
         f"{args.server_version}",
         f"- command: `scripts/bench_fleet {' '.join(sys.argv[1:])}` ({len(rounds)} round(s); "
         "medians over rounds)",
-        f"- load: {args.messages} one-message webhooks per run (+200 warm-up), "
-        f"{args.connections} keep-alive connections, {args.tenants} tenants unless stated",
-        "",
     ]
+    if args.only != ["idle"]:
+        lines.append(
+            f"- load: {args.messages} one-message webhooks per run (+200 warm-up), "
+            f"{args.connections} keep-alive connections, {args.tenants} tenants unless stated"
+        )
+    lines.append("")
     baseline = median([r.rate for rnd in rounds for r in rnd.get("scaling", [])[:1]])
     for scenario in ("scaling", "tenants", "waiting"):
         table = [rnd[scenario] for rnd in rounds if rnd.get(scenario)]
@@ -675,16 +762,53 @@ def report(rounds: list[dict[str, list[Run]]], args: argparse.Namespace, started
                     f"- {first.label}: " + ", ".join(f"{k} {v:,.1f}" for k, v in merged.items())
                 )
         lines.append("")
+    lines += idle_table([rnd["idle"] for rnd in rounds if rnd.get("idle")], args)
     if baseline == baseline:
         lines.append(f"Baseline (first scaling row, median): {baseline:,.0f} msg/s.")
-    non_200 = sum(r.non_200 for rnd in rounds for runs in rnd.values() for r in runs)
-    lines.append(f"Non-200 answers over every run: {non_200}.")
+    if args.only != ["idle"]:
+        non_200 = sum(
+            r.non_200 for rnd in rounds for runs in rnd.values() for r in runs if isinstance(r, Run)
+        )
+        lines.append(f"Non-200 answers over every run: {non_200}.")
     return "\n".join(lines)
 
 
-def write_doc(block: str) -> None:
+def idle_table(table: list[list[Idle]], args: argparse.Namespace) -> list[str]:
+    if not table:
+        return []
+    lines = [
+        f"**idle** (no traffic; `POLL_INTERVAL_S={args.idle_poll_s:g}`)",
+        "",
+        "| tenants registered | workers | workers' CPU (% of a core) | Redis CPU | "
+        "SMEMBERS/s | EVALSHA/s | other commands/s (scripts' own included) |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for i, first in enumerate(table[0]):
+        same = [rnd[i] for rnd in table]
+
+        def rate(name: str, rows: list[Idle] = same) -> float:
+            return median([r.commands.get(name, 0.0) for r in rows])
+
+        others = median(
+            [
+                sum(v for k, v in r.commands.items() if k not in ("smembers", "evalsha", "info"))
+                for r in same
+            ]
+        )
+        lines.append(
+            f"| {first.tenants:,} | {first.workers} | "
+            f"{median([r.worker_pct for r in same]):.1f} | "
+            f"{median([r.redis_pct for r in same]):.1f} | {rate('smembers'):.1f} | "
+            f"{rate('evalsha'):,.0f} | {others:,.0f} |"
+        )
+    return [*lines, ""]
+
+
+def write_doc(block: str, idle_only: bool = False) -> None:
+    """Replace the generated block of the doc (the idle block when only `idle` ran)."""
     text = DOC.read_text()
-    start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
+    begin, end_ = (IDLE_BEGIN, IDLE_END) if idle_only else (BEGIN, END)
+    start, end = text.index(begin) + len(begin), text.index(end_)
     DOC.write_text(text[:start] + "\n" + block + "\n" + text[end:])
 
 
@@ -705,17 +829,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--tenant-counts", default="10,1000,10000")
     parser.add_argument("--waiting", type=int, default=100_000)
     parser.add_argument("--idle-s", type=float, default=5.0, help="idle-cost measuring time")
+    parser.add_argument("--idle-workers", default="1,4", help="worker counts of the idle runs")
+    parser.add_argument(
+        "--idle-poll-s", type=float, default=1.0, help="POLL_INTERVAL_S of the idle runs"
+    )
     parser.add_argument("--write", action="store_true", help=f"update {DOC.relative_to(ROOT)}")
     args = parser.parse_args(argv)
     args.only = [s for s in args.only.split(",") if s]
     args.backends = [b for b in args.backends.split(",") if b]
     args.tenant_counts = [int(n) for n in args.tenant_counts.split(",") if n]
+    args.idle_workers = [int(n) for n in args.idle_workers.split(",") if n]
     args.shapes = [tuple(int(x) for x in shape.split("x")) for shape in args.shapes.split(",")]
     return args
 
 
-async def amain(args: argparse.Namespace) -> list[dict[str, list[Run]]]:
-    need = set(args.backends) if "scaling" in args.only else set()
+async def amain(args: argparse.Namespace) -> list[dict[str, list[Any]]]:
+    need = set(args.backends) if {"scaling", "idle"} & set(args.only) else set()
     if {"tenants", "waiting"} & set(args.only):
         need.add("single")
     backends = {name: start_backend(name) for name in sorted(need)}
@@ -723,13 +852,17 @@ async def amain(args: argparse.Namespace) -> list[dict[str, list[Run]]]:
         rounds = []
         for n in range(args.rounds):
             say(f"round {n + 1} of {args.rounds}")
-            rnd: dict[str, list[Run]] = {}
+            rnd: dict[str, list[Any]] = {}
             if "scaling" in args.only:
                 rnd["scaling"] = await scaling(backends, args)
             if "tenants" in args.only:
                 rnd["tenants"] = await tenant_growth(backends["single"], args)
             if "waiting" in args.only:
                 rnd["waiting"] = await waiting(backends["single"], args)
+            if "idle" in args.only:
+                rnd["idle"] = [
+                    row for name in args.backends for row in await idle_sweep(backends[name], args)
+                ]
             rounds.append(rnd)
         return rounds
     finally:
@@ -749,6 +882,6 @@ def main(argv: list[str] | None = None) -> int:
     block = report(rounds, args, started)
     say("\n" + block)
     if args.write:
-        write_doc(block)
+        write_doc(block, idle_only=args.only == ["idle"])
         say(f"wrote {DOC.relative_to(ROOT)}")
     return 0

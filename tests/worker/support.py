@@ -66,8 +66,11 @@ async def push_message(
     ts: int | None = None,
     channel: str = "whatsapp",
     dedupe_ttl_s: int = 3600,
+    wake: bool = True,
 ) -> bool:
-    """Store one inbound message like the receiver; True if stored, False if a duplicate."""
+    """Store one inbound message like the receiver; True if stored, False if a duplicate.
+
+    `wake=False` leaves out the PUBLISH: a lost wake-up, which only the sweep can catch."""
     event = events.message_event(
         channel=channel,
         tenant=tenant,
@@ -79,7 +82,7 @@ async def push_message(
         received_ms=now_ms(),
         raw={"id": message_id, "type": type},
     )
-    return await _store(redis, prefix, tenant, event, dedupe_ttl_s)
+    return await _store(redis, prefix, tenant, event, dedupe_ttl_s, wake)
 
 
 async def push_status(
@@ -106,7 +109,12 @@ async def push_status(
 
 
 async def _store(
-    redis: Redis, prefix: str, tenant: str, event: dict[str, Any], dedupe_ttl_s: int
+    redis: Redis,
+    prefix: str,
+    tenant: str,
+    event: dict[str, Any],
+    dedupe_ttl_s: int,
+    wake: bool = True,
 ) -> bool:
     keys = Keys(prefix)
     k = keys.tenant(tenant)
@@ -114,7 +122,8 @@ async def _store(
     (stored,) = await _SCRIPTS.ingest(
         redis, [k.inbox, k.seen(events.dedupe_id(event))], [dedupe_ttl_s, events.encode(event)]
     )
-    await redis.publish(keys.wake_channel, tenant)
+    if wake:
+        await redis.publish(keys.wake_channel, tenant)
     return bool(int(stored))
 
 
