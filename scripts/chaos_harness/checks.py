@@ -50,7 +50,8 @@ Token = tuple[int, int]
 BatchKey = tuple[Token, ...]
 
 IN_FLIGHT_KINDS = frozenset({"inbox", "due", "running", "burst", "pending", "batch", "lock"})
-EXPIRING_KINDS = frozenset({"seen", "out", "lastin", "memory"})
+# "sweep": the fleet's safety-sweep guard (SET NX PX, worker/sweep.py)
+EXPIRING_KINDS = frozenset({"seen", "out", "lastin", "memory", "sweep"})
 KEPT_KINDS = frozenset({"tenants", "stats", "review"})  # for people to read and empty
 FORBIDDEN_KINDS = frozenset({"unroutable", "deadletter", "outbox", "other"})
 OVERLAP_TOLERANCE_S = 0.001

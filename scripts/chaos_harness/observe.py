@@ -67,6 +67,8 @@ def classify(key: str, keys: Keys) -> tuple[str, str | None]:
         return "tenants", None
     if key == keys.deadletter:
         return "deadletter", None
+    if key == keys.sweep_guard:
+        return "sweep", None
     for tenant in TENANTS:
         k = keys.tenant(tenant)
         exact = {

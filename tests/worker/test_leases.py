@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+from typing import Any
 
 import pytest
 from redis.asyncio import Redis
@@ -66,7 +67,12 @@ async def test_a_worker_killed_mid_turn_loses_nothing(
     assert resumed.start["ms"] >= lease_ends_ms - 50, "not before the victim's lease ended"
     assert after.ids == ["wamid.k.4"] and after.start["ms"] >= resumed.start["ms"]
 
-    replies = await outbox(redis, prefix)
+    # The brain's "end" record comes before the sender's reply: wait for the reply itself.
+    async def both_replies() -> list[dict[str, Any]]:
+        replies = await outbox(redis, prefix)
+        return replies if len(replies) >= 2 else []
+
+    replies = await wait_for(both_replies, "both replies in the outbox")
     assert [r["message_ids"] for r in replies] == [ids, ["wamid.k.4"]]
     assert await review_items(redis, prefix) == []
     assert (await stats(redis, prefix))["leases_expired"] == 1
