@@ -115,20 +115,24 @@ class InboxWriter:
         round_.waiters.append((future, places))
         if not self._opening and len(self._flushers) < ROUNDS_IN_FLIGHT:
             self._opening = True
-            flusher = asyncio.create_task(self._flush_rounds())
-            self._flushers.add(flusher)
-            flusher.add_done_callback(self._flushers.discard)
+            self._flushers.add(asyncio.create_task(self._flush_rounds()))
         return future
 
     async def _flush_rounds(self) -> None:
         """Send the gathering round, and the next one each time Redis answered, until none."""
         try:
-            await asyncio.sleep(0)  # let every request woken in this loop turn join
+            try:
+                await asyncio.sleep(0)  # let every request woken in this loop turn join
+            finally:
+                self._opening = False
+            while self._round.waiters:
+                round_, self._round = self._round, _Round()
+                await self._commit(round_)
         finally:
-            self._opening = False
-        while self._round.waiters:
-            round_, self._round = self._round, _Round()
-            await self._commit(round_)
+            # Leave the set in the same step as the last look at the round, not in a done
+            # callback: a callback runs a loop turn later, and a request joining in between
+            # would find every slot taken and wait for a flusher that has already stopped.
+            self._flushers.discard(asyncio.current_task())
 
     async def _commit(self, round_: _Round) -> None:
         try:

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 import pytest
 from redis.asyncio import Redis
 
+import receiver.store
 from receiver.parsing import Item
 from receiver.store import ROUNDS_IN_FLIGHT, InboxWriter, StoreUnavailable
 from receiver.whatsapp import parse_body
@@ -133,3 +134,26 @@ async def test_many_concurrent_requests_are_all_answered(untimed: Redis, redis: 
         )
         assert [(s.stored, s.duplicates) for s in saved] == [(1, 0)] * (wave + 1)
     assert len(await inbox(redis)) == sum(range(1, 21))
+
+
+@pytest.mark.parametrize("rounds_in_flight", [1, 2])
+async def test_a_request_right_after_an_answer_is_never_left_waiting(
+    untimed: Redis, redis: Redis, monkeypatch: pytest.MonkeyPatch, rounds_in_flight: int
+) -> None:
+    """Connections that send their next request as soon as the last one was answered (as the
+    provider's do): that request joins in the very step its flusher stops, and must still go out
+    (with one slot a flusher leaving its slot a loop turn late left it waiting forever).
+    """
+    monkeypatch.setattr(receiver.store, "ROUNDS_IN_FLIGHT", rounds_in_flight)
+
+    async def connection(n: int) -> list[tuple[int, int]]:
+        results = []
+        for k in range(30):
+            saved = await w.save(one_message(f"wamid.{n}.{k}"))
+            results.append((saved.stored, saved.duplicates))
+        return results
+
+    w = writer(untimed)
+    done = await asyncio.wait_for(asyncio.gather(*(connection(n) for n in range(3))), 10)
+    assert done == [[(1, 0)] * 30] * 3
+    assert len(await inbox(redis)) == 90
