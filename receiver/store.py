@@ -16,11 +16,11 @@ outcome only after Redis answered the whole round; any error, or no answer withi
 timeout, raises `StoreUnavailable` (the webhook answers 503 and the provider retries, which
 the dedupe markers make safe).
 
-Up to `ROUNDS_IN_FLIGHT` rounds are in flight at once, each on its own connection: with one,
-the receiver sat idle while Redis worked on the only round (it used ~0.87 of its core under
-the benchmark's load); a second round lets requests that arrive meanwhile go out at once.
-When every slot is busy the next round gathers, so a request waits at most for one round in
-flight and its own, two rounds' deadlines.
+At most `ROUNDS_IN_FLIGHT` rounds are in flight at once, each on its own connection; while
+every slot is busy the next round gathers, so a request waits at most for the rounds in
+flight and its own. One is the default because it measured best: with two, requests that
+arrive while a round is out go out at once, but the receiver used less of its core, not more
+(0.78-0.84 vs 0.86-0.89, same CPU per request; docs/benchmarks/receiver.md).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from shared.keys import Keys
 from shared.scripts import Scripts, is_noscript
 
 MAX_ITEMS_PER_CALL = 500  # bounds how long one script call holds Redis
-ROUNDS_IN_FLIGHT = 2  # rounds sent and not yet answered, at most (one connection each)
+ROUNDS_IN_FLIGHT = 1  # rounds sent and not yet answered, at most (one connection each)
 REGISTRY_REFRESH_S = 60.0  # re-add known tenants this often, in case the registry was reset
 
 

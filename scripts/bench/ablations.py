@@ -12,7 +12,7 @@
 - `empty`: answer 200 with an empty body instead of the JSON counts (uvicorn then writes the
   response with one `write()` instead of two);
 - `rounds1`, `rounds2`, `rounds3`: at most that many group-commit rounds in flight at once
-  (`receiver.store.ROUNDS_IN_FLIGHT`; the receiver as committed uses 2);
+  (`receiver.store.ROUNDS_IN_FLIGHT`; the receiver as committed uses 1);
 - `fast`: POST /webhooks/whatsapp handled by a plain ASGI function in front of Starlette (no
   Request object, router, middleware or exception wrappers; the request task suspends while
   Redis works and every resume unwinds through those frames), empty body, same checks

@@ -11,7 +11,7 @@ from redis.asyncio import Redis
 
 import receiver.store
 from receiver.parsing import Item
-from receiver.store import ROUNDS_IN_FLIGHT, InboxWriter, StoreUnavailable
+from receiver.store import InboxWriter, StoreUnavailable
 from receiver.whatsapp import parse_body
 from shared.keys import Keys
 from shared.redis_server import RedisServer
@@ -96,14 +96,17 @@ def one_message(message_id: str) -> dict[str, list[Item]]:
     return parse_body(dumps(payload((TENANT, [text_message(message_id)], []))), 1).items
 
 
-async def test_a_second_round_goes_out_while_one_is_in_flight(untimed: Redis, redis: Redis) -> None:
-    """Two rounds in flight at once; what arrives while both are out gathers into the next one.
+async def test_a_second_round_goes_out_while_one_is_in_flight(
+    untimed: Redis, redis: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With two slots, two rounds in flight at once; what arrives while both are out gathers
+    into the next one.
 
     Redis is paused, so each round stays in flight: `a` goes out alone, `b` goes out alone on a
     second connection without waiting for `a`, and `c` and `d` share the third round. No request
     is answered before Redis confirmed its own items, and every one of them is answered.
     """
-    assert ROUNDS_IN_FLIGHT == 2
+    monkeypatch.setattr(receiver.store, "ROUNDS_IN_FLIGHT", 2)
     w = writer(untimed)
     await w.save(one_message("wamid.warm"))  # scripts loaded, one connection open
     await redis.config_resetstat()
@@ -124,8 +127,12 @@ async def test_a_second_round_goes_out_while_one_is_in_flight(untimed: Redis, re
     assert ids == ["wamid.a", "wamid.b", "wamid.c", "wamid.d", "wamid.warm"]
 
 
-async def test_many_concurrent_requests_are_all_answered(untimed: Redis, redis: Redis) -> None:
-    """Waves of concurrent requests through two rounds in flight: none is left waiting."""
+@pytest.mark.parametrize("rounds_in_flight", [1, 2])
+async def test_many_concurrent_requests_are_all_answered(
+    untimed: Redis, redis: Redis, monkeypatch: pytest.MonkeyPatch, rounds_in_flight: int
+) -> None:
+    """Waves of concurrent requests: none is left waiting, whatever the rounds in flight."""
+    monkeypatch.setattr(receiver.store, "ROUNDS_IN_FLIGHT", rounds_in_flight)
     w = writer(untimed)
     for wave in range(20):
         saved = await asyncio.wait_for(
