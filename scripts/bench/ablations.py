@@ -11,6 +11,8 @@
   client's socket timeout still bounds each round);
 - `empty`: answer 200 with an empty body instead of the JSON counts (uvicorn then writes the
   response with one `write()` instead of two);
+- `rounds1`, `rounds2`, `rounds3`: at most that many group-commit rounds in flight at once
+  (`receiver.store.ROUNDS_IN_FLIGHT`; the receiver as committed uses 1);
 - `fast`: POST /webhooks/whatsapp handled by a plain ASGI function in front of Starlette (no
   Request object, router, middleware or exception wrappers; the request task suspends while
   Redis works and every resume unwinds through those frames), empty body, same checks
@@ -37,9 +39,13 @@ from receiver.store import Saved, StoreUnavailable
 from receiver.whatsapp import parse_body
 
 VARIANT = set(os.environ.get("VARIANT", "").split("+")) - {""}
-UNKNOWN = VARIANT - {"gc", "notimeout", "empty", "fast"}
+ROUNDS = {f"rounds{n}": n for n in (1, 2, 3)}
+UNKNOWN = VARIANT - {"gc", "notimeout", "empty", "fast", *ROUNDS}
 if UNKNOWN:
     raise SystemExit(f"ablations: unknown VARIANT piece(s) {sorted(UNKNOWN)}")
+
+for piece in VARIANT & ROUNDS.keys():
+    receiver_store.ROUNDS_IN_FLIGHT = ROUNDS[piece]
 
 if "empty" in VARIANT:
     _EMPTY = Response(status_code=200)

@@ -10,6 +10,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from redis.asyncio import Redis
 
+from receiver.metrics import ReceiverMetrics
 from shared.group_commit import GroupCommitter
 from shared.keys import Keys
 from shared.redis_server import RedisServer
@@ -165,3 +166,25 @@ async def test_each_app_counts_on_its_own(settings: Settings, redis: Redis) -> N
         second_samples = await scrape(second)
     assert value(first_samples, "wa_webhook_requests_total", status="200") == 1
     assert value(second_samples, "wa_webhook_requests_total", status="200") == 0
+
+
+def test_latency_buckets_are_cumulative_and_bounds_inclusive() -> None:
+    """Prometheus buckets count answers with latency <= their bound, each including the ones
+    below; an answer slower than every bound lands only in +Inf."""
+    metrics = ReceiverMetrics()
+    for seconds in (0.0004, 0.001, 0.001, 3.0):
+        metrics.answered(200, seconds)
+    metrics.answered(503, 0.02)
+    families = text_string_to_metric_families(metrics.render(None).decode())
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value for f in families for s in f.samples
+    }
+    assert value(samples, "wa_webhook_request_seconds_bucket", le="0.0005") == 1
+    assert value(samples, "wa_webhook_request_seconds_bucket", le="0.001") == 3
+    assert value(samples, "wa_webhook_request_seconds_bucket", le="0.025") == 4
+    assert value(samples, "wa_webhook_request_seconds_bucket", le="2.5") == 4
+    assert value(samples, "wa_webhook_request_seconds_bucket", le="+Inf") == 5
+    assert value(samples, "wa_webhook_request_seconds_count") == 5
+    assert value(samples, "wa_webhook_request_seconds_sum") == pytest.approx(3.0224)
+    assert value(samples, "wa_webhook_requests_total", status="200") == 4
+    assert value(samples, "wa_webhook_requests_total", status="503") == 1

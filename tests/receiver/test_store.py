@@ -9,13 +9,15 @@ from collections.abc import AsyncIterator
 import pytest
 from redis.asyncio import Redis
 
+import receiver.store
+from receiver.parsing import Item
 from receiver.store import InboxWriter, StoreUnavailable
 from receiver.whatsapp import parse_body
 from shared.keys import Keys
 from shared.redis_server import RedisServer
 from shared.scripts import Scripts
 from tests.conftest import fixture_bytes
-from tests.receiver.conftest import TENANT, inbox
+from tests.receiver.conftest import TENANT, dumps, inbox, payload, text_message
 
 BURST = parse_body(fixture_bytes("whatsapp/burst_one_post.json"), 1)
 ITEMS = BURST.items
@@ -88,3 +90,77 @@ async def test_concurrent_requests_share_one_script_call_and_keep_their_own_resu
     info = await redis.info("commandstats")
     assert info["cmdstat_evalsha"]["calls"] == 2  # one per tenant for the whole round
     assert len(await inbox(redis)) == 4  # burst (3) + this tenant's message of the other body
+
+
+def one_message(message_id: str) -> dict[str, list[Item]]:
+    return parse_body(dumps(payload((TENANT, [text_message(message_id)], []))), 1).items
+
+
+async def test_a_second_round_goes_out_while_one_is_in_flight(
+    untimed: Redis, redis: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With two slots, two rounds in flight at once; what arrives while both are out gathers
+    into the next one.
+
+    Redis is paused, so each round stays in flight: `a` goes out alone, `b` goes out alone on a
+    second connection without waiting for `a`, and `c` and `d` share the third round. No request
+    is answered before Redis confirmed its own items, and every one of them is answered.
+    """
+    monkeypatch.setattr(receiver.store, "ROUNDS_IN_FLIGHT", 2)
+    w = writer(untimed)
+    await w.save(one_message("wamid.warm"))  # scripts loaded, one connection open
+    await redis.config_resetstat()
+    await redis.execute_command("CLIENT", "PAUSE", "400", "WRITE")
+    a = asyncio.create_task(w.save(one_message("wamid.a")))
+    await asyncio.sleep(0.05)
+    b = asyncio.create_task(w.save(one_message("wamid.b")))
+    await asyncio.sleep(0.05)
+    c = asyncio.create_task(w.save(one_message("wamid.c")))
+    d = asyncio.create_task(w.save(one_message("wamid.d")))
+    await asyncio.sleep(0.05)
+    assert not any(t.done() for t in (a, b, c, d))  # nothing answered while Redis holds them
+    saved = await asyncio.wait_for(asyncio.gather(a, b, c, d), 5)
+    assert [(s.stored, s.duplicates) for s in saved] == [(1, 0)] * 4
+    info = await redis.info("commandstats")
+    assert info["cmdstat_evalsha"]["calls"] == 3  # a, b, then c and d together
+    ids = sorted(e["id"] for e in await inbox(redis))
+    assert ids == ["wamid.a", "wamid.b", "wamid.c", "wamid.d", "wamid.warm"]
+
+
+@pytest.mark.parametrize("rounds_in_flight", [1, 2])
+async def test_many_concurrent_requests_are_all_answered(
+    untimed: Redis, redis: Redis, monkeypatch: pytest.MonkeyPatch, rounds_in_flight: int
+) -> None:
+    """Waves of concurrent requests: none is left waiting, whatever the rounds in flight."""
+    monkeypatch.setattr(receiver.store, "ROUNDS_IN_FLIGHT", rounds_in_flight)
+    w = writer(untimed)
+    for wave in range(20):
+        saved = await asyncio.wait_for(
+            asyncio.gather(*(w.save(one_message(f"wamid.{wave}.{n}")) for n in range(wave + 1))),
+            5,
+        )
+        assert [(s.stored, s.duplicates) for s in saved] == [(1, 0)] * (wave + 1)
+    assert len(await inbox(redis)) == sum(range(1, 21))
+
+
+@pytest.mark.parametrize("rounds_in_flight", [1, 2])
+async def test_a_request_right_after_an_answer_is_never_left_waiting(
+    untimed: Redis, redis: Redis, monkeypatch: pytest.MonkeyPatch, rounds_in_flight: int
+) -> None:
+    """Connections that send their next request as soon as the last one was answered (as the
+    provider's do): that request joins in the very step its flusher stops, and must still go out
+    (with one slot a flusher leaving its slot a loop turn late left it waiting forever).
+    """
+    monkeypatch.setattr(receiver.store, "ROUNDS_IN_FLIGHT", rounds_in_flight)
+
+    async def connection(n: int) -> list[tuple[int, int]]:
+        results = []
+        for k in range(30):
+            saved = await w.save(one_message(f"wamid.{n}.{k}"))
+            results.append((saved.stored, saved.duplicates))
+        return results
+
+    w = writer(untimed)
+    done = await asyncio.wait_for(asyncio.gather(*(connection(n) for n in range(3))), 10)
+    assert done == [[(1, 0)] * 30] * 3
+    assert len(await inbox(redis)) == 90

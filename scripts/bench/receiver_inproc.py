@@ -1,0 +1,117 @@
+"""CPU per request of the receiver's own code, without uvicorn, wrk or the network in between.
+
+    .venv/bin/python scripts/bench/receiver_inproc.py [--connections 32] [--requests 40000]
+
+`--connections` tasks call the ASGI app directly, each sending its next signed, unique body
+(scripts/bench/payloads.py) as soon as the last one was answered, against a private Redis
+(appendonly off) on a free port. Reports the process's CPU time per request for each
+repetition. The figure includes the Redis client's work and the syscalls to Redis but not
+HTTP parsing, so it moves with receiver changes and hardly with other load on the machine
+(unlike wall-clock throughput); compare runs with the same arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import uvloop
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(ROOT)]
+
+import payloads  # noqa: E402
+
+from shared.redis_server import RedisServer  # noqa: E402
+
+SECRET = "inproc-secret"
+PATH = "/webhooks/whatsapp"
+
+
+def signed_bodies(count: int) -> list[tuple[bytes, bytes]]:
+    now = int(time.time())
+    out = []
+    for record in range(count):
+        body = payloads.body_for(record, "inproc", 1, now)
+        out.append((body, f"sha256={payloads.sign(SECRET.encode(), body)}".encode()))
+    return out
+
+
+async def drive(app: Any, bodies: list[tuple[bytes, bytes]], args: argparse.Namespace) -> None:
+    statuses: dict[int, int] = {}
+    next_body = 0
+
+    async def connection(until: int) -> None:
+        nonlocal next_body
+        while next_body < until:
+            body, signature = bodies[next_body]
+            next_body += 1
+            scope = {
+                "type": "http",
+                "method": "POST",
+                "path": PATH,
+                "query_string": b"",
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                    (b"x-hub-signature-256", signature),
+                ],
+            }
+            message = {"type": "http.request", "body": body, "more_body": False}
+
+            async def receive(message: dict[str, Any] = message) -> dict[str, Any]:
+                return message
+
+            async def send(event: dict[str, Any]) -> None:
+                if event["type"] == "http.response.start":
+                    statuses[event["status"]] = statuses.get(event["status"], 0) + 1
+
+            await app(scope, receive, send)
+
+    for rep in range(args.reps):
+        cpu, wall = time.process_time(), time.perf_counter()
+        until = (rep + 1) * args.requests
+        await asyncio.gather(*(connection(until) for _ in range(args.connections)))
+        cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+        print(
+            f"rep {rep + 1}: CPU {cpu / args.requests * 1e6:.1f} us/request, "
+            f"{args.requests / wall:,.0f} requests/s wall",
+            flush=True,
+        )
+    print(f"answers by status: {dict(sorted(statuses.items()))}")
+
+
+async def run(args: argparse.Namespace, redis_url: str) -> None:
+    os.environ.update(WHATSAPP_APP_SECRET=SECRET, REDIS_URL=redis_url, KEY_PREFIX="inproc")
+    import receiver.store
+    from receiver.app import create_app
+
+    if args.rounds_in_flight:
+        receiver.store.ROUNDS_IN_FLIGHT = args.rounds_in_flight
+    bodies = signed_bodies(args.requests * args.reps)
+    app = create_app()
+    async with app.router.lifespan_context(app):
+        await drive(app, bodies, args)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--connections", type=int, default=32)
+    parser.add_argument("--requests", type=int, default=40000, help="per repetition")
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--rounds-in-flight", type=int, default=0, help="0: as committed")
+    args = parser.parse_args()
+    server = RedisServer(appendonly=False).start()
+    try:
+        uvloop.run(run(args, server.url))
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":
+    main()
