@@ -295,7 +295,7 @@ class ChatwootTraffic:
             if burst.last_sent_s is not None:
                 after = f" {reply.at_s - burst.last_sent_s:.1f}s after the last line"
             self.say(
-                f"{who} sent {n} messages -> turn {turn} -> 1 reply{after}: "
+                f"{who} sent {n} messages -> turn {turn} -> 1 reply (message {reply.id}){after}: "
                 f"{_quoted(reply.text)} ({self.echo_text(reply)})"
             )
 
