@@ -15,6 +15,13 @@ four lines become one reply. Where it finds them:
 - otherwise: the tenants' Redis outbox lists (`SENDER=outbox`), whose entries list the ids of
   the messages they answer.
 
+With `--chatwoot-url URL` (the Chatwoot API stand-in, which `scripts/run` passes) each round
+also has one Chatwoot burst, signed `message_created` webhooks of a fresh conversation
+(scripts/chatwoot_traffic.py): its reply is read at the stand-in, and so is the stand-in's
+webhook posting that reply back, which the receiver must answer 200 and not store.
+`--provider whatsapp|chatwoot|both` picks whose bursts are sent (default: both with the
+stand-in).
+
 At the end (`--bursts N`, or Ctrl-C) it prints a summary: what it sent, what the receiver
 stored and dropped as duplicates (its `x-stored` / `x-duplicates` answer headers), and what the
 fleet did, read from the tenants' counters in Redis (messages taken in, turns, replies, review
