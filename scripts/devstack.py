@@ -8,8 +8,13 @@ under `.devstack/redis`. Without `WHATSAPP_ACCESS_TOKEN` it also starts the loca
 the provider, `scripts/graph_standin` (`graph.1`), and points the workers' WhatsApp sender at it
 with a dev token: replies travel worker -> Graph API (stand-in) -> signed `sent`, `delivered`,
 `read` status webhooks -> receiver -> worker, as in production (`--sender outbox`: the Redis
-outbox instead, the old way). Without real credentials it runs `scripts/simulate`, which sends
-signed webhook bursts and shows each burst turning into a single reply and its statuses.
+outbox instead, the old way). Without `CHATWOOT_API_ACCESS_TOKEN` (and `CHATWOOT_BASE_URL`) it
+starts the Chatwoot API stand-in, `scripts/chatwoot_standin` (`chatwoot.1`), points the
+workers' Chatwoot sender at it with a dev token and gives the receiver a dev Chatwoot webhook
+secret: the stand-in posts each reply the bot creates back to the receiver as a signed
+`message_created` (outgoing) webhook, as Chatwoot does, which the receiver must ignore.
+Without real credentials it runs `scripts/simulate`, which sends signed webhook bursts (WhatsApp
+and, with the Chatwoot stand-in, Chatwoot) and shows each burst turning into a single reply.
 
 The receiver and the workers are the `Procfile`'s `web` and `worker` lines, run as
 `sh -c 'exec <line>'` with `.venv/bin` first on PATH, so dev runs exactly what production runs
@@ -70,6 +75,11 @@ COLOURS = ("36", "33", "32", "35", "34", "96", "93", "92", "95", "94")
 # The bearer token the workers send to the Graph API stand-in with (never a real one).
 DEV_GRAPH_TOKEN = "dev-graph-token"
 GRAPH_STANDIN = REPO / "scripts" / "graph_standin"
+# With the Chatwoot stand-in: the API token it accepts, and the secret its webhooks (and the
+# demo's) are signed with; dev values, shown in the banner.
+DEV_CHATWOOT_TOKEN = "dev-chatwoot-token"
+DEV_CHATWOOT_SECRET = "dev-chatwoot-secret"
+CHATWOOT_STANDIN = REPO / "scripts" / "chatwoot_standin"
 # Replies go to the stand-in (standin), to the Redis outbox (outbox), or wherever the user's own
 # WHATSAPP_ACCESS_TOKEN / WHATSAPP_API_BASE_URL / SENDER say (env).
 SENDERS = ("standin", "outbox")
@@ -85,6 +95,7 @@ class Options:
     data_dir: Path
     redis_port: int | None
     sender: str = "standin"
+    chatwoot_standin: bool = False
 
     @property
     def graph_standin(self) -> bool:
@@ -126,6 +137,12 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str]) -> Options:
         "default without WHATSAPP_ACCESS_TOKEN, WHATSAPP_API_BASE_URL or SENDER) or outbox "
         "(the Redis outbox list, no statuses)",
     )
+    parser.add_argument(
+        "--no-chatwoot",
+        action="store_true",
+        help="do not start the Chatwoot API stand-in (it starts without "
+        "CHATWOOT_API_ACCESS_TOKEN and CHATWOOT_BASE_URL)",
+    )
     args = parser.parse_args(argv)
     if args.workers < 1:
         parser.error("--workers must be at least 1")
@@ -150,6 +167,7 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str]) -> Options:
         own = environ.get("WHATSAPP_ACCESS_TOKEN") or environ.get("WHATSAPP_API_BASE_URL")
         sender = "env" if own or users_sender not in ("", "whatsapp") else "standin"
     port = args.port or int(environ.get("PORT") or DEFAULT_PORT)
+    own_chatwoot = environ.get("CHATWOOT_API_ACCESS_TOKEN") or environ.get("CHATWOOT_BASE_URL")
     return Options(
         workers=args.workers,
         port=port,
@@ -159,6 +177,7 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str]) -> Options:
         data_dir=args.data_dir.resolve(),
         redis_port=args.redis_port,
         sender=sender,
+        chatwoot_standin=not (own_chatwoot or args.no_chatwoot),
     )
 
 
@@ -168,11 +187,14 @@ def dev_environment(
     port: int,
     graph_url: str | None = None,
     sender: str = "env",
+    chatwoot_url: str | None = None,
 ) -> dict[str, str]:
     """The children's environment: the user's, plus dev defaults for what the user left unset.
 
     With `graph_url` (the stand-in's) the workers get a dev token and that URL for the Graph API
-    unless the user set them; `sender="outbox"` sends replies to the Redis outbox."""
+    unless the user set them; `sender="outbox"` sends replies to the Redis outbox. With
+    `chatwoot_url` (the Chatwoot stand-in's) the workers get a dev Chatwoot token and that URL,
+    and the receiver a dev webhook secret (unless the user set a secret or a token)."""
     env = dict(environ)
     for name, value in DEV_DEFAULTS.items():
         if not env.get(name):
@@ -189,6 +211,15 @@ def dev_environment(
                 env[name] = value
     elif sender == "outbox":
         env["SENDER"] = "outbox"
+    if chatwoot_url is not None:
+        for name, value in (
+            ("CHATWOOT_API_ACCESS_TOKEN", DEV_CHATWOOT_TOKEN),
+            ("CHATWOOT_BASE_URL", chatwoot_url),
+        ):
+            if not env.get(name):
+                env[name] = value
+        if not env.get("CHATWOOT_WEBHOOK_SECRET") and not env.get("CHATWOOT_WEBHOOK_TOKEN"):
+            env["CHATWOOT_WEBHOOK_SECRET"] = DEV_CHATWOOT_SECRET
     # Keep our defaults consistent with a longer window or a shorter lease the user chose
     # (a value that is not a number is left to Settings, which reports it by name).
     window, lease = _number(env["DEBOUNCE_WINDOW_S"]), _number(env["LEASE_S"])
@@ -330,7 +361,8 @@ class DevStack:
         self.signalled_at: float | None = None
         self.tasks: set[asyncio.Task[None]] = set()
         self.graph_port: int | None = None
-        names = ["devstack", "web.1", "graph.1", "demo"]
+        self.chatwoot_port: int | None = None
+        names = ["devstack", "web.1", "graph.1", "chatwoot.1", "demo"]
         self.console = Console(names + [f"worker.{i + 1}" for i in range(options.workers)])
 
     # --- start ----------------------------------------------------------------------------
@@ -343,8 +375,15 @@ class DevStack:
             redis_url = self.environ.get("REDIS_URL") or self.embedded_redis()
             if self.options.graph_standin:
                 self.graph_port = free_port()
+            if self.options.chatwoot_standin:
+                self.chatwoot_port = free_port()
             env = dev_environment(
-                self.environ, redis_url, self.options.port, self.graph_url, self.options.sender
+                self.environ,
+                redis_url,
+                self.options.port,
+                self.graph_url,
+                self.options.sender,
+                self.chatwoot_url,
             )
             settings = Settings.from_env(env)
             children = self.service_children()
@@ -408,6 +447,13 @@ class DevStack:
             argv += ["--webhook-url", f"{self.receiver_url}/webhooks/whatsapp"]
             argv += ["--log-level", "warning"]  # no access log line per request (the demo polls)
             graph = [Child("graph.1", argv)]
+        if self.chatwoot_url is not None:
+            # It accepts CHATWOOT_API_ACCESS_TOKEN and signs its webhooks with
+            # CHATWOOT_WEBHOOK_SECRET (or carries CHATWOOT_WEBHOOK_TOKEN), from the environment.
+            argv = [str(CHATWOOT_STANDIN), "--port", str(self.chatwoot_port)]
+            argv += ["--webhook-url", f"{self.receiver_url}/webhooks/chatwoot"]
+            argv += ["--log-level", "warning"]
+            graph.append(Child("chatwoot.1", argv))
         return [*graph, Child("web.1", procfile_argv(procfile["web"])), *workers]
 
     def demo_child(self) -> Child:
@@ -418,6 +464,8 @@ class DevStack:
             argv += ["--bursts", str(self.options.bursts)]
         if self.graph_url is not None:
             argv += ["--graph-url", self.graph_url]
+        if self.chatwoot_url is not None:
+            argv += ["--chatwoot-url", self.chatwoot_url]
         return Child("demo", argv, expected_exit=self.options.bursts is not None)
 
     async def start(self, child: Child, env: Mapping[str, str]) -> None:
@@ -457,6 +505,10 @@ class DevStack:
     def graph_url(self) -> str | None:
         return None if self.graph_port is None else f"http://127.0.0.1:{self.graph_port}"
 
+    @property
+    def chatwoot_url(self) -> str | None:
+        return None if self.chatwoot_port is None else f"http://127.0.0.1:{self.chatwoot_port}"
+
     async def wait_ready(self) -> None:
         """The receiver's /readyz answers 200 (and the stand-in's /_health, if it runs)."""
         deadline = time.monotonic() + READY_TIMEOUT_S
@@ -464,6 +516,8 @@ class DevStack:
         checks = [f"{self.receiver_url}/readyz"]
         if self.graph_url is not None:
             checks.append(f"{self.graph_url}/_health")
+        if self.chatwoot_url is not None:
+            checks.append(f"{self.chatwoot_url}/_health")
         async with httpx.AsyncClient(timeout=2.0) as client:
             while time.monotonic() < deadline and not self.stopping:
                 try:
@@ -520,7 +574,10 @@ class DevStack:
     def print_banner(self, env: Mapping[str, str], settings: Settings) -> None:
         say = self.console.say
         pattern = f"'{settings.key_prefix}:*'"
-        say(f"receiver  {self.receiver_url}  (POST /webhooks/whatsapp, GET /readyz)")
+        say(
+            f"receiver  {self.receiver_url}  "
+            "(POST /webhooks/whatsapp, POST /webhooks/chatwoot, GET /readyz)"
+        )
         if self.redis is not None:
             say(f"redis     {self.redis.url}  (embedded, AOF on, data in {self.redis.directory})")
             say(
@@ -544,14 +601,36 @@ class DevStack:
             )
         elif settings.sender == "outbox":
             say("replies   to the Redis outbox lists, no delivery statuses (--sender outbox)")
+        if self.chatwoot_url is not None:
+            self.chatwoot_banner(env)
         if self.options.demo:
+            chatwoot = " and to a Chatwoot inbox" if self.chatwoot_url is not None else ""
             say(
-                "demo      on: scripts/simulate, signed bursts from a few people to three tenants "
-                "(--no-demo: off)"
+                "demo      on: scripts/simulate, signed bursts from a few people to three tenants"
+                f"{chatwoot} (--no-demo: off)"
             )
         else:
             say("demo      off (--demo turns it on)")
         say("Ctrl-C to stop")
+
+    def chatwoot_banner(self, env: Mapping[str, str]) -> None:
+        """The Chatwoot stand-in's URL and the dev credentials (never a value the user set)."""
+        say = self.console.say
+        say(
+            f"chatwoot  {self.chatwoot_url}  (Chatwoot API stand-in = CHATWOOT_BASE_URL; posts "
+            "each reply back as a signed outgoing message_created, which the receiver ignores; "
+            "GET /_requests, POST /_control)"
+        )
+        dev = [
+            f"{name}={value}"
+            for name, value in (
+                ("CHATWOOT_API_ACCESS_TOKEN", DEV_CHATWOOT_TOKEN),
+                ("CHATWOOT_WEBHOOK_SECRET", DEV_CHATWOOT_SECRET),
+            )
+            if not self.environ.get(name) and env.get(name) == value
+        ]
+        if dev:
+            say(f"          dev {', '.join(dev)}")
 
     # --- stop -----------------------------------------------------------------------------
     def install_signal_handlers(self) -> None:

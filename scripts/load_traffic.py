@@ -21,6 +21,7 @@ import httpx
 from redis.exceptions import RedisError
 
 from scripts.traffic import (
+    TENANT_IDS,
     TENANTS,
     Person,
     Tally,
@@ -74,7 +75,7 @@ class LoadGenerator:
 
     async def run(self) -> int:
         try:
-            self.counters_before = await fleet_counters(self.redis, self.keys, TENANTS)
+            self.counters_before = await fleet_counters(self.redis, self.keys, TENANT_IDS)
         except RedisError as exc:
             self.say(f"cannot read the tenants' counters in Redis: {exc}")
             return 2
@@ -88,7 +89,7 @@ class LoadGenerator:
         finally:
             progress.cancel()
         finished = await self.wait_for_turns()
-        after = await fleet_counters(self.redis, self.keys, TENANTS)
+        after = await fleet_counters(self.redis, self.keys, TENANT_IDS)
         self.say(summary_line(self.tally, self.counters_before, after, self.bursts))
         lat = self.tally.latencies_s
         self.say(
@@ -148,7 +149,7 @@ class LoadGenerator:
             await asyncio.sleep(1.0)
             lat = self.tally.latencies_s[-1000:]
             try:
-                now = await fleet_counters(self.redis, self.keys, TENANTS)
+                now = await fleet_counters(self.redis, self.keys, TENANT_IDS)
                 fleet = (
                     f"Redis: {now['messages'] - self.counters_before['messages']} in, "
                     f"{now['turns'] - self.counters_before['turns']} turns"
@@ -166,7 +167,7 @@ class LoadGenerator:
         """Until the fleet finished a turn per burst (each burst is its own person)."""
         deadline = time.monotonic() + self.timeout_s
         while time.monotonic() < deadline:
-            now = await fleet_counters(self.redis, self.keys, TENANTS)
+            now = await fleet_counters(self.redis, self.keys, TENANT_IDS)
             if now["turns"] - self.counters_before["turns"] >= self.bursts:
                 return True
             await asyncio.sleep(0.5)

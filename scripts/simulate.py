@@ -15,6 +15,13 @@ four lines become one reply. Where it finds them:
 - otherwise: the tenants' Redis outbox lists (`SENDER=outbox`), whose entries list the ids of
   the messages they answer.
 
+With `--chatwoot-url URL` (the Chatwoot API stand-in, which `scripts/run` passes) each round
+also has one Chatwoot burst, signed `message_created` webhooks of a fresh conversation
+(scripts/chatwoot_traffic.py): its reply is read at the stand-in, and so is the stand-in's
+webhook posting that reply back, which the receiver must answer 200 and not store.
+`--provider whatsapp|chatwoot|both` picks whose bursts are sent (default: both with the
+stand-in).
+
 At the end (`--bursts N`, or Ctrl-C) it prints a summary: what it sent, what the receiver
 stored and dropped as duplicates (its `x-stored` / `x-duplicates` answer headers), and what the
 fleet did, read from the tenants' counters in Redis (messages taken in, turns, replies, review
@@ -53,10 +60,12 @@ import orjson
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from scripts.chatwoot_traffic import ChatwootTraffic
 from scripts.load_traffic import LoadGenerator
 from scripts.traffic import (
     MAX_DURATION_S,
     MAX_RATE,
+    TENANT_IDS,
     TENANTS,
     Person,
     Tally,
@@ -99,6 +108,8 @@ STATUS_WAIT_S = 20.0  # after a reply went to the stand-in: how long its statuse
 STATUS_RANK = {"accepted": 0, "sent": 1, "delivered": 2, "read": 3, "played": 4, "failed": 5}
 FINAL_STATUSES = frozenset({"read", "played", "failed"})
 STATUS_REPEATS = 2  # late duplicate status webhooks per run (through the stand-in)
+PROVIDERS = ("whatsapp", "chatwoot", "both")
+DEV_CHATWOOT_SECRET = "dev-chatwoot-secret"  # scripts/run's dev default
 
 
 @dataclass(eq=False)  # identity: the same reply may be counted once in a set
@@ -172,6 +183,18 @@ class Options:
     graph_url: str | None = None
     rate: float | None = None  # load generator: messages per second...
     duration_s: float | None = None  # ...for this long
+    provider: str = "whatsapp"  # whatsapp, chatwoot or both
+    chatwoot_url: str | None = None  # the Chatwoot API stand-in
+    chatwoot_secret: str | None = None  # signs the Chatwoot webhooks...
+    chatwoot_token: str | None = None  # ...or, without a secret, the URL carries this token
+
+    @property
+    def whatsapp(self) -> bool:
+        return self.provider in ("whatsapp", "both")
+
+    @property
+    def chatwoot(self) -> bool:
+        return self.provider in ("chatwoot", "both")
 
     @property
     def load(self) -> bool:
@@ -215,6 +238,27 @@ def parse_options(argv: Sequence[str]) -> Options:
         type=float,
         help=f"load generator: seconds to send for (with --rate; at most {MAX_DURATION_S:g})",
     )
+    parser.add_argument(
+        "--chatwoot-url",
+        help="the Chatwoot API stand-in the workers reply through (scripts/run starts one): "
+        "Chatwoot bursts too, their replies read there",
+    )
+    parser.add_argument(
+        "--provider",
+        choices=PROVIDERS,
+        help="whose webhooks to send (default: both with --chatwoot-url, else whatsapp)",
+    )
+    parser.add_argument(
+        "--chatwoot-secret",
+        default=first(os.environ.get("CHATWOOT_WEBHOOK_SECRET")),
+        help="the receiver's CHATWOOT_WEBHOOK_SECRET (default: $CHATWOOT_WEBHOOK_SECRET, or "
+        f"{DEV_CHATWOOT_SECRET} without $CHATWOOT_WEBHOOK_TOKEN)",
+    )
+    parser.add_argument(
+        "--chatwoot-token",
+        default=first(os.environ.get("CHATWOOT_WEBHOOK_TOKEN")),
+        help="without a secret: the receiver's CHATWOOT_WEBHOOK_TOKEN, sent as ?token=",
+    )
     args = parser.parse_args(argv)
     if args.bursts is not None and args.bursts < 1:
         parser.error("--bursts must be at least 1")
@@ -227,7 +271,18 @@ def parse_options(argv: Sequence[str]) -> Options:
             parser.error(f"--duration must be more than 0 and at most {MAX_DURATION_S:g}")
         if args.bursts is not None:
             parser.error("--bursts is for the narrated simulation; drop it with --rate")
-    for url in (args.url, args.redis_url, args.graph_url):
+    provider = args.provider or ("both" if args.chatwoot_url else "whatsapp")
+    if provider != "whatsapp" and not args.chatwoot_url:
+        parser.error(
+            f"--provider {provider} needs --chatwoot-url (the Chatwoot API stand-in, which "
+            "scripts/run starts): the replies are read there"
+        )
+    if args.rate is not None and provider != "whatsapp":
+        parser.error("the load generator (--rate) sends WhatsApp traffic only: --provider whatsapp")
+    chatwoot_secret = args.chatwoot_secret
+    if not chatwoot_secret and not args.chatwoot_token:
+        chatwoot_secret = DEV_CHATWOOT_SECRET
+    for url in (args.url, args.redis_url, args.graph_url, args.chatwoot_url):
         if url and (problem := loopback_only(url)):
             parser.error(problem)
     return Options(
@@ -242,7 +297,16 @@ def parse_options(argv: Sequence[str]) -> Options:
         graph_url=args.graph_url.rstrip("/") if args.graph_url else None,
         rate=args.rate,
         duration_s=args.duration,
+        provider=provider,
+        chatwoot_url=args.chatwoot_url.rstrip("/") if args.chatwoot_url else None,
+        chatwoot_secret=chatwoot_secret or None,
+        chatwoot_token=args.chatwoot_token or None,
     )
+
+
+def first(value: str | None) -> str | None:
+    """The first of a comma-separated list of secrets (the one in use during a rotation)."""
+    return (value or "").split(",")[0].strip() or None
 
 
 def say(text: str) -> None:
@@ -295,34 +359,65 @@ class Simulation:
         self.counters_before: dict[str, int] = {}
         # Late status deliveries (the summary waits for them; the poller does not).
         self.repeats: set[asyncio.Task[None]] = set()
+        self.chatwoot: ChatwootTraffic | None = None
+        if options.chatwoot and options.chatwoot_url is not None:
+            self.chatwoot = ChatwootTraffic(
+                http,
+                redis,
+                self.keys,
+                url=options.url,
+                standin_url=options.chatwoot_url,
+                secret=options.chatwoot_secret,
+                token=options.chatwoot_token,
+                rng=self.rng,
+                say=say,
+                replied=self.replied,
+            )
 
     async def run(self) -> int:
         if not await self.receiver_ready():
             return 2
         graph = self.options.graph_url
-        try:
-            if graph is None:
-                await self.skip_old_replies()
-            elif await self.graph_ready():
-                await self.skip_old_graph_records()
-            else:
+        tails: list[asyncio.Task[None]] = []
+        if self.options.whatsapp:
+            try:
+                if graph is None:
+                    await self.skip_old_replies()
+                elif await self.graph_ready():
+                    await self.skip_old_graph_records()
+                else:
+                    return 2
+                self.counters_before = await fleet_counters(self.redis, self.keys, TENANT_IDS)
+            except RedisError as exc:
+                say(f"cannot read the outbox at {self.options.redis_url}: {exc}")
                 return 2
-            self.counters_before = await fleet_counters(self.redis, self.keys, TENANTS)
-        except RedisError as exc:
-            say(f"cannot read the outbox at {self.options.redis_url}: {exc}")
-            return 2
-        except (httpx.HTTPError, ValueError) as exc:
-            say(f"cannot read the Graph API stand-in at {graph}: {exc!r}")
-            return 2
-        tail = asyncio.create_task(self.tail() if graph is None else self.tail_graph())
+            except (httpx.HTTPError, ValueError) as exc:
+                say(f"cannot read the Graph API stand-in at {graph}: {exc!r}")
+                return 2
+            tails.append(asyncio.create_task(self.tail() if graph is None else self.tail_graph()))
+        if self.chatwoot is not None:
+            if not await self.chatwoot.standin_ready():
+                return 2
+            try:
+                await self.chatwoot.start()
+            except (httpx.HTTPError, ValueError, KeyError, RedisError) as exc:
+                say(f"cannot read the Chatwoot API stand-in or Redis: {exc!r}")
+                return 2
+            tails.append(asyncio.create_task(self.tail_chatwoot(self.chatwoot)))
         say(
             "people write in bursts of 3-4 lines; each burst should come back as ONE reply, "
             "a debounce window after its last line"
         )
-        if graph is not None:
+        if graph is not None and self.options.whatsapp:
             say(
                 f"replies go to the Graph API stand-in at {graph}, which reports them "
                 "sent, delivered and read to the receiver, like Meta"
+            )
+        if self.chatwoot is not None:
+            say(
+                f"Chatwoot conversations are answered through the Chatwoot API stand-in at "
+                f"{self.options.chatwoot_url}, which posts each reply back as an outgoing "
+                "message_created webhook, like Chatwoot: the receiver must ignore it"
             )
         try:
             if self.options.bursts is None:
@@ -334,7 +429,20 @@ class Simulation:
             await self.send_rounds(self.options.bursts)
             return await self.verdict()
         finally:
-            tail.cancel()
+            for tail in tails:
+                tail.cancel()
+
+    async def tail_chatwoot(self, chatwoot: ChatwootTraffic) -> None:
+        failing = False
+        while True:
+            try:
+                await chatwoot.poll()
+                failing = False
+            except (httpx.HTTPError, RedisError, ValueError, KeyError, TypeError) as exc:
+                if not failing:
+                    say(f"cannot read the Chatwoot replies: {exc!r} (retrying)")
+                failing = True
+            await asyncio.sleep(POLL_INTERVAL_S)
 
     async def receiver_ready(self, timeout_s: float = 15.0) -> bool:
         deadline = time.monotonic() + timeout_s
@@ -372,12 +480,21 @@ class Simulation:
         while total is None or sent < total:
             started = time.monotonic()
             self.report_missing()
-            size = self.rng.randint(2, 3)
+            whatsapp = self.options.whatsapp
+            size = self.rng.randint(2, 3) if whatsapp else self.rng.randint(1, 2)
             if total is not None:
                 size = min(size, total - sent)
-            round_ = self.plan_round(size)
-            await asyncio.gather(*(self.send_burst(b) for b in round_))
-            sent += len(round_)
+            # --bursts counts WhatsApp's bursts; with both, each round adds one Chatwoot burst.
+            sends = []
+            if whatsapp:
+                round_ = self.plan_round(size)
+                sends += [self.send_burst(b) for b in round_]
+                size = len(round_)
+            if self.chatwoot is not None:
+                planned = self.chatwoot.plan(1 if whatsapp else size)
+                sends += [self.chatwoot.send_burst(b) for b in planned]
+            await asyncio.gather(*sends)
+            sent += size
             if total is not None and sent >= total:
                 return
             pause = self.options.interval_s * self.rng.uniform(0.9, 1.1)
@@ -675,37 +792,68 @@ class Simulation:
             await self.all_settled(STATUS_WAIT_S + 2.0)
             if self.repeats:
                 await asyncio.wait(self.repeats, timeout=10.0)
-        messages = sum(len(b.message_ids) for b in self.bursts)
-        duplicates = sum(b.duplicate_at is not None for b in self.bursts)
-        replies = {r for b in self.bursts for r in b.replies}
-        summary = (
-            f"{len(self.bursts)} bursts, {messages} messages (+{duplicates} duplicate "
-            f"deliver{'y' if duplicates == 1 else 'ies'}) -> {len(replies)} replies"
-        )
-        if self.options.graph_url is not None:
-            read = sum(r.read for r in replies)
-            summary += f" via the Graph API stand-in ({read} delivered and read)"
-        await self.say_summary()
+        summaries = []
         failed = [b for b in self.bursts if not b.ok]
-        if not failed:
+        if self.options.whatsapp:
+            messages = sum(len(b.message_ids) for b in self.bursts)
+            duplicates = sum(b.duplicate_at is not None for b in self.bursts)
+            replies = {r for b in self.bursts for r in b.replies}
+            summary = (
+                f"{len(self.bursts)} bursts, {messages} messages (+{duplicates} duplicate "
+                f"deliver{'y' if duplicates == 1 else 'ies'}) -> {len(replies)} replies"
+            )
+            if self.options.graph_url is not None:
+                read = sum(r.read for r in replies)
+                summary += f" via the Graph API stand-in ({read} delivered and read)"
+            summaries.append(summary)
+        chatwoot_failed: list[str] = []
+        total = len(self.bursts)
+        if self.chatwoot is not None:
+            cw = self.chatwoot
+            messages = sum(len(b.message_ids) for b in cw.bursts)
+            duplicates = sum(b.duplicate_at is not None for b in cw.bursts)
+            replies_cw = [r for b in cw.bursts for r in b.replies]
+            ignored = sum(r.ok for r in replies_cw)
+            summaries.append(
+                f"Chatwoot: {len(cw.bursts)} bursts, {messages} messages (+{duplicates} "
+                f"duplicate deliver{'y' if duplicates == 1 else 'ies'}) -> {len(replies_cw)} "
+                f"replies via the Chatwoot API stand-in ({ignored} echoed back and ignored)"
+            )
+            chatwoot_failed = cw.failures(self.options.timeout_s)
+            total += len(cw.bursts)
+        summary = "; ".join(summaries)
+        await self.say_summary()
+        if not failed and not chatwoot_failed:
             say(f"{summary}: every burst became exactly one reply")
             return 0
         for burst in failed:
             say(f"FAILED burst {burst.number} from {burst.person.wa_id}: {self.problem(burst)}")
-        say(f"{summary}: {len(failed)} of {len(self.bursts)} bursts did not become one reply")
+        for problem in chatwoot_failed:
+            say(f"FAILED {problem}")
+        bad = len(failed) + len(chatwoot_failed)
+        say(f"{summary}: {bad} of {total} bursts did not become one reply")
         return 1
 
     async def say_summary(self) -> None:
         try:
-            after = await asyncio.wait_for(fleet_counters(self.redis, self.keys, TENANTS), 5.0)
+            if self.options.whatsapp:
+                after = await asyncio.wait_for(
+                    fleet_counters(self.redis, self.keys, TENANT_IDS), 5.0
+                )
+                say(summary_line(self.tally, self.counters_before, after, len(self.bursts)))
+            if self.chatwoot is not None:
+                say(await asyncio.wait_for(self.chatwoot.summary(), 5.0))
         except (RedisError, TimeoutError) as exc:
             say(f"cannot read the tenants' counters for the summary: {exc!r}")
-            return
-        say(summary_line(self.tally, self.counters_before, after, len(self.bursts)))
+
+    def chatwoot_pending(self, settled: bool = False) -> bool:
+        if self.chatwoot is None:
+            return False
+        return not (self.chatwoot.settled if settled else self.chatwoot.complete)
 
     async def all_answered(self, timeout_s: float) -> bool:
         deadline = time.monotonic() + timeout_s
-        while not all(b.complete for b in self.bursts):
+        while not all(b.complete for b in self.bursts) or self.chatwoot_pending():
             self.replied.clear()
             try:
                 await asyncio.wait_for(self.replied.wait(), deadline - time.monotonic())
@@ -716,10 +864,14 @@ class Simulation:
     async def all_settled(self, timeout_s: float) -> bool:
         """Every stand-in reply's statuses came back (or it waited STATUS_WAIT_S for them)."""
         deadline = time.monotonic() + timeout_s
-        while not all(r.settled for b in self.bursts for r in b.replies):
+        while not all(r.settled for b in self.bursts for r in b.replies) or self.chatwoot_pending(
+            settled=True
+        ):
             if time.monotonic() > deadline:
                 return False
             await asyncio.sleep(POLL_INTERVAL_S / 2)
+        if self.chatwoot is not None:
+            await self.chatwoot.poll()  # print what the last checks completed
         return True
 
     def problem(self, burst: Burst) -> str:

@@ -40,6 +40,7 @@ TENANTS = (
     Tenant("106500000000002", "15550001002", "102200000000002"),
     Tenant("106500000000003", "15550001003", "102200000000003"),
 )
+TENANT_IDS = tuple(t.phone_number_id for t in TENANTS)
 MAX_RATE = 2000.0  # messages per second: a load generator, not a flood
 MAX_DURATION_S = 3600.0
 LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
@@ -119,11 +120,11 @@ class Tally:
 FLEET_COUNTERS = ("messages", "turns", "replies", "retries", "statuses")
 
 
-async def fleet_counters(redis: Any, keys: Keys, tenants: Sequence[Tenant]) -> dict[str, int]:
+async def fleet_counters(redis: Any, keys: Keys, tenants: Sequence[str]) -> dict[str, int]:
     """The simulated tenants' counters summed, plus the size of their review lists."""
     totals = dict.fromkeys((*FLEET_COUNTERS, "review"), 0)
     for tenant in tenants:
-        k = keys.tenant(tenant.phone_number_id)
+        k = keys.tenant(tenant)
         stats = await redis.hgetall(k.stats)
         for name in FLEET_COUNTERS:
             totals[name] += int(stats.get(name.encode(), 0))
@@ -131,12 +132,21 @@ async def fleet_counters(redis: Any, keys: Keys, tenants: Sequence[Tenant]) -> d
     return totals
 
 
-def summary_line(tally: Tally, before: dict[str, int], after: dict[str, int], bursts: int) -> str:
-    """What was sent, what the receiver did with it, and what the fleet did (Redis)."""
+def summary_line(
+    tally: Tally,
+    before: dict[str, int],
+    after: dict[str, int],
+    bursts: int,
+    provider: str | None = None,
+) -> str:
+    """What was sent, what the receiver did with it, and what the fleet did (Redis). WhatsApp's
+    line is `summary: ...` (with the statuses sent); another provider's `summary (name): ...`."""
     fleet = {name: after[name] - before[name] for name in after}
+    head = "summary:" if provider is None else f"summary ({provider}):"
+    statuses = f", {tally.statuses_sent} statuses" if provider is None else ""
     return (
-        f"summary: sent {tally.messages} messages in {bursts} bursts "
-        f"(+{tally.duplicates_sent} duplicate deliveries, {tally.statuses_sent} statuses); "
+        f"{head} sent {tally.messages} messages in {bursts} bursts "
+        f"(+{tally.duplicates_sent} duplicate deliveries{statuses}); "
         f"receiver stored {tally.stored}, dropped {tally.dropped} duplicates"
         f"{f', {tally.failed} deliveries failed' if tally.failed else ''}; "
         f"Redis: {fleet['messages']} messages in, {fleet['turns']} turns, "

@@ -1,5 +1,5 @@
-"""`scripts/run`'s dev stack as a real process: embedded Redis, Graph API stand-in, receiver,
-worker, demo bursts.
+"""`scripts/run`'s dev stack as a real process: embedded Redis, Graph API and Chatwoot API
+stand-ins, receiver, worker, demo bursts.
 
 Each test runs `scripts/devstack.py` in a subprocess with its own ports and data directory, and
 with none of the product's variables from the developer's shell, so the stack's dev defaults
@@ -38,7 +38,9 @@ PRODUCT_VARIABLES = (
     "WHATSAPP_VERIFY_TOKEN WHATSAPP_ACCESS_TOKEN WHATSAPP_API_BASE_URL WHATSAPP_API_VERSION "
     "ANTHROPIC_API_KEY ANTHROPIC_BASE_URL AI_MODEL SYSTEM_PROMPT BRAIN SENDER TENANTS_FILE "
     "DEBOUNCE_WINDOW_S MAX_WAIT_S LEASE_S LEASE_RENEW_S MAX_ATTEMPTS RETRY_BASE_S "
-    "REVIEW_AFTER_S WORKER_CONCURRENCY POLL_INTERVAL_S SHUTDOWN_GRACE_S DEDUPE_TTL_S"
+    "REVIEW_AFTER_S WORKER_CONCURRENCY POLL_INTERVAL_S SHUTDOWN_GRACE_S DEDUPE_TTL_S "
+    "CHATWOOT_WEBHOOK_SECRET CHATWOOT_WEBHOOK_TOKEN CHATWOOT_API_ACCESS_TOKEN CHATWOOT_BASE_URL "
+    "CHATWOOT_ONLY_PENDING"
 ).split()
 
 
@@ -143,7 +145,7 @@ def check_summary_against_redis(output: str, data_dir: Path, statuses: int) -> N
     found = SUMMARY.search(output)
     assert found, output
     sent, bursts, dups, sent_statuses, stored, dropped, *fleet = map(int, found.groups())
-    shown = sum(int(n) for n in re.findall(r"sent (\d) messages -> turn", output))
+    shown = sum(int(n) for n in re.findall(r"\[sim\] \d+ sent (\d) messages -> turn", output))
     assert (sent, bursts, sent_statuses) == (shown, 2, statuses), output
     assert dups >= 1 and stored == sent and dropped == dups + statuses, output
     with RedisServer(directory=data_dir / "redis", appendonly=True) as server:
@@ -151,6 +153,8 @@ def check_summary_against_redis(output: str, data_dir: Path, statuses: int) -> N
         keys = Keys()
         totals = dict.fromkeys(("messages", "turns", "replies", "retries", "review"), 0)
         for tenant in client.smembers(keys.tenants):
+            if tenant.startswith(b"cw-"):  # Chatwoot's: check_chatwoot_against_redis
+                continue
             k = keys.tenant(tenant.decode())
             stats = client.hgetall(k.stats)
             for name in ("messages", "turns", "replies", "retries"):
@@ -159,6 +163,50 @@ def check_summary_against_redis(output: str, data_dir: Path, statuses: int) -> N
         client.close()
     assert fleet == list(totals.values()), (fleet, totals)
     assert fleet == [sent, bursts, bursts, 0, 0], output
+
+
+CHATWOOT_SUMMARY = re.compile(
+    r"summary \(Chatwoot\): sent (\d+) messages in (\d+) bursts \(\+(\d+) duplicate "
+    r"deliveries\); receiver stored (\d+), dropped (\d+) duplicates; the stand-in posted (\d+) "
+    r"of the bot's replies back: (\d+) answered 200, (\d+) stored; Redis: (\d+) messages in, "
+    r"(\d+) turns, (\d+) replies, (\d+) retries, (\d+) new review items"
+)
+CHATWOOT_REPLY = re.compile(
+    r"\[sim\] chatwoot conversation (\d+) sent (\d) messages -> turn (\d+-\d+) -> 1 reply "
+    r"\(message (\d+)\) .*: \"Got \2 messages: .*\" \(echoed back as an outgoing "
+    r"message_created: 200, not stored\)$",
+    re.MULTILINE,
+)
+
+
+def check_chatwoot_against_redis(output: str, data_dir: Path) -> None:
+    """One Chatwoot burst, one turn, one reply; the reply's echo never stored (read back from
+    the stopped stack's AOF, not from what the simulator says)."""
+    (reply,) = CHATWOOT_REPLY.findall(output)
+    conversation, count, turn, reply_id = reply
+    found = CHATWOOT_SUMMARY.search(output)
+    assert found, output
+    sent, bursts, dups, stored, dropped, echoed, taken, echo_stored, *fleet = map(
+        int, found.groups()
+    )
+    assert (sent, bursts, stored, echoed, taken, echo_stored) == (int(count), 1, sent, 1, 1, 0)
+    assert dups == dropped == 1, output
+    assert fleet == [sent, 1, 1, 0, 0], output
+    with RedisServer(directory=data_dir / "redis", appendonly=True) as server:
+        client = redis.Redis.from_url(server.url)
+        keys = Keys()
+        assert b"cw-1-3" in client.smembers(keys.tenants)
+        k = keys.tenant("cw-1-3")
+        stats = {name.decode(): int(v) for name, v in client.hgetall(k.stats).items()}
+        markers = list(client.scan_iter(match=k.seen("chatwoot:*"), count=1000))
+        outbound = client.hgetall(k.outbound(reply_id))
+        echo_marker = client.exists(k.seen(f"chatwoot:{reply_id}"))
+        client.close()
+    # The bot's reply came back as a webhook and was not taken in: no marker, no second turn.
+    assert echo_marker == 0, output
+    assert len(markers) == sent, markers
+    assert (stats.get("messages"), stats.get("turns"), stats.get("replies")) == (sent, 1, 1)
+    assert outbound[b"batch"].decode() == turn and outbound[b"person"].decode() == conversation
 
 
 def alive(pid: int) -> bool:
@@ -179,7 +227,7 @@ def test_each_demo_burst_becomes_one_reply_through_the_graph_standin(tmp_path: P
         stack.stop()
     output = stack.output
     assert code == 0, output
-    assert re.search(r"devstack \| graph +http://127\.0\.0\.1:\d+ ", output), output
+    assert re.search(r"devstack +\| graph +http://127\.0\.0\.1:\d+ ", output), output
     assert "sender whatsapp" in output, output
     # The reply line is printed once the worker recorded the stand-in's statuses in Redis
     # (the outbound record's status reached read).
@@ -192,6 +240,7 @@ def test_each_demo_burst_becomes_one_reply_through_the_graph_standin(tmp_path: P
     assert len(replies) == 2, output
     assert all(int(n) >= 3 for _, n in replies), output
     assert "-> 2 replies via the Graph API stand-in (2 delivered and read)" in output, output
+    assert "-> 1 replies via the Chatwoot API stand-in (1 echoed back and ignored)" in output
     assert "every burst became exactly one reply" in output
     assert re.search(r"\[sim\] \d+ \(\w+\): .* delivered twice", output), "a duplicate was sent"
     assert "WARNING" not in output and "FAILED" not in output, output
@@ -199,14 +248,22 @@ def test_each_demo_burst_becomes_one_reply_through_the_graph_standin(tmp_path: P
     assert list((tmp_path / "redis").rglob("appendonly*")), "the embedded Redis keeps an AOF"
     assert output.count("a late 'delivered' for reply") == 2, output
     check_summary_against_redis(output, tmp_path, statuses=2)
+    # Chatwoot in the same run: the stand-in, its dev credentials in the banner, one reply.
+    assert re.search(r"devstack +\| chatwoot +http://127\.0\.0\.1:\d+ ", output), output
+    assert "dev CHATWOOT_API_ACCESS_TOKEN=dev-chatwoot-token, " in output, output
+    assert "CHATWOOT_WEBHOOK_SECRET=dev-chatwoot-secret" in output, output
+    assert "with a new X-Chatwoot-Delivery" in output, "a Chatwoot duplicate was sent"
+    check_chatwoot_against_redis(output, tmp_path)
     pids = stack.pids()
-    assert {"redis", "graph.1", "web.1", "worker.1", "demo"} <= set(pids), output
+    assert {"redis", "graph.1", "chatwoot.1", "web.1", "worker.1", "demo"} <= set(pids), output
     assert not [name for name, pid in pids.items() if alive(pid)], output
 
 
 @pytest.mark.slow
 def test_each_demo_burst_becomes_one_reply_in_the_outbox(tmp_path: Path) -> None:
-    stack = Stack(tmp_path, "--bursts", "2", "--exit-after-demo", "--sender", "outbox")
+    stack = Stack(
+        tmp_path, "--bursts", "2", "--exit-after-demo", "--sender", "outbox", "--no-chatwoot"
+    )
     try:
         code = stack.wait(timeout_s=90)
     finally:
@@ -214,6 +271,7 @@ def test_each_demo_burst_becomes_one_reply_in_the_outbox(tmp_path: Path) -> None
     output = stack.output
     assert code == 0, output
     assert "started graph.1" not in output and "sender outbox" in output, output
+    assert "started chatwoot.1" not in output and "[sim] chatwoot" not in output, output
     replies = re.findall(r"\[sim\] (\d+) sent (\d) messages -> turn \d+-\d+ -> 1 reply", output)
     assert len(replies) == 2, output
     assert all(int(n) >= 3 for _, n in replies), output
@@ -231,7 +289,7 @@ def test_sigint_stops_children_then_redis(tmp_path: Path) -> None:
     try:
         stack.wait_for(r"Ctrl-C to stop")
         pids = stack.pids()
-        assert set(pids) == {"redis", "graph.1", "web.1", "worker.1", "worker.2"}, stack.output
+        assert set(pids) == {"redis", "graph.1", "chatwoot.1", "web.1", "worker.1", "worker.2"}
         stack.process.send_signal(signal.SIGINT)
         code = stack.wait(timeout_s=30)
     finally:
@@ -239,7 +297,7 @@ def test_sigint_stops_children_then_redis(tmp_path: Path) -> None:
     output = stack.output
     assert code == 0, output
     assert "started demo" not in output
-    assert output.index("stopping graph.1, web.1, worker.1, worker.2") < output.index(
+    assert output.index("stopping graph.1, chatwoot.1, web.1, worker.1, worker.2") < output.index(
         "stopping embedded Redis"
     )
     assert not [name for name, pid in pids.items() if alive(pid)], output
@@ -268,7 +326,7 @@ def test_the_stack_runs_the_procfiles_lines_and_its_children_die_with_it(tmp_pat
         port = stack.wait_for(r"receiver +http://127\.0\.0\.1:(\d+) ").group(1)
         stack.wait_for(r"Ctrl-C to stop")
         pids = stack.pids()
-        assert set(pids) == {"redis", "graph.1", "web.1", "worker.1", "worker.2"}, stack.output
+        assert set(pids) == {"redis", "graph.1", "chatwoot.1", "web.1", "worker.1", "worker.2"}
         procfile = load_devstack().read_procfile(REPO / "Procfile")
         web = procfile["web"].replace("${PORT:-8000}", port)
         web = web.replace("${WEB_HOST:-0.0.0.0}", "127.0.0.1").split()
@@ -387,6 +445,14 @@ def test_the_simulator_refuses_other_hosts_and_unbounded_load() -> None:
         (["--rate", "100000", "--duration", "5"], "--rate must be more than 0"),
         (["--rate", "10", "--duration", "86400"], "--duration must be more than 0"),
         (["--rate", "10", "--duration", "5", "--bursts", "2"], "drop it with --rate"),
+        (["--chatwoot-url", "http://chatwoot.example.com"], "only 127.0.0.1 is allowed"),
+        (["--provider", "chatwoot"], "--provider chatwoot needs --chatwoot-url"),
+        (["--provider", "both"], "--provider both needs --chatwoot-url"),
+        (["--provider", "slack"], "invalid choice: 'slack'"),
+        (
+            ["--chatwoot-url", "http://127.0.0.1:9", "--rate", "10", "--duration", "5"],
+            "the load generator (--rate) sends WhatsApp traffic only",
+        ),
     ):
         done = run_simulate(*args)
         assert done.returncode == 2 and problem in done.stderr, (args, done.stderr)
@@ -425,6 +491,28 @@ def test_the_graph_standin_stands_in_for_what_the_user_left_unset() -> None:
     assert env["WHATSAPP_ACCESS_TOKEN"] == "mine"
     env = devstack.dev_environment({}, "redis://127.0.0.1:7000/0", 9000, None, "outbox")
     assert env["SENDER"] == "outbox" and "WHATSAPP_ACCESS_TOKEN" not in env
+
+
+def test_the_chatwoot_standin_stands_in_for_what_the_user_left_unset() -> None:
+    devstack = load_devstack()
+    standin = "http://127.0.0.1:9200"
+    env = devstack.dev_environment({}, "redis://127.0.0.1:7000/0", 9000, None, "env", standin)
+    assert env["CHATWOOT_BASE_URL"] == standin
+    assert env["CHATWOOT_API_ACCESS_TOKEN"] == devstack.DEV_CHATWOOT_TOKEN
+    assert env["CHATWOOT_WEBHOOK_SECRET"] == devstack.DEV_CHATWOOT_SECRET
+    mine = {"CHATWOOT_WEBHOOK_SECRET": "s1", "CHATWOOT_API_ACCESS_TOKEN": "t1"}
+    env = devstack.dev_environment(mine, "redis://127.0.0.1:7000/0", 9000, None, "env", standin)
+    assert (env["CHATWOOT_WEBHOOK_SECRET"], env["CHATWOOT_API_ACCESS_TOKEN"]) == ("s1", "t1")
+    # A URL token of the user's: no dev secret beside it (the stand-in then sends the token).
+    token = {"CHATWOOT_WEBHOOK_TOKEN": "tok"}
+    env = devstack.dev_environment(token, "redis://127.0.0.1:7000/0", 9000, None, "env", standin)
+    assert "CHATWOOT_WEBHOOK_SECRET" not in env
+    env = devstack.dev_environment({}, "redis://127.0.0.1:7000/0", 9000)
+    assert not [name for name in env if name.startswith("CHATWOOT_")]
+    assert devstack.parse_options([], {}).chatwoot_standin
+    assert not devstack.parse_options(["--no-chatwoot"], {}).chatwoot_standin
+    for own in ("CHATWOOT_API_ACCESS_TOKEN", "CHATWOOT_BASE_URL"):
+        assert not devstack.parse_options([], {own: "x"}).chatwoot_standin
 
 
 def test_the_standin_is_the_default_sender_without_the_users_own() -> None:

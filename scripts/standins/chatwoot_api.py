@@ -16,6 +16,8 @@ hangs, per conversation and per kind of call) are set from Python or over HTTP
 (`POST /_control`). With `webhook_url` it posts each created message back as a
 `message_created` webhook, as Chatwoot does (signed with `webhook_secret`, or carrying
 `?token=` when `webhook_token` is set): the bot's own replies come back that way.
+`GET /_requests` lists the calls (`requests`) and those webhook deliveries with the
+receiver's answer (`webhooks`).
 
 Run alone: `scripts/chatwoot_standin --port 8082 [--token T] [--webhook-url URL --secret S]`.
 """
@@ -544,11 +546,12 @@ class ChatwootApiStandIn(StandInBase):
     async def _requests_endpoint(self, request: Request) -> Response:
         with self._lock:
             records = [r.to_json() for r in self._records]
+            deliveries = [{**asdict(d), "body": orjson.loads(d.body)} for d in self._deliveries]
         for record in records:
             for key in ("created", "status_change"):
                 if key in record:
                     record[key] = asdict(record[key])
-        return json_response({"requests": records})
+        return json_response({"requests": records, "webhooks": deliveries})
 
     async def _health(self, request: Request) -> Response:
         return PlainTextResponse("ok")

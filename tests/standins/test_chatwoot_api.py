@@ -97,8 +97,12 @@ def test_created_messages_come_back_as_signed_outgoing_webhooks() -> None:
             access_tokens=TOKEN, webhook_url=f"{receiver.url}/hook", webhook_secret="s"
         ) as chatwoot,
     ):
-        call(chatwoot, "messages", {"content": "hola"})
+        created = call(chatwoot, "messages", {"content": "hola"}).json()
         chatwoot.wait_for(lambda: chatwoot.webhook_deliveries, timeout=5)
+        # Over HTTP too (what scripts/simulate reads): the delivery and the receiver's answer.
+        (listed,) = httpx.get(f"{chatwoot.url}/_requests").json()["webhooks"]
+    assert (listed["message_id"], listed["response_status"]) == (created["id"], 200)
+    assert listed["body"]["message_type"] == "outgoing" and listed["error"] is None
     (request,) = got
     ChatwootInbound(["s"], []).verify(request, time.time())
     payload = orjson.loads(request.body)
