@@ -294,6 +294,10 @@ class WorkerFleet:
         await self.wait_subscribed(sum(1 for p in self.procs if p.poll() is None))
         return started
 
+    def launch(self, **overrides: object) -> subprocess.Popen[bytes]:
+        """Start one worker without waiting for it (e.g. while its Redis is still down)."""
+        return self._spawn(self.env(**overrides))
+
     def _spawn(self, env: dict[str, str]) -> subprocess.Popen[bytes]:
         log = self._log_dir / f"worker-{len(self.procs)}.log"
         with log.open("wb") as out:
