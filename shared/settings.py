@@ -212,6 +212,26 @@ class Settings:
         return out
 
 
+def env_names() -> frozenset[str]:
+    """Every environment variable `Settings.from_env` reads (tools that must keep a
+    developer's own settings out of a child process strip these)."""
+    seen = _ReadRecorder()
+    Settings.from_env(seen)
+    return frozenset(seen.names)
+
+
+class _ReadRecorder(dict[str, str]):
+    """An empty environment that remembers which names were looked up."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: set[str] = set()
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self.names.add(key)
+        return default
+
+
 _NO_OVERRIDES = TenantConfig()
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 _SECRETS = {
