@@ -47,6 +47,7 @@ class Settings:
     whatsapp_access_token: str = ""
     whatsapp_api_base_url: str = "https://graph.facebook.com"
     whatsapp_api_version: str = "v23.0"
+    whatsapp_timeout_s: float = 15.0
 
     chatwoot_base_url: str = "https://app.chatwoot.com"
     chatwoot_api_access_token: str = ""
@@ -102,6 +103,7 @@ class Settings:
                 env, "WHATSAPP_API_BASE_URL", d.whatsapp_api_base_url
             ).rstrip("/"),
             "whatsapp_api_version": _str(env, "WHATSAPP_API_VERSION", d.whatsapp_api_version),
+            "whatsapp_timeout_s": _num(env, "WHATSAPP_TIMEOUT_S", d.whatsapp_timeout_s, float),
             "chatwoot_base_url": _str(env, "CHATWOOT_BASE_URL", d.chatwoot_base_url).rstrip("/"),
             "chatwoot_api_access_token": env.get("CHATWOOT_API_ACCESS_TOKEN", "").strip(),
             "chatwoot_webhook_secrets": _list(env, "CHATWOOT_WEBHOOK_SECRET"),
@@ -145,7 +147,7 @@ class Settings:
     def validate(self) -> None:
         positive = (
             "redis_timeout_s debounce_window_s max_wait_s lease_s lease_renew_s max_attempts "
-            "ai_max_tokens ai_timeout_s memory_ttl_s "
+            "ai_max_tokens ai_timeout_s memory_ttl_s whatsapp_timeout_s "
             "retry_base_s review_after_s worker_concurrency poll_interval_s dedupe_ttl_s "
             "max_body_bytes"
         ).split()

@@ -53,7 +53,11 @@ class WhatsAppSender:
         self._settings = settings
         self._client = client or httpx.AsyncClient(
             base_url=f"{settings.whatsapp_api_base_url}/{settings.whatsapp_api_version}",
-            timeout=httpx.Timeout(15.0, connect=5.0),
+            # A send slower than this is retried (RetryLater); connecting never takes longer
+            # than 5 s, however long a send may.
+            timeout=httpx.Timeout(
+                settings.whatsapp_timeout_s, connect=min(5.0, settings.whatsapp_timeout_s)
+            ),
             limits=httpx.Limits(max_connections=100, max_keepalive_connections=20),
         )
 
