@@ -487,6 +487,8 @@ class Worker:
             batch.reply = reply
         limit = getattr(sender, "max_part_chars", WHATSAPP_MAX_CHARS)
         parts = split_reply(reply, limit)
+        batch.parts_total = len(parts)
+        batch.note_template = functools.partial(self._note_template, batch)
         for index, part in enumerate(parts):
             if index in batch.sent_parts:
                 continue
@@ -505,6 +507,15 @@ class Worker:
                 raise LeaseLost
             batch.sent_parts[index] = provider_id
         return reply
+
+    async def _note_template(self, batch: Batch, sending: bool) -> None:
+        """`Batch.note_template`: persist, under the lease, whether the template went out."""
+        noted = await self._while_leased(
+            functools.partial(self.store.mark_template, batch, sending), batch, "note a template"
+        )
+        if not noted:
+            raise LeaseLost
+        batch.template_sent = sending
 
     async def _failed(self, batch: Batch, exc: Exception) -> None:
         s = self.settings
