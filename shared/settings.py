@@ -47,6 +47,7 @@ class Settings:
     whatsapp_access_token: str = ""
     whatsapp_api_base_url: str = "https://graph.facebook.com"
     whatsapp_api_version: str = "v23.0"
+    whatsapp_timeout_s: float = 15.0
 
     chatwoot_base_url: str = "https://app.chatwoot.com"
     chatwoot_api_access_token: str = ""
@@ -102,6 +103,7 @@ class Settings:
                 env, "WHATSAPP_API_BASE_URL", d.whatsapp_api_base_url
             ).rstrip("/"),
             "whatsapp_api_version": _str(env, "WHATSAPP_API_VERSION", d.whatsapp_api_version),
+            "whatsapp_timeout_s": _num(env, "WHATSAPP_TIMEOUT_S", d.whatsapp_timeout_s, float),
             "chatwoot_base_url": _str(env, "CHATWOOT_BASE_URL", d.chatwoot_base_url).rstrip("/"),
             "chatwoot_api_access_token": env.get("CHATWOOT_API_ACCESS_TOKEN", "").strip(),
             "chatwoot_webhook_secrets": _list(env, "CHATWOOT_WEBHOOK_SECRET"),
@@ -145,7 +147,7 @@ class Settings:
     def validate(self) -> None:
         positive = (
             "redis_timeout_s debounce_window_s max_wait_s lease_s lease_renew_s max_attempts "
-            "ai_max_tokens ai_timeout_s memory_ttl_s "
+            "ai_max_tokens ai_timeout_s memory_ttl_s whatsapp_timeout_s "
             "retry_base_s review_after_s worker_concurrency poll_interval_s dedupe_ttl_s "
             "max_body_bytes"
         ).split()
@@ -210,6 +212,26 @@ class Settings:
                 value = _mask_url(value)
             out[f.name] = value
         return out
+
+
+def env_names() -> frozenset[str]:
+    """Every environment variable `Settings.from_env` reads (tools that must keep a
+    developer's own settings out of a child process strip these)."""
+    seen = _ReadRecorder()
+    Settings.from_env(seen)
+    return frozenset(seen.names)
+
+
+class _ReadRecorder(dict[str, str]):
+    """An empty environment that remembers which names were looked up."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: set[str] = set()
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self.names.add(key)
+        return default
 
 
 _NO_OVERRIDES = TenantConfig()

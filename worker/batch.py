@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,7 +61,16 @@ class Batch:
     # provider already accepted: part index -> provider message id ("" = deliberately skipped).
     reply: str | None = None
     sent_parts: dict[int, str] = field(default_factory=dict)
+    # How many parts the reply was split into (0 until the turn splits it).
+    parts_total: int = 0
+    # The tenant's template went out (or was about to: see `mark_template`) for this batch,
+    # in this attempt or an earlier one: no second template, no more parts.
     template_sent: bool = False
+    # Set by the worker for the turn: `await note_template(True)` notes on the batch in Redis,
+    # under the lease, that the template goes out and sets `template_sent`; `(False)` undoes
+    # both (Meta refused it). Raises LeaseLost if the lease is gone. A sender calls it before
+    # the template request (None outside a worker's turn: then only the flag is kept).
+    note_template: Callable[[bool], Awaitable[None]] | None = field(default=None, repr=False)
     # The last part, sent but left for the finish to record: (index, provider id).
     unrecorded_part: tuple[int, str] | None = None
 
@@ -91,6 +101,7 @@ class Batch:
             last_inbound_ts=int(fields.pop("last_inbound", 0) or 0),
             reply=fields.get("reply"),
             sent_parts=sent_parts,
+            template_sent=fields.get("template") == "1",
         )
 
     def window_closed(self, now_s: float, window_s: float = SERVICE_WINDOW_S) -> bool:

@@ -33,7 +33,7 @@ from typing import Any, TypeVar
 import orjson
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from shared.group_commit import GroupCommitter
@@ -52,6 +52,10 @@ from worker.sweep import Sweep
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+# Waiting for Redis at start-up: the first retry after this long, doubling up to the cap.
+REDIS_WAIT_FIRST_S = 0.5
+REDIS_WAIT_MAX_S = 5.0
 
 
 @dataclass
@@ -101,11 +105,16 @@ class Worker:
         self._background: list[asyncio.Task[None]] = []
         self._farewells: list[asyncio.Task[None]] = []  # wake-ups sent while shutting down
         self.redis: Any = None
+        self._commit_redis: Any = None
         self._pubsub_redis: Redis | None = None
 
     # --- lifecycle ------------------------------------------------------------------------
     async def run(self) -> None:
-        await self.startup()
+        try:
+            await self.startup()
+        except BaseException:
+            await self._close_clients()
+            raise
         try:
             await self.main_loop()
         finally:
@@ -130,7 +139,8 @@ class Worker:
         self.redis = make_redis(s)
         self.scripts = Scripts()
         log_startup(log, "worker", s)
-        await self.scripts.load(self.redis)
+        if not await self._wait_for_redis():
+            return  # a signal came first: main_loop sees `_stopping` and returns at once
         await warn_if_not_persistent(self.redis, s.redis_timeout_s, log)
         # Turn traffic goes through the committer on its own connection pool, bounded per round
         # rather than per reply (see GroupCommitter).
@@ -173,6 +183,34 @@ class Worker:
             ",".join(f"{c}:{type(x).__name__}" for c, x in sorted(self._senders.items())),
         )
 
+    async def _wait_for_redis(self) -> bool:
+        """Load the scripts, retrying with capped backoff while Redis does not answer (a
+        worker may start before its Redis, e.g. both deployed at once); one line per attempt.
+        False if a signal came first."""
+        url = self.settings.masked()["redis_url"]
+        delay, attempt = REDIS_WAIT_FIRST_S, 1
+        while True:
+            try:
+                await self.scripts.load(self.redis)
+            except (RedisError, RedisClusterException, OSError) as exc:
+                if self._stopping:
+                    return False
+                log.warning(
+                    "redis not reachable at start-up (%s, attempt %d): %s; next try in %.1fs",
+                    url,
+                    attempt,
+                    exc,
+                    delay,
+                )
+                await self._sleep(delay)  # a signal sets `_wake`: it ends the wait at once
+                if self._stopping:
+                    return False
+                delay, attempt = min(delay * 2, REDIS_WAIT_MAX_S), attempt + 1
+            else:
+                if attempt > 1:
+                    log.info("redis answered after %d attempts", attempt)
+                return True
+
     async def shutdown(self) -> None:
         running = [t.task for t in self._turns.values() if t.task]
         if running:
@@ -191,12 +229,14 @@ class Worker:
             task.cancel()
         await asyncio.gather(*self._background, *self._farewells, return_exceptions=True)
         await self._close_owned()
-        if self._pubsub_redis is not None:
-            await self._pubsub_redis.aclose()
-        if self.redis is not None:
-            await self.redis.aclose()
-            await self._commit_redis.aclose()
+        await self._close_clients()
         log.info("worker %s stopped", self.worker_id)
+
+    async def _close_clients(self) -> None:
+        for client in (self._pubsub_redis, self.redis, self._commit_redis):
+            if client is not None:
+                await client.aclose()
+        self._pubsub_redis = self.redis = self._commit_redis = None
 
     async def _close_owned(self) -> None:
         """Close the HTTP clients of the brain and sender this worker loaded (`aclose()`)."""
@@ -447,6 +487,8 @@ class Worker:
             batch.reply = reply
         limit = getattr(sender, "max_part_chars", WHATSAPP_MAX_CHARS)
         parts = split_reply(reply, limit)
+        batch.parts_total = len(parts)
+        batch.note_template = functools.partial(self._note_template, batch)
         for index, part in enumerate(parts):
             if index in batch.sent_parts:
                 continue
@@ -465,6 +507,15 @@ class Worker:
                 raise LeaseLost
             batch.sent_parts[index] = provider_id
         return reply
+
+    async def _note_template(self, batch: Batch, sending: bool) -> None:
+        """`Batch.note_template`: persist, under the lease, whether the template went out."""
+        noted = await self._while_leased(
+            functools.partial(self.store.mark_template, batch, sending), batch, "note a template"
+        )
+        if not noted:
+            raise LeaseLost
+        batch.template_sent = sending
 
     async def _failed(self, batch: Batch, exc: Exception) -> None:
         s = self.settings

@@ -115,6 +115,17 @@ class ConversationStore:
         )
         return bool(int(result))
 
+    async def mark_template(self, batch: Batch, sending: bool) -> bool:
+        """Note that the template is about to go out for this batch (before the request, so
+        no retry sends it twice), or clear the note (`sending=False`: Meta refused it);
+        False if the lock is lost."""
+        k = self.keys.tenant(batch.tenant)
+        args = [k.conversation_prefix, batch.person, batch.token, "1" if sending else "0"]
+        result = await self._committer.submit(
+            lambda p: self._scripts.mark_template.queue(p, [k.stats], args)
+        )
+        return bool(int(result))
+
     async def finish_retry(self, batch: Batch, delay_s: float, error: str) -> bool:
         return await self._finish(batch, "retry", int(delay_s * 1000), error[:2000])
 
@@ -123,7 +134,12 @@ class ConversationStore:
     ) -> bool:
         """Park the batch on the review list; `handoff` says whether the provider was told
         ("done", "failed: ..."; "" where it has no hand-off, and then the item has no field)."""
-        extra = {"handoff": handoff} if handoff else {}
+        extra: dict[str, Any] = {"handoff": handoff} if handoff else {}
+        if batch.sent_parts:
+            # What the person already has of the reply (part index -> provider id; "" =
+            # not sent on purpose), so whoever takes the batch over continues from there.
+            extra["parts_sent"] = {str(i): batch.sent_parts[i] for i in sorted(batch.sent_parts)}
+            extra["parts_total"] = batch.parts_total
         item = orjson.dumps(
             {
                 **extra,

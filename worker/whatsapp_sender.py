@@ -3,8 +3,10 @@
 - `begin_turn` marks the last message read and shows the typing indicator (one call); it is
   best effort: a failure there never fails the turn.
 - `send` sends one text part and returns the wamid Meta gave it. Outside the 24-hour window
-  (known from the person's last inbound message, or Meta's error 131047) it sends the tenant's
-  template instead, once per batch, or parks the batch for review ("window_closed").
+  (known from the person's last inbound message, or Meta's error 131047, on any part) it sends
+  the tenant's template instead of the rest of the reply, once per batch (noted on the batch
+  before the request, so a retry never sends it again), or parks the batch for review
+  ("window_closed", the parts already sent listed on the item).
 - Meta's error codes decide: throughput and transient errors are retried with backoff
   (`RetryLater`); window, undeliverable, bad request and expired token go to review with the
   code and message (`NeedsReview`).
@@ -53,7 +55,11 @@ class WhatsAppSender:
         self._settings = settings
         self._client = client or httpx.AsyncClient(
             base_url=f"{settings.whatsapp_api_base_url}/{settings.whatsapp_api_version}",
-            timeout=httpx.Timeout(15.0, connect=5.0),
+            # A send slower than this is retried (RetryLater); connecting never takes longer
+            # than 5 s, however long a send may.
+            timeout=httpx.Timeout(
+                settings.whatsapp_timeout_s, connect=min(5.0, settings.whatsapp_timeout_s)
+            ),
             limits=httpx.Limits(max_connections=100, max_keepalive_connections=20),
         )
 
@@ -91,8 +97,12 @@ class WhatsAppSender:
         return False
 
     async def send(self, batch: Batch, text: str, part: int) -> str:
+        if batch.template_sent:
+            # The window closed and the template went out (this attempt or an earlier one):
+            # no text can follow it, and a second template would only repeat it.
+            return ""
         if batch.window_closed(time.time()):
-            return await self._outside_window(batch, part, "last message over 24 h ago")
+            return await self._outside_window(batch, "last message over 24 h ago")
         body = {
             "messaging_product": "whatsapp",
             "recipient_type": "individual",
@@ -104,29 +114,40 @@ class WhatsAppSender:
             return await self._send(batch.tenant, body)
         except GraphError as exc:
             if exc.code == WINDOW_CLOSED:
-                return await self._outside_window(batch, part, f"{exc.code}: {exc.message}")
+                # On a later part too: the earlier parts reached the person, who is outside
+                # the window now. The template tells them; without one a person takes over
+                # (the review item lists the parts already sent).
+                return await self._outside_window(batch, f"{exc.code}: {exc.message}")
             raise _classify(exc) from exc
 
-    async def _outside_window(self, batch: Batch, part: int, why: str) -> str:
-        template = self._settings.tenant(batch.tenant).template
-        if not template:
+    async def _outside_window(self, batch: Batch, why: str) -> str:
+        """Send the tenant's template in place of what is left of the reply (once per batch:
+        noted on the batch before the request, so no retry sends it again, even one whose
+        answer was lost), or park the batch for review when the tenant has none."""
+        tenant = self._settings.tenant(batch.tenant)
+        if not tenant.template:
             raise NeedsReview("window_closed", why)
-        if part > 0 or batch.template_sent:
-            return ""  # one template per batch: later parts are not sent
-        batch.template_sent = True
+        await self._note_template(batch, True)
         body = {
             "messaging_product": "whatsapp",
             "to": batch.person,
             "type": "template",
-            "template": {
-                "name": template,
-                "language": {"code": self._settings.tenant(batch.tenant).template_language},
-            },
+            "template": {"name": tenant.template, "language": {"code": tenant.template_language}},
         }
         try:
             return await self._send(batch.tenant, body)
         except GraphError as exc:
+            # Meta answered with an error: the template did not go out, a retry may send it.
+            # (A timeout or a garbled answer leaves the note: it may have gone out.)
+            await self._note_template(batch, False)
             raise _classify(exc) from exc
+
+    @staticmethod
+    async def _note_template(batch: Batch, sending: bool) -> None:
+        if batch.note_template is not None:
+            await batch.note_template(sending)
+        else:
+            batch.template_sent = sending
 
     async def _send(self, tenant: str, body: dict[str, Any]) -> str:
         data = await self._post(tenant, body)

@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import httpx
 import pytest
 from redis.asyncio import Redis
 
@@ -22,7 +21,6 @@ from scripts.standins import (
 )
 from tests.delivery.support import PLAIN_TENANT, TENANT, InProcessWorkers, ai_requests
 from tests.worker.support import push_message, review_items, stats, wait_for
-from worker.whatsapp_sender import WhatsAppSender
 
 PERSON = "5491155550041"
 REPLY = "Sí, tenemos turno el sábado."
@@ -37,13 +35,10 @@ def graph_sends(graph: GraphApiStandIn) -> list[Any]:
 async def start_worker(
     workers: InProcessWorkers, graph: GraphApiStandIn, short_timeout: bool = False, **env: object
 ) -> None:
-    sender = None
+    """`short_timeout`: the Graph client gives up sooner than the production 15 s."""
     if short_timeout:
-        # The real sender, with an httpx client that gives up sooner than the production 15 s.
-        settings = workers.settings(**env)
-        client = httpx.AsyncClient(base_url=f"{graph.url}/v23.0", timeout=CLIENT_TIMEOUT_S)
-        sender = WhatsAppSender(settings, client=client)
-    await workers.start(sender=sender, **env)
+        env["WHATSAPP_TIMEOUT_S"] = CLIENT_TIMEOUT_S
+    await workers.start(**env)
 
 
 async def ended(redis: Redis, prefix: str, tenant: str = TENANT, count: int = 1) -> dict[str, int]:
@@ -55,6 +50,28 @@ async def ended(redis: Redis, prefix: str, tenant: str = TENANT, count: int = 1)
         return s if done >= count else None
 
     return await wait_for(counted, f"{count} turn(s) ended")
+
+
+async def test_whatsapp_timeout_s_bounds_each_graph_api_call(
+    redis: Redis,
+    prefix: str,
+    workers: InProcessWorkers,
+    graph: GraphApiStandIn,
+    ai: MessagesApiStandIn,
+) -> None:
+    """A send hanging 5 s is given up after `WHATSAPP_TIMEOUT_S` (0.5) and retried at once
+    (retry base 0.1 s); with the former fixed 15 s the retry would come after the hang."""
+    await start_worker(workers, graph, WHATSAPP_TIMEOUT_S=0.5)
+    graph.hang_next(1, 5.0, code=131000, kinds=["text"])
+    ai.queue_reply(REPLY)
+    await push_message(redis, prefix, PERSON, "wamid.t0", "hola")
+
+    counts = await ended(redis, prefix)
+    first, second = attempts_to(graph, PERSON)
+    assert second.time - first.time < 3.0, "the client waited for the hang to end"
+    assert [m.body for m in graph.sent_texts(PERSON)] == [REPLY]
+    assert counts["turns"] == 1 and counts["retries"] == 1, counts
+    assert len(ai_requests(ai)) == 1
 
 
 # Each case is a fault for one recipient: the stand-in matches faults by `to`, so every case

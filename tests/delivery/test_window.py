@@ -5,10 +5,11 @@ window is known from the person's last inbound message, or from Meta answering 1
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from redis.asyncio import Redis
 
-from scripts.standins import GraphApiStandIn, MessagesApiStandIn
+from scripts.standins import GraphApiStandIn, GraphFault, MessagesApiStandIn
 from shared.keys import Keys
 from shared.scripts import Scripts
 from tests.delivery.support import (
@@ -172,3 +173,118 @@ async def test_a_day_old_batch_requeued_from_review_gets_the_template(
     await _turns(redis, prefix, 2)
     assert graph.sent_texts() == [] and graph.read_receipts() == []
     assert len(ai_requests(ai)) == 1 and await review_items(redis, prefix) == []
+
+
+def _template_requests(graph: GraphApiStandIn, person: str) -> list[Any]:
+    """Every template request to `person`, answered or not."""
+    return [r for r in graph.requests if r.kind == "template" and r.extra.get("to") == person]
+
+
+def _text_requests(graph: GraphApiStandIn, person: str) -> list[Any]:
+    return [r for r in graph.requests if r.kind == "text" and r.extra.get("to") == person]
+
+
+async def test_a_retry_after_the_template_went_out_never_sends_it_again(
+    redis: Redis,
+    prefix: str,
+    workers: InProcessWorkers,
+    graph: GraphApiStandIn,
+    ai: MessagesApiStandIn,
+) -> None:
+    """Meta accepts the template but its answer never comes (the client times out): the turn
+    is retried, and the retry must not send a second template. What went out is noted on the
+    batch before the request, so a worker that resumes it knows too."""
+    await workers.start(WHATSAPP_TIMEOUT_S=0.5, **PATIENT)
+    graph.hang_next(1, 2.0, kinds=["template"])  # accepted after 2 s, the client gone by then
+    ai.queue_reply("Hola, ¿seguimos?")
+    await push_message(redis, prefix, PERSON, "wamid.w8", "hola", ts=int(time.time()) - DAY_S - 600)
+    await _turns(redis, prefix, 1)
+
+    counts = await stats(redis, prefix)
+    assert counts["retries"] == 1, counts  # the timeout, then the retry that ended the turn
+    await graph.await_for(lambda: graph.sent_templates(PERSON), timeout=10)  # the hung one
+    assert len(_template_requests(graph, PERSON)) == 1
+    assert graph.sent_texts() == [] and len(ai_requests(ai)) == 1
+    assert await review_items(redis, prefix) == []
+
+
+def _first_text_then_131047(graph: GraphApiStandIn, person: str) -> None:
+    """The first text to `person` is accepted, every later one gets 131047 (window closed)."""
+    graph.add_fault(GraphFault(to=person, kinds=frozenset({"text"}), count=1))  # passes through
+    graph.fail_recipient(person, 131047, message="Re-engagement message", kinds=["text"])
+
+
+async def test_131047_on_a_later_part_sends_the_template_once_and_nothing_more(
+    redis: Redis,
+    prefix: str,
+    workers: InProcessWorkers,
+    graph: GraphApiStandIn,
+    ai: MessagesApiStandIn,
+) -> None:
+    """Part 1 reached the person; part 2 finds the window closed: the person is told with the
+    template (once), the third part is not tried, and the turn ends answered."""
+    await workers.start()
+    ai.queue_reply(THREE_PARTS)
+    _first_text_then_131047(graph, PERSON)
+    await push_message(redis, prefix, PERSON, "wamid.w9", "hola")
+    await _turns(redis, prefix, 1)
+
+    (first,) = graph.sent_texts(PERSON)
+    assert first.body is not None and first.body.startswith("Parte 0")
+    (template,) = graph.sent_templates(PERSON)
+    assert template.template_name == TEMPLATE
+    assert len(_text_requests(graph, PERSON)) == 2, "part 3 is not tried after the 131047"
+    assert len(_template_requests(graph, PERSON)) == 1
+    assert await review_items(redis, prefix) == []
+    counts = await stats(redis, prefix)
+    assert counts["turns"] == 1 and "retries" not in counts, counts
+
+
+async def test_131047_on_a_later_part_without_a_template_parks_what_was_sent(
+    redis: Redis,
+    prefix: str,
+    workers: InProcessWorkers,
+    graph: GraphApiStandIn,
+    ai: MessagesApiStandIn,
+) -> None:
+    """No template: the batch goes to review as window_closed, and the item says which parts
+    the person already has, so whoever picks it up continues from there."""
+    await workers.start()
+    ai.queue_reply(THREE_PARTS)
+    _first_text_then_131047(graph, PERSON)
+    await push_message(redis, prefix, PERSON, "wamid.w10", "hola", tenant=PLAIN_TENANT)
+
+    async def parked() -> list[dict[str, Any]]:
+        return await review_items(redis, prefix, PLAIN_TENANT)
+
+    (item,) = await wait_for(parked, "the batch in review")
+    (first,) = graph.sent_texts(PERSON)
+    assert item["reason"] == "window_closed"
+    assert item["error"] == "131047: Re-engagement message"
+    assert item["parts_sent"] == {"0": first.wamid}
+    assert item["parts_total"] == 3
+    assert graph.sent_templates() == [] and len(_text_requests(graph, PERSON)) == 2
+    assert "retries" not in await stats(redis, prefix, PLAIN_TENANT)
+
+
+async def test_a_template_meta_refused_is_sent_again_by_the_retry(
+    redis: Redis,
+    prefix: str,
+    workers: InProcessWorkers,
+    graph: GraphApiStandIn,
+    ai: MessagesApiStandIn,
+) -> None:
+    """An error answer means the template did not go out: the note is cleared, the retry
+    sends it (the note only stops a second one, never the first)."""
+    await workers.start(**PATIENT)
+    graph.fail_next(1, 131000, kinds=["template"])
+    ai.queue_reply("Hola, ¿seguimos?")
+    await push_message(
+        redis, prefix, PERSON, "wamid.w11", "hola", ts=int(time.time()) - DAY_S - 600
+    )
+    await _turns(redis, prefix, 1)
+
+    assert len(_template_requests(graph, PERSON)) == 2
+    assert len(graph.sent_templates(PERSON)) == 1
+    counts = await stats(redis, prefix)
+    assert counts["retries"] == 1 and counts["turns"] == 1, counts

@@ -27,6 +27,7 @@ from shared import events
 from shared.keys import Keys
 from shared.redis_client import is_cluster
 from shared.scripts import Scripts
+from shared.settings import env_names
 
 T = TypeVar("T")
 REPO = Path(__file__).resolve().parents[2]
@@ -34,14 +35,9 @@ TENANT = "106540352242922"
 RECORDING_BRAIN = "tests.worker.brains:RecordingBrain"
 _SCRIPTS = Scripts()
 
-# Variables of the Settings contract: a developer's own environment must not leak into workers.
-_CONTRACT_VARS = (
-    "REDIS_URL REDIS_CLUSTER REDIS_TIMEOUT_S KEY_PREFIX PORT WHATSAPP_APP_SECRET "
-    "WHATSAPP_VERIFY_TOKEN WHATSAPP_ACCESS_TOKEN WHATSAPP_API_BASE_URL WHATSAPP_API_VERSION "
-    "ANTHROPIC_API_KEY ANTHROPIC_BASE_URL AI_MODEL SYSTEM_PROMPT BRAIN SENDER TENANTS_FILE "
-    "DEBOUNCE_WINDOW_S MAX_WAIT_S LEASE_S LEASE_RENEW_S MAX_ATTEMPTS RETRY_BASE_S "
-    "REVIEW_AFTER_S WORKER_CONCURRENCY POLL_INTERVAL_S SHUTDOWN_GRACE_S DEDUPE_TTL_S"
-).split()
+# Variables of the Settings contract, and those the anthropic SDK reads itself: a developer's
+# own environment must not leak into workers. Derived from what Settings.from_env reads.
+_CONTRACT_VARS = frozenset(env_names() | {"ANTHROPIC_BASE_URL", "ANTHROPIC_AUTH_TOKEN"})
 
 
 def now_ms() -> int:
@@ -293,6 +289,10 @@ class WorkerFleet:
         started = [self._spawn(self.env(**overrides)) for _ in range(count)]
         await self.wait_subscribed(sum(1 for p in self.procs if p.poll() is None))
         return started
+
+    def launch(self, **overrides: object) -> subprocess.Popen[bytes]:
+        """Start one worker without waiting for it (e.g. while its Redis is still down)."""
+        return self._spawn(self.env(**overrides))
 
     def _spawn(self, env: dict[str, str]) -> subprocess.Popen[bytes]:
         log = self._log_dir / f"worker-{len(self.procs)}.log"
