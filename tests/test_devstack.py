@@ -28,20 +28,14 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from shared.keys import Keys
 from shared.redis_server import RedisServer, free_port
+from shared.settings import env_names
 
 REPO = Path(__file__).resolve().parent.parent
 VENV_PYTHON = REPO / ".venv" / "bin" / "python"
 PYTHON = str(VENV_PYTHON) if VENV_PYTHON.exists() else sys.executable
 DEVSTACK = REPO / "scripts" / "devstack.py"
-PRODUCT_VARIABLES = (
-    "REDIS_URL REDIS_CLUSTER REDIS_TIMEOUT_S KEY_PREFIX PORT WHATSAPP_APP_SECRET "
-    "WHATSAPP_VERIFY_TOKEN WHATSAPP_ACCESS_TOKEN WHATSAPP_API_BASE_URL WHATSAPP_API_VERSION "
-    "ANTHROPIC_API_KEY ANTHROPIC_BASE_URL AI_MODEL SYSTEM_PROMPT BRAIN SENDER TENANTS_FILE "
-    "DEBOUNCE_WINDOW_S MAX_WAIT_S LEASE_S LEASE_RENEW_S MAX_ATTEMPTS RETRY_BASE_S "
-    "REVIEW_AFTER_S WORKER_CONCURRENCY POLL_INTERVAL_S SHUTDOWN_GRACE_S DEDUPE_TTL_S "
-    "CHATWOOT_WEBHOOK_SECRET CHATWOOT_WEBHOOK_TOKEN CHATWOOT_API_ACCESS_TOKEN CHATWOOT_BASE_URL "
-    "CHATWOOT_ONLY_PENDING"
-).split()
+# Every setting the product reads, so a developer's own values never reach the stack.
+PRODUCT_VARIABLES = env_names() | {"ANTHROPIC_BASE_URL", "ANTHROPIC_AUTH_TOKEN"}
 
 
 def load_devstack() -> ModuleType:
