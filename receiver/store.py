@@ -36,6 +36,7 @@ from typing import Any
 
 from receiver.parsing import Item
 from shared.keys import Keys
+from shared.raw_pipeline import RawPipeline
 from shared.redis_client import is_cluster
 from shared.scripts import Scripts, is_noscript
 
@@ -89,6 +90,7 @@ class InboxWriter:
         self._registered: set[str] = set()
         self._registered_at = 0.0
         self._cluster = is_cluster(redis)
+        self._wire = None if self._cluster else RawPipeline(redis)
 
     async def save(self, items: dict[str, list[Item]], deadletter: bytes | None = None) -> Saved:
         """Store every item (grouped by tenant) and the optional dead-letter body."""
@@ -177,18 +179,22 @@ class InboxWriter:
                 chunk = slice(i, i + MAX_ITEMS_PER_CALL)
                 calls.append((tenant, [inbox, *seen[chunk]], [self._dedupe_ttl_s, *data[chunk]]))
         ingest = self._scripts.ingest
-        pipe = self._redis.pipeline(transaction=False)
+        commands: list[tuple[Any, ...]] = []
         unregistered = self._unregistered(round_.seen)
         if unregistered:
-            pipe.sadd(keys.tenants, *unregistered)
+            commands.append(("SADD", keys.tenants, *unregistered))
         for _, script_keys, script_args in calls:
-            ingest.queue(pipe, script_keys, script_args)
+            commands.append(ingest.command(script_keys, script_args))
         if round_.deadletters:
-            pipe.lpush(keys.deadletter, *round_.deadletters)
+            commands.append(("LPUSH", keys.deadletter, *round_.deadletters))
         wake = ",".join(round_.seen)
         if wake and not self._cluster:
-            pipe.publish(keys.wake_channel, wake)
-        results = await pipe.execute(raise_on_error=False)
+            commands.append(("PUBLISH", keys.wake_channel, wake))
+        if self._cluster:
+            results = await self._send_pipeline(commands)
+        else:
+            assert self._wire is not None
+            results = await self._wire.exchange(commands)
         offset = 1 if unregistered else 0
         replies = list(results[offset : offset + len(calls)])
         if any(is_noscript(r) for r in replies):
@@ -211,3 +217,10 @@ class InboxWriter:
         for (tenant, _, _), reply in zip(calls, replies, strict=True):
             per_tenant.setdefault(tenant, []).extend(int(r) for r in reply)
         return per_tenant
+
+    async def _send_pipeline(self, commands: list[tuple[Any, ...]]) -> list[Any]:
+        """The cluster path: redis-py's cluster pipeline splits the round per node."""
+        pipe = self._redis.pipeline(transaction=False)
+        for command in commands:
+            pipe.execute_command(*command)
+        return list(await pipe.execute(raise_on_error=False))
