@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from receiver.parsing import Item
 from shared.keys import Keys
@@ -49,8 +49,7 @@ class StoreUnavailable(Exception):
     """Redis failed or did not confirm in time: nothing may be acknowledged."""
 
 
-@dataclass(frozen=True, slots=True)
-class Saved:
+class Saved(NamedTuple):
     """What the ingest script answered for one request: new items and duplicates."""
 
     stored: int
