@@ -35,13 +35,14 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from receiver.parsing import Item
-from shared.keys import Keys
+from shared.keys import Keys, TenantKeys
 from shared.raw_pipeline import RawPipeline
 from shared.redis_client import is_cluster
 from shared.scripts import Scripts, is_noscript
 
 MAX_ITEMS_PER_CALL = 500  # bounds how long one script call holds Redis
 ROUNDS_IN_FLIGHT = 1  # rounds sent and not yet answered, at most (one connection each)
+MAX_CACHED_TENANTS = 10_000  # bounds the per-tenant key cache (signed bodies name tenants)
 REGISTRY_REFRESH_S = 60.0  # re-add known tenants this often, in case the registry was reset
 
 
@@ -88,6 +89,7 @@ class InboxWriter:
         self._opening = False  # a new flusher waits one loop turn before taking the round
         self._registered: set[str] = set()
         self._registered_at = 0.0
+        self._keys_by_tenant: dict[str, TenantKeys] = {}
         self._cluster = is_cluster(redis)
         self._wire = None if self._cluster else RawPipeline(redis)
 
@@ -110,7 +112,7 @@ class InboxWriter:
         round_ = self._round
         places = []
         for tenant, batch in items.items():
-            tenant_keys = self._keys.tenant(tenant)
+            tenant_keys = self._tenant_keys(tenant)
             seen = round_.seen.setdefault(tenant, [])
             data = round_.data.setdefault(tenant, [])
             places.append((tenant, len(seen), len(batch)))
@@ -160,6 +162,15 @@ class InboxWriter:
                     [r for t, start, n in places for r in per_tenant[t][start : start + n]]
                 )
 
+    def _tenant_keys(self, tenant: str) -> TenantKeys:
+        # Built once per tenant, not per request (a frozen dataclass and a key check each).
+        tenant_keys = self._keys_by_tenant.get(tenant)
+        if tenant_keys is None:
+            if len(self._keys_by_tenant) >= MAX_CACHED_TENANTS:
+                self._keys_by_tenant.clear()
+            tenant_keys = self._keys_by_tenant[tenant] = self._keys.tenant(tenant)
+        return tenant_keys
+
     def _unregistered(self, tenants: dict[str, list[str]]) -> list[str]:
         now = asyncio.get_running_loop().time()
         if now - self._registered_at > REGISTRY_REFRESH_S:
@@ -172,7 +183,7 @@ class InboxWriter:
         keys = self._keys
         calls: list[tuple[str, list[str], list[bytes | int]]] = []
         for tenant, seen in round_.seen.items():
-            inbox = keys.tenant(tenant).inbox
+            inbox = self._tenant_keys(tenant).inbox
             data = round_.data[tenant]
             for i in range(0, len(seen), MAX_ITEMS_PER_CALL):
                 chunk = slice(i, i + MAX_ITEMS_PER_CALL)
