@@ -225,7 +225,7 @@ class InboxWriter:
         self._registered.update(unregistered)
         per_tenant: dict[str, list[int]] = {}
         for (tenant, _, _), reply in zip(calls, replies, strict=True):
-            per_tenant.setdefault(tenant, []).extend(int(r) for r in reply)
+            per_tenant.setdefault(tenant, []).extend(map(int, reply))
         return per_tenant
 
     async def _send_pipeline(self, commands: list[tuple[Any, ...]]) -> list[Any]:
