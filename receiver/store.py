@@ -32,15 +32,17 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from receiver.parsing import Item
-from shared.keys import Keys
+from shared.keys import Keys, TenantKeys
+from shared.raw_pipeline import RawPipeline
 from shared.redis_client import is_cluster
 from shared.scripts import Scripts, is_noscript
 
 MAX_ITEMS_PER_CALL = 500  # bounds how long one script call holds Redis
 ROUNDS_IN_FLIGHT = 1  # rounds sent and not yet answered, at most (one connection each)
+MAX_CACHED_TENANTS = 10_000  # bounds the per-tenant key cache (signed bodies name tenants)
 REGISTRY_REFRESH_S = 60.0  # re-add known tenants this often, in case the registry was reset
 
 
@@ -48,8 +50,7 @@ class StoreUnavailable(Exception):
     """Redis failed or did not confirm in time: nothing may be acknowledged."""
 
 
-@dataclass(frozen=True, slots=True)
-class Saved:
+class Saved(NamedTuple):
     """What the ingest script answered for one request: new items and duplicates."""
 
     stored: int
@@ -88,7 +89,9 @@ class InboxWriter:
         self._opening = False  # a new flusher waits one loop turn before taking the round
         self._registered: set[str] = set()
         self._registered_at = 0.0
+        self._keys_by_tenant: dict[str, TenantKeys] = {}
         self._cluster = is_cluster(redis)
+        self._wire = None if self._cluster else RawPipeline(redis)
 
     async def save(self, items: dict[str, list[Item]], deadletter: bytes | None = None) -> Saved:
         """Store every item (grouped by tenant) and the optional dead-letter body."""
@@ -109,7 +112,7 @@ class InboxWriter:
         round_ = self._round
         places = []
         for tenant, batch in items.items():
-            tenant_keys = self._keys.tenant(tenant)
+            tenant_keys = self._tenant_keys(tenant)
             seen = round_.seen.setdefault(tenant, [])
             data = round_.data.setdefault(tenant, [])
             places.append((tenant, len(seen), len(batch)))
@@ -159,6 +162,15 @@ class InboxWriter:
                     [r for t, start, n in places for r in per_tenant[t][start : start + n]]
                 )
 
+    def _tenant_keys(self, tenant: str) -> TenantKeys:
+        # Built once per tenant, not per request (a frozen dataclass and a key check each).
+        tenant_keys = self._keys_by_tenant.get(tenant)
+        if tenant_keys is None:
+            if len(self._keys_by_tenant) >= MAX_CACHED_TENANTS:
+                self._keys_by_tenant.clear()
+            tenant_keys = self._keys_by_tenant[tenant] = self._keys.tenant(tenant)
+        return tenant_keys
+
     def _unregistered(self, tenants: dict[str, list[str]]) -> list[str]:
         now = asyncio.get_running_loop().time()
         if now - self._registered_at > REGISTRY_REFRESH_S:
@@ -171,24 +183,28 @@ class InboxWriter:
         keys = self._keys
         calls: list[tuple[str, list[str], list[bytes | int]]] = []
         for tenant, seen in round_.seen.items():
-            inbox = keys.tenant(tenant).inbox
+            inbox = self._tenant_keys(tenant).inbox
             data = round_.data[tenant]
             for i in range(0, len(seen), MAX_ITEMS_PER_CALL):
                 chunk = slice(i, i + MAX_ITEMS_PER_CALL)
                 calls.append((tenant, [inbox, *seen[chunk]], [self._dedupe_ttl_s, *data[chunk]]))
         ingest = self._scripts.ingest
-        pipe = self._redis.pipeline(transaction=False)
+        commands: list[tuple[Any, ...]] = []
         unregistered = self._unregistered(round_.seen)
         if unregistered:
-            pipe.sadd(keys.tenants, *unregistered)
+            commands.append(("SADD", keys.tenants, *unregistered))
         for _, script_keys, script_args in calls:
-            ingest.queue(pipe, script_keys, script_args)
+            commands.append(ingest.command(script_keys, script_args))
         if round_.deadletters:
-            pipe.lpush(keys.deadletter, *round_.deadletters)
+            commands.append(("LPUSH", keys.deadletter, *round_.deadletters))
         wake = ",".join(round_.seen)
         if wake and not self._cluster:
-            pipe.publish(keys.wake_channel, wake)
-        results = await pipe.execute(raise_on_error=False)
+            commands.append(("PUBLISH", keys.wake_channel, wake))
+        if self._cluster:
+            results = await self._send_pipeline(commands)
+        else:
+            assert self._wire is not None
+            results = await self._wire.exchange(commands)
         offset = 1 if unregistered else 0
         replies = list(results[offset : offset + len(calls)])
         if any(is_noscript(r) for r in replies):
@@ -209,5 +225,12 @@ class InboxWriter:
         self._registered.update(unregistered)
         per_tenant: dict[str, list[int]] = {}
         for (tenant, _, _), reply in zip(calls, replies, strict=True):
-            per_tenant.setdefault(tenant, []).extend(int(r) for r in reply)
+            per_tenant.setdefault(tenant, []).extend(map(int, reply))
         return per_tenant
+
+    async def _send_pipeline(self, commands: list[tuple[Any, ...]]) -> list[Any]:
+        """The cluster path: redis-py's cluster pipeline splits the round per node."""
+        pipe = self._redis.pipeline(transaction=False)
+        for command in commands:
+            pipe.execute_command(*command)
+        return list(await pipe.execute(raise_on_error=False))

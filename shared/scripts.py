@@ -50,7 +50,11 @@ class Script:
         method, yet routes a queued EVALSHA by its keys' slot; on one server it is the same
         command `evalsha` would queue.
         """
-        pipe.execute_command("EVALSHA", self.sha, len(keys), *keys, *args)
+        pipe.execute_command(*self.command(keys, args))
+
+    def command(self, keys: Sequence[str], args: Sequence[ScriptArg]) -> tuple[ScriptArg, ...]:
+        """The EVALSHA command calling this script, as a tuple of its name and arguments."""
+        return ("EVALSHA", self.sha, len(keys), *keys, *args)
 
 
 class Scripts:

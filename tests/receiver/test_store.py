@@ -164,3 +164,17 @@ async def test_a_request_right_after_an_answer_is_never_left_waiting(
     done = await asyncio.wait_for(asyncio.gather(*(connection(n) for n in range(3))), 10)
     assert done == [[(1, 0)] * 30] * 3
     assert len(await inbox(redis)) == 90
+
+
+async def test_many_tenants_overflow_the_key_cache_and_still_land_in_their_inboxes(
+    untimed: Redis, redis: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(receiver.store, "MAX_CACHED_TENANTS", 2)
+    w = writer(untimed)
+    tenants = [f"1065000000000{n:02d}" for n in range(5)]
+    for tenant in tenants * 2:  # each tenant's keys dropped from the cache and built again
+        body = dumps(payload((tenant, [text_message(f"wamid.cache.{tenant}")], [])))
+        saved = await w.save(parse_body(body, 1).items)
+        assert saved.stored + saved.duplicates == 1
+    for tenant in tenants:
+        assert [e["id"] for e in await inbox(redis, tenant)] == [f"wamid.cache.{tenant}"]

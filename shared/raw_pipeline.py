@@ -1,0 +1,65 @@
+"""A pipeline of commands packed once as RESP and sent on a connection of its own.
+
+redis-py's pipeline packs each queued command in Python, takes a connection from the pool
+(a lock, a readiness check, observability hooks) and gives it back for every round trip: at
+the receiver's ~20 requests per round that was a measurable share of each request's CPU
+(docs/benchmarks/receiver.md). Here hiredis' C packer encodes the whole batch in one go and
+each in-flight batch keeps a connection checked out of the client's pool for as long as the
+process runs, so a round trip is one write and the reads of its replies.
+
+Single server only: a cluster client routes commands per slot, use its own pipeline there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import hiredis
+from redis.exceptions import ResponseError
+
+Command = Sequence[Any]  # name and arguments: str, bytes, int or float
+
+
+class RawPipeline:
+    """Sends batches of commands on connections held from a single-server client's pool."""
+
+    def __init__(self, redis: Any) -> None:
+        self._pool = redis.connection_pool
+        # Idle held connections; one per batch in flight at most. They stay in the pool's
+        # in-use set, so closing the client still disconnects them.
+        self._idle: list[Any] = []
+
+    async def exchange(self, commands: Sequence[Command]) -> list[Any]:
+        """Every command's reply, in order; an error reply is returned as its exception.
+
+        A broken connection is retried per the client's `retry` policy (the whole batch is
+        sent again, like redis-py's pipeline does); any other failure, or cancellation,
+        raises and leaves the connection disconnected, so it never carries stale replies.
+        """
+        payload = b"".join([hiredis.pack_command(tuple(command)) for command in commands])
+        connection = self._idle.pop() if self._idle else await self._pool.get_connection()
+        try:
+            replies: list[Any] = await connection.retry.call_with_retry(
+                lambda: self._round_trip(connection, payload, len(commands)),
+                lambda error: connection.disconnect(),
+            )
+        except BaseException:
+            await connection.disconnect(nowait=True)
+            raise
+        finally:
+            self._idle.append(connection)
+        return replies
+
+    @staticmethod
+    async def _round_trip(connection: Any, payload: bytes, count: int) -> list[Any]:
+        # A health check would cost a PING round trip; a dead connection shows up as a
+        # ConnectionError on the read instead, which the retry policy handles.
+        await connection.send_packed_command(payload, check_health=False)
+        replies: list[Any] = []
+        for _ in range(count):
+            try:
+                replies.append(await connection.read_response())
+            except ResponseError as exc:  # the reply was read: the connection stays in step
+                replies.append(exc)
+        return replies
