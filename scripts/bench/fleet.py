@@ -60,6 +60,7 @@ ROOT = Path(__file__).resolve().parents[2]
 BENCH_DIR = Path(__file__).resolve().parent
 sys.path[:0] = [str(BENCH_DIR), str(ROOT)]
 
+from shared import dispatch_lag  # noqa: E402
 from shared.events import dedupe_id, encode, message_event  # noqa: E402
 from shared.keys import Keys  # noqa: E402
 from shared.redis_server import (  # noqa: E402
@@ -327,15 +328,22 @@ def requests_for(count: int, tenants: list[str], tag: str) -> list[bytes]:
     ]
 
 
-async def post_all(ports: list[int], requests: list[bytes], connections: int) -> Counter[int]:
-    """POST every request once over `connections` keep-alive connections; status counts."""
+async def post_all(
+    ports: list[int], requests: list[bytes], connections: int, rate: float = 0.0
+) -> Counter[int]:
+    """POST every request once over `connections` keep-alive connections; status counts.
+    `rate` > 0: request i goes out no sooner than i / rate seconds after the first."""
     statuses: Counter[int] = Counter()
-    todo: Iterator[bytes] = iter(requests)
+    todo: Iterator[tuple[int, bytes]] = enumerate(requests)
+    loop = asyncio.get_running_loop()
+    start = loop.time()
 
     async def one_connection(port: int) -> None:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         try:
-            for request in todo:
+            for i, request in todo:
+                if rate > 0 and (wait := start + i / rate - loop.time()) > 0:
+                    await asyncio.sleep(wait)
                 writer.write(request)
                 head = await reader.readuntil(b"\r\n\r\n")
                 statuses[int(head[9:12])] += 1
@@ -357,6 +365,43 @@ async def turns_done(client: Any, tenants: list[str]) -> int:
     for tenant in tenants:
         pipe.hget(keys.tenant(tenant).stats, "turns")
     return sum(int(v or 0) for v in await pipe.execute())
+
+
+async def lag_counts(client: Any, tenants: list[str]) -> Counter[str]:
+    """The dispatch-lag fields (due -> claim, recorded by claim.lua) of every tenant, summed."""
+    keys = Keys(PREFIX)
+    total: Counter[str] = Counter()
+    for start in range(0, len(tenants), 1000):
+        pipe = client.pipeline(transaction=False)
+        for tenant in tenants[start : start + 1000]:
+            pipe.hgetall(keys.tenant(tenant).stats)
+        for stats in await pipe.execute():
+            for name, value in stats.items():
+                name = name.decode()
+                if name.startswith(dispatch_lag.BUCKET_PREFIX) or name in (
+                    dispatch_lag.SUM_FIELD,
+                    dispatch_lag.COUNT_FIELD,
+                ):
+                    total[name] += int(value)
+    return total
+
+
+def lag_summary(before: Counter[str], after: Counter[str]) -> dict[str, float]:
+    """Mean and p50/p99 of the claims between two readings (a percentile is the upper bound
+    of the histogram bucket it falls in: 1, 5, 10, 25, 50 ms ...)."""
+    count = after[dispatch_lag.COUNT_FIELD] - before[dispatch_lag.COUNT_FIELD]
+    if count <= 0:
+        return {"lag_mean_ms": float("nan"), "lag_p50_ms": float("nan"), "lag_p99_ms": float("nan")}
+    mean = (after[dispatch_lag.SUM_FIELD] - before[dispatch_lag.SUM_FIELD]) / count
+    bounds = [str(b) for b in dispatch_lag.BUCKETS_MS] + [dispatch_lag.INF]
+    cumulative, found = 0, {}
+    for bound in bounds:
+        name = dispatch_lag.BUCKET_PREFIX + bound
+        cumulative += after[name] - before[name]
+        for q in (0.5, 0.99):
+            if q not in found and cumulative >= q * count:
+                found[q] = float(bound) if bound != dispatch_lag.INF else float("inf")
+    return {"lag_mean_ms": mean, "lag_p50_ms": found[0.5], "lag_p99_ms": found[0.99]}
 
 
 async def wait_turns(client: Any, tenants: list[str], expected: int, timeout_s: float) -> None:
@@ -383,6 +428,8 @@ class Run:
     others_share: float  # machine CPU used by other processes during the run (cores)
     non_200: int
     script_calls: float = 0.0  # EVALSHA calls per message (every node)
+    lag_ms: dict[str, float] = field(default_factory=dict)  # dispatch lag: mean, p50, p99
+    latency_ms: dict[str, float] = field(default_factory=dict)  # webhook in -> reply: p50, p99
     extra: dict[str, float] = field(default_factory=dict)
 
 
@@ -393,6 +440,7 @@ async def measure(
     connections: int,
     tag: str,
     label: str,
+    rate: float = 0.0,
 ) -> Run:
     client = fleet.backend.client()
     try:
@@ -402,12 +450,14 @@ async def measure(
         load = requests_for(messages, tenants, tag)
         cpu0, busy0, own0 = fleet.cpu(), machine_busy(), time.process_time()
         calls0 = script_calls(fleet.backend)
+        lag0 = await lag_counts(client, tenants)
         t0_ms = time.time() * 1000
-        statuses = await post_all(fleet.ports, load, connections)
+        statuses = await post_all(fleet.ports, load, connections, rate)
         posted_ms = time.time() * 1000
         await wait_turns(client, tenants, len(warm) + messages, 120 + messages / 100)
         cpu1, busy1, own1 = fleet.cpu(), machine_busy(), time.process_time()
         calls1 = script_calls(fleet.backend)
+        lag1 = await lag_counts(client, tenants)
     finally:
         await client.aclose()
     fleet.stop()
@@ -415,6 +465,7 @@ async def measure(
     if len(sends) != messages:
         raise RuntimeError(f"{label}: {len(sends)} replies recorded for {messages} messages")
     last_ms = max(s[0] for s in sends)
+    latencies = sorted(s[0] - s[1] for s in sends)
     cpu_us = {k: (cpu1[k] - cpu0[k]) / messages * 1e6 for k in cpu0}
     cpu_us["load generator"] = (own1 - own0) / messages * 1e6
     ours = sum(cpu1[k] - cpu0[k] for k in cpu0) + (own1 - own0)
@@ -432,6 +483,11 @@ async def measure(
         others_share=max(0.0, (busy1 - busy0) - ours) / elapsed_s,
         non_200=sum(n for s, n in statuses.items() if s != 200),
         script_calls=(calls1 - calls0) / messages,
+        lag_ms=lag_summary(lag0, lag1),
+        latency_ms={
+            "p50": latencies[len(latencies) // 2],
+            "p99": latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))],
+        },
     )
 
 
@@ -440,6 +496,9 @@ def describe(run: Run) -> str:
     return (
         f"  {run.label}: {run.rate:,.0f} msg/s end to end (ingest {run.ingest_rate:,.0f}/s), "
         f"CPU µs/msg: {cpu}; {run.script_calls:.2f} script calls/msg; "
+        f"dispatch lag mean {run.lag_ms['lag_mean_ms']:.1f} ms, p50 <= "
+        f"{run.lag_ms['lag_p50_ms']:g} ms, p99 <= {run.lag_ms['lag_p99_ms']:g} ms; "
+        f"webhook to reply p50 {run.latency_ms['p50']:.1f} ms, p99 {run.latency_ms['p99']:.1f} ms; "
         f"other load {run.others_share:.2f} cores"
         + ("" if not run.non_200 else f"; NON-200: {run.non_200}")
     )
@@ -459,7 +518,7 @@ async def run_fleet(
     fleet = Fleet(backend, receivers, workers, out, **fleet_options).start()
     try:
         tag = f"{label}.{time.monotonic_ns()}".replace(" ", "")
-        run = await measure(fleet, tenants, args.messages, args.connections, tag, label)
+        run = await measure(fleet, tenants, args.messages, args.connections, tag, label, args.rate)
     finally:
         fleet.stop()
         shutil.rmtree(out, ignore_errors=True)
@@ -724,6 +783,7 @@ def report(rounds: list[dict[str, list[Any]]], args: argparse.Namespace, started
         lines.append(
             f"- load: {args.messages} one-message webhooks per run (+200 warm-up), "
             f"{args.connections} keep-alive connections, {args.tenants} tenants unless stated"
+            + (f", paced at {args.rate:g} webhooks/s" if args.rate else ", as fast as answered")
         )
     lines.append("")
     baseline = median([r.rate for rnd in rounds for r in rnd.get("scaling", [])[:1]])
@@ -736,8 +796,9 @@ def report(rounds: list[dict[str, list[Any]]], args: argparse.Namespace, started
             "",
             "| run | msg/s end to end | × first row | ingest msg/s | CPU µs/msg "
             "(receivers + workers + Redis) | CPU × first row | script calls/msg "
+            "| dispatch lag mean / p99 (ms) | webhook to reply p50 / p99 (ms) "
             "| load generator µs/msg | other load (cores) |",
-            "| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: |",
+            "| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
         ]
         for i, first in enumerate(table[0]):
             same = [rnd[i] for rnd in table]
@@ -752,6 +813,10 @@ def report(rounds: list[dict[str, list[Any]]], args: argparse.Namespace, started
                 f"{cpu['receivers'] + cpu['workers'] + cpu['redis']:.0f} | "
                 f"{median([total_cpu(r) for r in same]) / cpu_base:.2f} | "
                 f"{median([r.script_calls for r in same]):.2f} | "
+                f"{median([r.lag_ms['lag_mean_ms'] for r in same]):.1f} / "
+                f"≤ {median([r.lag_ms['lag_p99_ms'] for r in same]):g} | "
+                f"{median([r.latency_ms['p50'] for r in same]):.1f} / "
+                f"{median([r.latency_ms['p99'] for r in same]):.1f} | "
                 f"{cpu['load generator']:.0f} | {median([r.others_share for r in same]):.2f} |"
             )
         lines.append("")
@@ -824,6 +889,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=1, help="alternating rounds of each run")
     parser.add_argument("--messages", type=int, default=6000, help="webhooks per run")
     parser.add_argument("--connections", type=int, default=32)
+    parser.add_argument(
+        "--rate",
+        type=float,
+        default=0.0,
+        help="webhooks/s to pace the load at (default: as fast as the receivers answer); "
+        "below capacity, the dispatch lag and latency columns show the fleet's reaction time",
+    )
     parser.add_argument("--shapes", default=SHAPES, help="receivers x workers of the scaling runs")
     parser.add_argument("--tenants", type=int, default=10, help="tenants of the scaling runs")
     parser.add_argument("--tenant-counts", default="10,1000,10000")
