@@ -60,7 +60,7 @@ ROOT = Path(__file__).resolve().parents[2]
 BENCH_DIR = Path(__file__).resolve().parent
 sys.path[:0] = [str(BENCH_DIR), str(ROOT)]
 
-from shared import dispatch_lag  # noqa: E402
+from shared import dispatch_lag, wake  # noqa: E402
 from shared.events import dedupe_id, encode, message_event  # noqa: E402
 from shared.keys import Keys  # noqa: E402
 from shared.redis_server import (  # noqa: E402
@@ -154,6 +154,17 @@ def script_calls(backend: Backend) -> int:
     return total
 
 
+def listening_workers(backend: Backend) -> int:
+    """Workers with their wake-up connection open (named; `CLIENT LIST` of every node)."""
+    prefix = Keys(PREFIX).worker_client_prefix
+    names = set()
+    for url in backend.node_urls:
+        client = redis.Redis.from_url(url)
+        names |= {c["name"] for c in client.client_list() if c["name"].startswith(prefix)}
+        client.close()
+    return len(names)
+
+
 def used_memory(backend: Backend) -> int:
     total = 0
     for url in backend.node_urls:
@@ -229,18 +240,13 @@ class Fleet:
 
     def _wait_ready(self, timeout_s: float = 30.0) -> None:
         deadline = time.monotonic() + timeout_s
-        node = redis.Redis.from_url(self.backend.url)  # workers subscribe on REDIS_URL's node
-        try:
-            while time.monotonic() < deadline:
-                for proc in self.procs:
-                    if proc.poll() is not None:
-                        raise RuntimeError(f"a process exited at start-up: see {self.out}/logs")
-                ((_, listening),) = node.pubsub_numsub(Keys(PREFIX).wake_channel)
-                if int(listening) >= self.workers and all(map(_healthy, self.ports)):
-                    return
-                time.sleep(0.1)
-        finally:
-            node.close()
+        while time.monotonic() < deadline:
+            for proc in self.procs:
+                if proc.poll() is not None:
+                    raise RuntimeError(f"a process exited at start-up: see {self.out}/logs")
+            if listening_workers(self.backend) >= self.workers and all(map(_healthy, self.ports)):
+                return
+            time.sleep(0.1)
         raise RuntimeError(f"the fleet did not come up in {timeout_s}s: see {self.out}/logs")
 
     def cpu(self) -> dict[str, float]:
@@ -725,7 +731,7 @@ async def park_conversations(
         out = Path(tempfile.mkdtemp(prefix="bench-fleet-park-"))
         fleet = Fleet(backend, 0, 1, out, tenants_file=tenants_file).start()
         try:
-            await client.publish(keys.wake_channel, ",".join(tenants))
+            await wake.add(client, keys.wake_queue, tenants)
             deadline = time.monotonic() + 120
             while True:
                 pipe = client.pipeline(transaction=False)
