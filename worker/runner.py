@@ -388,10 +388,13 @@ class Worker:
             claim = await self._claim(tenant, self.free_slots)
             self._apply(tenant, claim)
             return {tenant} if _still_due(claim) else set()
-        # Many tenants: one pipelined intake-only pass tells which of them have work due now,
-        # then claim from those until the slots are full.
+        # Many tenants: one pipelined pass takes their events in and claims an equal share
+        # of the free slots each (none when there are fewer slots than tenants: it is then
+        # intake only), then the slots left go to those still due, earliest first. The
+        # share saves a second claim per tenant whenever the slots suffice, the usual case.
         ordered = sorted(tenants)
-        claims = await asyncio.gather(*(self._claim(t, 0) for t in ordered))
+        share = self.free_slots // len(ordered)
+        claims = await asyncio.gather(*(self._claim(t, share) for t in ordered))
         ready = []
         for tenant, claim in zip(ordered, claims, strict=True):
             self._apply(tenant, claim)

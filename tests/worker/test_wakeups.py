@@ -18,9 +18,11 @@ from dataclasses import dataclass, field
 import pytest
 from redis.asyncio import Redis
 
+from shared.group_commit import GroupCommitter
 from shared.keys import Keys
 from shared.redis_client import is_cluster
 from shared.scripts import Scripts
+from shared.settings import Settings
 from tests.worker.support import (
     TENANT,
     Records,
@@ -29,10 +31,12 @@ from tests.worker.support import (
     wait_exit,
     wait_for,
 )
+from worker.store import ConversationStore
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 NO_SWEEP = {"POLL_INTERVAL_S": "3600"}
 OTHER_TENANT = "106540352242999"
+THIRD_TENANT = "106540352242777"
 SETTLE_S = 1.0  # start-up sweeps done, listeners blocked
 
 
@@ -179,3 +183,35 @@ async def test_a_stopping_worker_hands_the_due_times_it_holds_to_the_fleet(
         # Due 2 s after its message: from the hand-off, not an hour later from a sweep.
         assert turn.start["pid"] == survivor.pid
         assert 2000 - 100 <= turn.start["ms"] - pushed_ms[person] < 2000 + 700, person
+
+
+async def test_one_visit_shares_the_free_slots_among_its_tenants_and_never_overfills(
+    redis: Redis, prefix: str, settings: Settings, fleet: WorkerFleet, records: Records
+) -> None:
+    tenants = [TENANT, OTHER_TENANT, THIRD_TENANT]
+    people = {t: [f"54911{t[-3:]}{p:04d}" for p in range(3)] for t in tenants}
+    for tenant, persons in people.items():
+        for person in persons:
+            await push_message(
+                redis, prefix, person, f"wamid.{person}", "hola !sleep=0.5", tenant=tenant
+            )
+    # Taken in beforehand and due by the time the worker starts: its start-up sweep then
+    # visits the three tenants at once, with 9 conversations due and 4 slots.
+    s = settings.with_overrides(key_prefix=prefix, debounce_window_s=0.05)
+    scripts = Scripts()
+    await scripts.load(redis)
+    store = ConversationStore(s, scripts, GroupCommitter(redis, scripts))
+    for tenant in tenants:
+        await store.claim(tenant, 0, "intake")
+    await asyncio.sleep(0.2)
+    await fleet.start(1, WORKER_CONCURRENCY="4", **NO_SWEEP)
+    for persons in people.values():
+        for person in persons:
+            await records.wait_turns(person, 1, timeout_s=15)
+    turns = await records.turns()
+    assert len(turns) == 9
+    spans = [(t.start["ms"], t.last["ms"]) for t in turns if t.last]
+    most = max(sum(1 for s0, e0 in spans if s0 <= start < e0) for start, _ in spans)
+    assert most == 4, "never more turns than WORKER_CONCURRENCY, and all four slots used"
+    # The first four: a slot for each tenant, then the one left to the earliest due.
+    assert {t.start["tenant"] for t in turns[:4]} == set(tenants)
