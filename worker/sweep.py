@@ -16,7 +16,7 @@ nor to run the claim script on every tenant:
   tenant has none of these keys (Redis deletes an empty list or sorted set). For the few that
   have any, `LLEN inbox`, `ZCOUNT due -inf <now>` and `ZCOUNT running -inf <now>` on Redis's
   clock tell whether there is something to take in, a conversation due, or a lease that ended.
-  Only those tenants get a claim. A worker's own sweep (start-up, resubscription) claims for
+  Only those tenants get a claim. A worker's own sweep (start-up, reconnection) claims for
   every tenant with any of these keys instead: the claim's answer gives it their next due
   times and lease ends, which the worker that held them may have taken with it. Each
   command names one tenant's keys (one slot), so the probe runs unchanged on a cluster,
