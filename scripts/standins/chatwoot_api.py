@@ -629,55 +629,68 @@ class ChatwootApiStandIn(StandInBase):
                 self._finish(record, status, fault.raw_body)
                 return Response(fault.raw_body, status_code=status, media_type=fault.content_type)
             if fault.status is not None:
-                message = fault.message or DEFAULT_ERRORS.get(fault.status, "Error")
-                return answer(fault.status, {"error": message})
+                error = fault.message or DEFAULT_ERRORS.get(fault.status, "Error")
+                return answer(fault.status, {"error": error})
 
-        now = time.time()
         body: dict[str, Any] = record.body
         if kind == "typing":
             self._finish(record, 200, None)
             return Response(b"", status_code=200)
         if kind == "status":
-            status = str(body["status"])
-            record.extra["status_change"] = StatusChange(account, conversation, status, now)
-            with self._lock:
-                self._statuses[(account, conversation)] = status
-            result = {
-                "meta": {},
-                "payload": {
-                    "success": True,
-                    "conversation_id": conversation,
-                    "current_status": status,
-                    "snoozed_until": None,
-                },
-            }
-            return answer(200, result)
+            return answer(200, self._toggle_status(record, account, conversation, body))
+        message = self._create_message(record, account, conversation, body)
+        response = answer(200, self._message_json(message))
+        self._schedule_webhook(message)
+        return response
+
+    def _toggle_status(
+        self, record: RecordedRequest, account: int, conversation: int, body: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Set the conversation's status; Chatwoot's answer to `toggle_status`."""
+        status = str(body["status"])
+        record.extra["status_change"] = StatusChange(account, conversation, status, time.time())
+        with self._lock:
+            self._statuses[(account, conversation)] = status
+        return {
+            "meta": {},
+            "payload": {
+                "success": True,
+                "conversation_id": conversation,
+                "current_status": status,
+                "snoozed_until": None,
+            },
+        }
+
+    def _create_message(
+        self, record: RecordedRequest, account: int, conversation: int, body: dict[str, Any]
+    ) -> CreatedMessage:
         message = CreatedMessage(
             id=next(self._ids),
             account=account,
             conversation=conversation,
             content=str(body["content"]),
             private=bool(body.get("private", False)),
-            time=now,
+            time=time.time(),
         )
         record.extra["created"] = message
-        result = {
+        return message
+
+    def _message_json(self, message: CreatedMessage) -> dict[str, Any]:
+        """The created message as Chatwoot's `messages` call answers it."""
+        return {
             "id": message.id,
             "content": message.content,
             "inbox_id": self.inbox_id,
-            "conversation_id": conversation,
+            "conversation_id": message.conversation,
             "message_type": 1,  # outgoing
             "content_type": "text",
             "status": "sent",
             "content_attributes": {},
-            "created_at": int(now),
+            "created_at": int(message.time),
             "private": message.private,
             "source_id": None,
             "sender": {"id": 1, "name": "Bot", "type": "agent_bot"},
         }
-        response = answer(200, result)
-        self._schedule_webhook(message)
-        return response
 
     # ------------------------------------------------------------------ webhooks back
 
