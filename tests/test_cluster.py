@@ -23,13 +23,13 @@ from redis.asyncio import Redis
 from redis.crc import key_slot
 
 from receiver.app import create_app
+from scripts.webhooks import text_message
 from shared.group_commit import GroupCommitter
 from shared.keys import Keys
 from shared.redis_server import CLUSTER_SLOTS, RedisCluster
 from shared.scripts import Scripts
 from shared.settings import Settings
 from tests.conftest import RedisTarget, sign
-from tests.delivery.support import text
 from tests.receiver.conftest import payload
 from tests.receiver.test_uvicorn import Uvicorn
 from tests.worker.support import (
@@ -144,7 +144,7 @@ async def test_bursts_dedupe_and_a_killed_worker_across_tenants_on_three_nodes(
         message_id = f"wamid.{person}.{n}"
         sent[person].append(message_id)
         slow = " !sleeponce=30" if person == victim and n == 0 else ""
-        return text(message_id, f"mensaje {n}{slow}", person)
+        return text_message(message_id, f"mensaje {n}{slow}", person)
 
     # One POST holding every tenant (its pipeline spans the three nodes), then one per tenant
     # and message; each delivered twice at once, as Meta sometimes does.
@@ -220,7 +220,9 @@ async def test_a_lost_script_cache_on_every_node_is_reloaded_by_receiver_and_wor
     settings = settings.with_overrides(key_prefix=prefix, debounce_window_s=0.01, max_wait_s=0.01)
     app = create_app(settings)
     body = orjson.dumps(
-        payload(*((t, [text(f"wamid.s.{t}", "hola", "5491100000001")], []) for t in tenants))
+        payload(
+            *((t, [text_message(f"wamid.s.{t}", "hola", "5491100000001")], []) for t in tenants)
+        )
     )
     async with app.router.lifespan_context(app):
         await redis.script_flush()  # the cluster client flushes every master

@@ -33,8 +33,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime as dt
-import hashlib
-import hmac
 import os
 import platform
 import shutil
@@ -60,6 +58,7 @@ ROOT = Path(__file__).resolve().parents[2]
 BENCH_DIR = Path(__file__).resolve().parent
 sys.path[:0] = [str(BENCH_DIR), str(ROOT)]
 
+from scripts.webhooks import inbound_webhook, sign_body, text_message  # noqa: E402
 from shared.events import dedupe_id, encode, message_event  # noqa: E402
 from shared.keys import Keys  # noqa: E402
 from shared.redis_server import (  # noqa: E402
@@ -279,42 +278,12 @@ def _healthy(port: int) -> bool:
 
 # --- load ----------------------------------------------------------------------------------
 def webhook(tenant: str, person: str, message_id: str, now_s: int) -> bytes:
-    body = orjson.dumps(
-        {
-            "object": "whatsapp_business_account",
-            "entry": [
-                {
-                    "id": "102200000000001",
-                    "changes": [
-                        {
-                            "field": "messages",
-                            "value": {
-                                "messaging_product": "whatsapp",
-                                "metadata": {
-                                    "display_phone_number": "15550001001",
-                                    "phone_number_id": tenant,
-                                },
-                                "contacts": [{"profile": {"name": "Ana"}, "wa_id": person}],
-                                "messages": [
-                                    {
-                                        "from": person,
-                                        "id": message_id,
-                                        "timestamp": str(now_s),
-                                        "type": "text",
-                                        "text": {"body": "hola, ¿tienen turno el sábado?"},
-                                    }
-                                ],
-                            },
-                        }
-                    ],
-                }
-            ],
-        }
-    )
-    signature = hmac.new(SECRET.encode(), body, hashlib.sha256).hexdigest()
+    """One signed webhook POST as raw HTTP/1.1 bytes (post_all writes them to the sockets)."""
+    text = text_message(message_id, "hola, ¿tienen turno el sábado?", person, now_s)
+    body = orjson.dumps(inbound_webhook(tenant, person, [text]))
     head = (
         "POST /webhooks/whatsapp HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
-        f"X-Hub-Signature-256: sha256={signature}\r\nContent-Length: {len(body)}\r\n\r\n"
+        f"X-Hub-Signature-256: {sign_body(SECRET, body)}\r\nContent-Length: {len(body)}\r\n\r\n"
     )
     return head.encode() + body
 
