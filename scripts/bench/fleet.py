@@ -421,9 +421,14 @@ async def run_fleet(
     tenants: list[str],
     args: argparse.Namespace,
     label: str,
+    *,
+    keep_data: bool = False,
     **fleet_options: Any,
 ) -> Run:
-    flush(backend)
+    """One measured run of a fresh fleet; Redis flushed first unless `keep_data` (the parked
+    conversations of the `waiting` scenario stay)."""
+    if not keep_data:
+        flush(backend)
     out = Path(tempfile.mkdtemp(prefix="bench-fleet-"))
     fleet = Fleet(backend, receivers, workers, out, **fleet_options).start()
     try:
@@ -593,7 +598,16 @@ async def waiting(backend: Backend, args: argparse.Namespace) -> list[Run]:
         before = used_memory(backend)
         await park_conversations(backend, parked, args.waiting, tenants_file)
         grown = used_memory(backend) - before
-        run = await run_fleet_keeping(backend, tenants, args, tenants_file)
+        run = await run_fleet(
+            backend,
+            1,
+            1,
+            tenants,
+            args,
+            f"waiting {args.waiting}",
+            keep_data=True,
+            tenants_file=tenants_file,
+        )
         run.extra["waiting_b"] = grown / args.waiting
         say(f"    {args.waiting:,} waiting conversations: {grown / args.waiting:,.0f} B each")
     finally:
@@ -651,23 +665,6 @@ async def park_conversations(
             shutil.rmtree(out, ignore_errors=True)
     finally:
         await client.aclose()
-
-
-async def run_fleet_keeping(
-    backend: Backend, tenants: list[str], args: argparse.Namespace, tenants_file: Path
-) -> Run:
-    """`run_fleet` without the flush: the parked conversations stay."""
-    out = Path(tempfile.mkdtemp(prefix="bench-fleet-"))
-    fleet = Fleet(backend, 1, 1, out, tenants_file=tenants_file).start()
-    try:
-        label = f"waiting {args.waiting}"
-        tag = f"waiting.{time.monotonic_ns()}"
-        run = await measure(fleet, tenants, args.messages, args.connections, tag, label)
-    finally:
-        fleet.stop()
-        shutil.rmtree(out, ignore_errors=True)
-    say(describe(run))
-    return run
 
 
 # --- report --------------------------------------------------------------------------------
