@@ -164,8 +164,20 @@ async def test_bursts_dedupe_and_a_killed_worker_across_tenants_on_three_nodes(
     assert sum(int(a.headers["x-stored"]) for a in answers) == total
     assert sum(int(a.headers["x-duplicates"]) for a in answers) == total
 
-    # The victim's first turn sleeps: kill the worker running it, mid-turn.
+    async def answered(*people_: str) -> bool:
+        for tenant in tenants:
+            answered = {i for r in await outbox(redis, prefix, tenant) for i in r["message_ids"]}
+            if not all(set(sent[p]) <= answered for p in people[tenant] if p in people_):
+                return False
+        return True
+
+    # The victim's first turn sleeps: kill the worker running it, mid-turn, once everyone
+    # else's turns are over (a turn of someone else killed between its brain and its send
+    # would be answered again after its lease: one more AI call, as the README says, but not
+    # the case this test counts).
     (killed,) = await records.wait_turns(victim, 1, outcome=None)
+    others = [p for p in sent if p != victim]
+    await wait_for(lambda: answered(*others), "everyone but the victim answered", timeout_s=20)
     holder = next(p for p in procs if p.pid == killed.start["pid"])
     holder.send_signal(signal.SIGKILL)
     await wait_exit(holder, 5)
@@ -173,14 +185,7 @@ async def test_bursts_dedupe_and_a_killed_worker_across_tenants_on_three_nodes(
     lease_ends_ms = now_ms() + await redis.pttl(lock)
     (survivor,) = [p for p in procs if p is not holder]
 
-    async def everyone_answered() -> bool:
-        for tenant in tenants:
-            answered = {i for r in await outbox(redis, prefix, tenant) for i in r["message_ids"]}
-            if not all(set(sent[p]) <= answered for p in people[tenant]):
-                return False
-        return True
-
-    await wait_for(everyone_answered, f"replies covering all {total} messages", timeout_s=45)
+    await wait_for(lambda: answered(*sent), f"replies covering all {total} messages", timeout_s=45)
     await asyncio.sleep(0.5)  # a wrongly repeated turn would show up now
 
     for tenant in tenants:
