@@ -42,15 +42,13 @@ from starlette.routing import Route
 from scripts.standins._common import (
     UNSET,
     ControlOp,
-    Credentials,
     RecordedRequest,
     accepts,
     as_tuple,
     fault_fields,
     pick_headers,
-    script_parser,
-    serve_forever,
 )
+from scripts.standins._script import Credentials, script_parser, serve_forever
 from scripts.standins._webhooks import WebhookStandIn
 from scripts.webhooks import chatwoot_headers, message_created, sign_chatwoot
 

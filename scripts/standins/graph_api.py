@@ -25,7 +25,6 @@ Run alone: `scripts/graph_standin --port 8081 [--token T] [--webhook-url URL --a
 from __future__ import annotations
 
 import itertools
-import logging
 import os
 import re
 import secrets
@@ -43,14 +42,12 @@ from starlette.routing import Route
 from scripts.standins._common import (
     UNSET,
     ControlOp,
-    Credentials,
     RecordedRequest,
     accepts,
     as_tuple,
     fault_fields,
-    script_parser,
-    serve_forever,
 )
+from scripts.standins._script import Credentials, script_parser, serve_forever
 from scripts.standins._webhooks import WebhookStandIn
 from scripts.webhooks import (
     DISPLAY_PHONE_NUMBER,
@@ -72,8 +69,6 @@ __all__ = [
     "sign_body",
     "status_webhook",
 ]
-
-log = logging.getLogger(__name__)
 
 MAX_TEXT_CHARS = 4096
 SEND_KINDS = frozenset({"text", "template"})

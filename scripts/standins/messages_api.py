@@ -44,16 +44,14 @@ from starlette.routing import Route
 from scripts.standins._common import (
     UNSET,
     ControlOp,
-    Credentials,
     RecordedRequest,
     StandInBase,
     accepts,
     as_tuple,
     fault_fields,
     json_response,
-    script_parser,
-    serve_forever,
 )
+from scripts.standins._script import Credentials, script_parser, serve_forever
 
 __all__ = [
     "ERROR_TYPES",
