@@ -27,7 +27,7 @@ import orjson
 
 from receiver.parsing import Invalid, Parsed, usable_id
 from receiver.signature import SignatureChecker
-from shared.events import message_event, status_event
+from shared.events import dedupe_id, encode, message_event, status_event
 from shared.provider import WebhookRequest
 
 CHANNEL = "whatsapp"
@@ -62,7 +62,86 @@ def parse_body(body: bytes, received_ms: int) -> Parsed:
         payload = orjson.loads(body)
     except orjson.JSONDecodeError:
         return Parsed(problems=["body is not JSON"])
-    return parse_payload(payload, received_ms)
+    return _one_message(payload, received_ms) or parse_payload(payload, received_ms)
+
+
+def _one_message(payload: Any, received_ms: int) -> Parsed | None:
+    """The commonest body, one message from one contact, in one pass; None for anything else.
+
+    Meta sends most inbound messages one per POST. The general walk below spends about 30
+    small calls on such a body (a type guard per level, the contacts table, the sender
+    rule); this does the same checks inline and builds the same event, measured at ~2 us
+    less per request (docs/benchmarks/receiver.md). It only says yes when the general path
+    would find no problem and ignore nothing, so the two always agree (tests/receiver/
+    test_whatsapp.py compares them on fixtures and on generated bodies). `type(x) is dict`
+    is exact here: the payload comes straight from orjson, which makes no subclasses.
+    """
+    if type(payload) is not dict or payload.get("object", EXPECTED_OBJECT) != EXPECTED_OBJECT:
+        return None
+    entries = payload.get("entry")
+    if type(entries) is not list or len(entries) != 1 or type(entries[0]) is not dict:
+        return None
+    changes = entries[0].get("changes")
+    if type(changes) is not list or len(changes) != 1 or type(changes[0]) is not dict:
+        return None
+    change = changes[0]
+    value = change.get("value")
+    if change.get("field") != "messages" or type(value) is not dict:
+        return None
+    metadata = value.get("metadata")
+    messages = value.get("messages")
+    contacts = value.get("contacts")
+    if (
+        type(metadata) is not dict
+        or type(messages) is not list
+        or len(messages) != 1
+        or type(contacts) is not list
+        or len(contacts) != 1
+        or value.get("statuses") is not None
+    ):
+        return None
+    message = messages[0]
+    contact = contacts[0]
+    tenant = metadata.get("phone_number_id")
+    if type(message) is not dict or type(contact) is not dict or not _plain_id(tenant):
+        return None
+    message_id = message.get("id")
+    person = message.get("from")
+    kind = message.get("type")
+    if type(message_id) is not str or not message_id or not _plain_id(person):
+        return None
+    if type(kind) is not str or not kind:
+        return None
+    profile = contact.get("profile")
+    name = profile.get("name") if type(profile) is dict else ""
+    is_sender = contact.get("wa_id") == person or contact.get("user_id") == person
+    if type(name) is not str or not is_sender:
+        name = ""
+    context = message.get("context")
+    context_id = context.get("id") if type(context) is dict else None
+    event = message_event(
+        channel=CHANNEL,
+        tenant=tenant,
+        person=person,
+        message_id=message_id,
+        type=kind,
+        text=_describe(kind, message),
+        ts=timestamp(message.get("timestamp"), received_ms),
+        received_ms=received_ms,
+        name=name,
+        context=context_id if type(context_id) is str else "",
+        raw=message,
+    )
+    try:
+        data = encode(event)
+    except orjson.JSONEncodeError:
+        return None  # the general path records it as a problem
+    return Parsed(events={tenant: [event]}, items={tenant: [(dedupe_id(event), data)]})
+
+
+def _plain_id(value: Any) -> bool:
+    """`usable_id`'s rule as a test: a non-empty string without hash-tag braces."""
+    return type(value) is str and value != "" and "{" not in value and "}" not in value
 
 
 def parse_payload(payload: Any, received_ms: int) -> Parsed:
