@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeGuard
 
 import orjson
 
@@ -139,7 +139,7 @@ def _one_message(payload: Any, received_ms: int) -> Parsed | None:
     return Parsed(events={tenant: [event]}, items={tenant: [(dedupe_id(event), data)]})
 
 
-def _plain_id(value: Any) -> bool:
+def _plain_id(value: Any) -> TypeGuard[str]:
     """`usable_id`'s rule as a test: a non-empty string without hash-tag braces."""
     return type(value) is str and value != "" and "{" not in value and "}" not in value
 
