@@ -1,6 +1,6 @@
-"""The one-message fast path of the WhatsApp parser agrees with the general walk, always.
+"""The one-item fast path of the WhatsApp parser agrees with the general walk, always.
 
-`parse_body` tries `_one_message` first and falls back to `parse_payload`. The fast path must
+`parse_body` tries `_one_item` first and falls back to `parse_payload`. The fast path must
 either decline (None) or produce exactly what the general walk produces: the same events (key
 order included: the claim script matches the encoded prefix), the same encoded items and
 dedupe ids, no problems, nothing ignored.
@@ -18,7 +18,7 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from receiver.parsing import Parsed
-from receiver.whatsapp import _one_message, parse_body, parse_payload
+from receiver.whatsapp import _one_item, parse_body, parse_payload
 from tests.conftest import FIXTURES, fixture_json
 
 NOW_MS = 1_764_500_000_000
@@ -34,8 +34,13 @@ def _same(fast: Parsed, general: Parsed) -> None:
     assert fast.ignored_fields == general.ignored_fields == []
 
 
-ONE_MESSAGE_FIXTURES = [
+ONE_ITEM_FIXTURES = [
     "text.json",
+    "status_sent.json",
+    "status_delivered.json",
+    "status_read.json",
+    "status_failed_window.json",
+    "user_without_phone.json",
     "image.json",
     "interactive_button_reply.json",
     "location.json",
@@ -45,12 +50,48 @@ ONE_MESSAGE_FIXTURES = [
 ]
 
 
-@pytest.mark.parametrize("name", ONE_MESSAGE_FIXTURES)
-def test_one_message_fixtures_take_the_fast_path_and_agree(name: str) -> None:
+@pytest.mark.parametrize("name", ONE_ITEM_FIXTURES)
+def test_one_item_fixtures_take_the_fast_path_and_agree(name: str) -> None:
     payload = fixture_json(f"whatsapp/{name}")
-    fast = _one_message(payload, NOW_MS)
+    fast = _one_item(payload, NOW_MS)
     assert fast is not None, "a one-message body should take the fast path"
     _same(fast, parse_payload(copy.deepcopy(payload), NOW_MS))
+
+
+def _value(payload: Any) -> Any:
+    return payload["entry"][0]["changes"][0]["value"]
+
+
+def _status_by_user_id() -> Any:
+    payload = fixture_json("whatsapp/status_read.json")
+    status = _value(payload)["statuses"][0]
+    status["recipient_user_id"] = status.pop("recipient_id").replace("549", "AR.")
+    return payload
+
+
+def _message_by_user_id_only() -> Any:
+    payload = fixture_json("whatsapp/text.json")
+    message = _value(payload)["messages"][0]
+    message["from_user_id"] = "AR." + message.pop("from")
+    return payload
+
+
+def _message_by_lone_contact() -> Any:
+    payload = fixture_json("whatsapp/user_without_phone.json")
+    del _value(payload)["messages"][0]["from_user_id"]
+    return payload
+
+
+@pytest.mark.parametrize(
+    "make", [_status_by_user_id, _message_by_user_id_only, _message_by_lone_contact]
+)
+def test_every_sender_rule_takes_the_fast_path(make: Any) -> None:
+    """Each way the general walk finds the person is one the fast path knows too."""
+    fast = _one_item(make(), NOW_MS)
+    assert fast is not None
+    _same(fast, parse_payload(make(), NOW_MS))
+    (event,) = next(iter(fast.events.values()))
+    assert event["person"].startswith("AR.")
 
 
 @pytest.mark.parametrize("path", sorted(FIXTURES.glob("whatsapp/*.json")), ids=lambda p: p.name)
@@ -68,7 +109,7 @@ def test_every_fixture_parses_the_same_either_way(path: Any) -> None:
     "name", ["burst_one_post.json", "two_tenants_one_post.json", "messages_and_statuses.json"]
 )
 def test_bodies_with_several_items_decline(name: str) -> None:
-    assert _one_message(fixture_json(f"whatsapp/{name}"), NOW_MS) is None
+    assert _one_item(fixture_json(f"whatsapp/{name}"), NOW_MS) is None
 
 
 # --- generated bodies: the text fixture with one field replaced by an arbitrary value -------
@@ -115,6 +156,21 @@ PATHS: list[tuple[Any, ...]] = [
     ("entry", 0, "changes", 0, "value", "statuses"),
 ]
 
+# The same for the delivered-status fixture.
+STATUS_PATHS: list[tuple[Any, ...]] = [
+    *PATHS[:9],
+    ("entry", 0, "changes", 0, "value", "messages"),
+    ("entry", 0, "changes", 0, "value", "contacts"),
+    ("entry", 0, "changes", 0, "value", "statuses"),
+    ("entry", 0, "changes", 0, "value", "statuses", 0),
+    ("entry", 0, "changes", 0, "value", "statuses", 0, "id"),
+    ("entry", 0, "changes", 0, "value", "statuses", 0, "status"),
+    ("entry", 0, "changes", 0, "value", "statuses", 0, "recipient_id"),
+    ("entry", 0, "changes", 0, "value", "statuses", 0, "recipient_user_id"),
+    ("entry", 0, "changes", 0, "value", "statuses", 0, "timestamp"),
+    ("entry", 0, "changes", 0, "value", "statuses", 0, "errors"),
+]
+
 
 def _replace(payload: Any, path: tuple[Any, ...], value: Any) -> Any:
     """`payload` with the value at `path` replaced (created when the parent is an object)."""
@@ -134,30 +190,41 @@ def _replace(payload: Any, path: tuple[Any, ...], value: Any) -> Any:
     return payload
 
 
-@hypothesis_settings(max_examples=400, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(PATHS), ODD_VALUES), max_size=3))
-def test_fast_path_declines_or_agrees_on_mutated_bodies(
-    changes: list[tuple[tuple[Any, ...], Any]],
-) -> None:
-    payload = fixture_json("whatsapp/text.json")
+def _check_mutated(base: str, changes: list[tuple[tuple[Any, ...], Any]]) -> None:
+    payload = fixture_json(f"whatsapp/{base}")
     for path, value in changes:
         payload = _replace(payload, path, value)
     try:
         body = orjson.dumps(payload)
     except orjson.JSONEncodeError:
-        return  # not a body Meta could send (e.g. NaN becomes null only via dumps options)
-    decoded = orjson.loads(body)  # what the receiver sees: orjson's own types
-    fast = _one_message(decoded, NOW_MS)
+        return  # not a body Meta could send (e.g. an integer wider than 64 bits)
+    fast = _one_item(orjson.loads(body), NOW_MS)  # what the receiver sees: orjson's types
     general = parse_payload(orjson.loads(body), NOW_MS)
     if fast is not None:
         _same(fast, general)
     assert parse_body(body, NOW_MS).items == general.items
 
 
+@hypothesis_settings(max_examples=400, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(PATHS), ODD_VALUES), max_size=3))
+def test_fast_path_declines_or_agrees_on_mutated_messages(
+    changes: list[tuple[tuple[Any, ...], Any]],
+) -> None:
+    _check_mutated("text.json", changes)
+
+
+@hypothesis_settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(STATUS_PATHS), ODD_VALUES), max_size=3))
+def test_fast_path_declines_or_agrees_on_mutated_statuses(
+    changes: list[tuple[tuple[Any, ...], Any]],
+) -> None:
+    _check_mutated("status_failed_window.json", changes)
+
+
 def test_mutation_helper_changes_what_it_names() -> None:
     """Guard for the property test above: a replacement really lands where its path says."""
     payload = _replace(fixture_json("whatsapp/text.json"), PATHS[18], "changed")
     assert payload["entry"][0]["changes"][0]["value"]["messages"][0]["from"] == "changed"
-    assert _one_message(payload, NOW_MS) is not None
+    assert _one_item(payload, NOW_MS) is not None
     removed = _replace(fixture_json("whatsapp/text.json"), PATHS[15], [])
-    assert _one_message(removed, NOW_MS) is None
+    assert _one_item(removed, NOW_MS) is None
