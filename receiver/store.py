@@ -42,6 +42,7 @@ from shared.scripts import Scripts, is_noscript
 
 MAX_ITEMS_PER_CALL = 500  # bounds how long one script call holds Redis
 ROUNDS_IN_FLIGHT = 1  # rounds sent and not yet answered, at most (one connection each)
+ANSWER_FIRST = True  # answer a round's requests before sending the next round
 MAX_CACHED_TENANTS = 10_000  # bounds the per-tenant key cache (signed bodies name tenants)
 REGISTRY_REFRESH_S = 60.0  # re-add known tenants this often, in case the registry was reset
 
@@ -146,6 +147,12 @@ class InboxWriter:
             while self._round.waiters:
                 round_, self._round = self._round, _Round()
                 await self._commit(round_)
+                if ANSWER_FIRST:
+                    # Let the requests just answered send their responses before the next
+                    # round goes out: the client learns sooner, its next requests can still
+                    # join that round, and Redis is not woken in the same instant as the
+                    # client (on a shared core that left the receiver idle).
+                    await asyncio.sleep(0)
         finally:
             # Leave the set in the same step as the last look at the round, not in a done
             # callback: a callback runs a loop turn later, and a request joining in between
