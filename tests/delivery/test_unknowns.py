@@ -9,7 +9,11 @@ out, as Meta would); the crash case is a real `python -m worker` SIGKILLed."""
 
 from __future__ import annotations
 
+import asyncio
+import os
 import signal
+import subprocess
+import sys
 import time
 from typing import Any
 
@@ -31,6 +35,7 @@ from tests.delivery.support import (
 )
 from tests.delivery.test_window import THREE_PARTS
 from tests.worker.support import (
+    REPO,
     WorkerFleet,
     push_message,
     review_items,
@@ -41,7 +46,7 @@ from tests.worker.support import (
 from worker import live_state
 from worker.batch import Batch
 from worker.handoff import HandOff
-from worker.inspect import render_tenant
+from worker.inspect import render_person, render_tenant
 from worker.store import ConversationStore
 from worker.unknowns import UnknownDelivery
 
@@ -200,6 +205,48 @@ async def test_inspect_and_the_review_list_show_what_may_be_missing(
     assert "unknown     1 sends nobody can confirm (part=1;" in text
     fleet = await live_state.fleet(redis, Keys(prefix))
     assert [t["unknown"] for t in fleet["tenants"]] == [1]
+    env = {**os.environ, "REDIS_URL": workers.env["REDIS_URL"], "KEY_PREFIX": prefix}
+    listed = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "worker.review", "list", "--tenant", TENANT],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert listed.returncode == 0, listed.stderr
+    assert "reason=delivery_unknown" in listed.stdout
+    assert "unknown='part 1 of 1' at 20" in listed.stdout
+
+
+async def test_inspect_shows_a_review_being_finished_and_a_template_noted(
+    redis: Redis, prefix: str, workers: InProcessWorkers
+) -> None:
+    """What a person sees of a batch whose worker is parking it (or died doing so): the
+    journaled review and its hand-off's steps, and the template noted before its request."""
+    settings = workers.settings()
+    scripts = Scripts()
+    store = ConversationStore(settings, scripts, GroupCommitter(redis, scripts))
+    await push_message(redis, prefix, PERSON, "wamid.u8", "hola", wake=False)
+    await store.claim(TENANT, 0, "intake")
+    await redis.zadd(Keys(prefix).tenant(TENANT).due, {PERSON: 0})
+    (batch,) = (await store.claim(TENANT, 1, "w")).batches
+    assert await store.mark_template(batch, True, 0)
+    batch.handoff = HandOff("max_attempts", "boom", 1_700_000_000_000, steps={"note": "sending"})
+    assert await store.save_handoff(batch)
+
+    state = await live_state.person(redis, Keys(prefix), TENANT, PERSON)
+    journal = state["batch"]["review_journal"]
+    assert journal["reason"] == "max_attempts" and journal["steps"] == {"note": "sending"}
+    assert state["batch"]["template"]["part"] == 0
+    assert state["batch"]["template"]["noted_ms"] > 1_700_000_000_000
+    text = "\n".join(render_person(state))
+    assert (
+        "review      decided (max_attempts) at 2023-11-14 22:13:20 UTC, not finished; "
+        "hand-off: note=sending"
+    ) in text
+    assert "template    noted at 20" in text and "in place of part 1" in text
 
 
 async def test_a_resumed_review_of_an_unknown_delivery_sends_nothing(
