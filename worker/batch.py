@@ -121,7 +121,7 @@ class Batch:
             template_sent=fields.get("template") == "1",
             template_part=int(template_part) if template_part else None,
             template_ms=int(fields.get("template_ms") or 0),
-            handoff=None if journal is None else HandOff.from_json(journal),
+            handoff=None if journal is None else HandOff.read(journal),
         )
 
     def window_closed(self, now_s: float, window_s: float = SERVICE_WINDOW_S) -> bool:

@@ -48,6 +48,16 @@ class HandOff:
         )
 
     @classmethod
+    def read(cls, raw: str) -> HandOff:
+        """The journal a claimed batch carries. One that cannot be read still means a review
+        was decided: it is finished as one (reason `review_journal_unreadable`), never by
+        running the turn again, which could repeat a send or a hand-off."""
+        try:
+            return cls.from_json(raw)
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return cls("review_journal_unreadable", raw[:500], 0)
+
+    @classmethod
     def from_json(cls, raw: str | bytes) -> HandOff:
         data: dict[str, Any] = orjson.loads(raw)
         unknown = data.get("delivery_unknown")

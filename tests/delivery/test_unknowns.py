@@ -361,3 +361,16 @@ async def test_a_hand_off_that_cannot_resume_is_not_called_twice(
     assert item["handoff"].startswith("unknown: a worker stopped during the hand-off begun at ")
     assert item["handoff_steps"] == {"hand_over": item["handoff"]}
     assert (await stats(redis, prefix))["unknown:hand_over"] == 1
+
+
+def test_a_journal_that_cannot_be_read_still_finishes_as_a_review() -> None:
+    row = [b"549", b"tok", b"id", b"b-1", b"messages", b"[]", b"handoff", b"{not json"]
+    batch = Batch.from_claim(TENANT, row)
+    assert batch.handoff is not None
+    assert (batch.handoff.reason, batch.handoff.detail) == (
+        "review_journal_unreadable",
+        "{not json",
+    )
+    good = HandOff("too_old", "old", 5, steps={"note": "done"})
+    row[-1] = good.to_json()
+    assert Batch.from_claim(TENANT, row).handoff == good
