@@ -84,6 +84,19 @@ def json_response(
     )
 
 
+class CutResponse(Response):
+    """The status line, the headers and half the body, then the connection is closed (uvicorn
+    closes it when the app returns mid-body, and logs that it did): an answer lost on the way
+    back, after the request was carried out. The client sees a dropped connection."""
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        await send(
+            {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
+        )
+        half = self.body[: len(self.body) // 2]
+        await send({"type": "http.response.body", "body": half, "more_body": True})
+
+
 def pick_headers(headers: Any) -> dict[str, str]:
     return {name: headers[name] for name in RECORDED_HEADERS if name in headers}
 

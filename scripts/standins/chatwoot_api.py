@@ -48,6 +48,7 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
 from scripts.standins._common import (
+    CutResponse,
     RecordedRequest,
     StandInBase,
     as_tuple,
@@ -166,7 +167,8 @@ class ChatwootFault:
     of a reply, say). After sleeping `delay`: `raw_body` set → `status` (default 502) with
     that body; else `status` set → Chatwoot's error body `{"error": message}`; neither (a
     pure delay, `hang_next`) → the call is then handled normally, so it IS carried out even
-    if the client gave up waiting."""
+    if the client gave up waiting; `drop` (`drop_next`) → carried out too, but the connection
+    is closed halfway through the answer."""
 
     status: int | None = None
     message: str | None = None
@@ -177,6 +179,7 @@ class ChatwootFault:
     conversation: int | None = None
     kinds: frozenset[str] = CALL_KINDS
     after: int = 0
+    drop: bool = False
     hits: int = 0
 
     def matches(self, kind: str, conversation: int) -> bool:
@@ -388,6 +391,11 @@ class ChatwootApiStandIn(StandInBase):
         """The next `n` calls wait `seconds`, then are carried out (the client may be gone)."""
         return self.add_fault(ChatwootFault(delay=seconds, kinds=frozenset(kinds), count=n))
 
+    def drop_next(self, n: int = 1, *, kinds: Iterable[str] = CALL_KINDS) -> ChatwootFault:
+        """The next `n` calls are carried out (a message IS created), then the connection is
+        closed before the answer is complete: the client never learns the message's id."""
+        return self.add_fault(ChatwootFault(drop=True, kinds=frozenset(kinds), count=n))
+
     def set_latency(self, seconds: float) -> None:
         with self._lock:
             self.latency = float(seconds)
@@ -487,7 +495,7 @@ class ChatwootApiStandIn(StandInBase):
 
         - `{"op": "fail", "status": 429, "count": 2}`: add a fault; fields of
           `ChatwootFault`: status, message, raw_body, content_type, delay, count (null =
-          forever), conversation, kinds, after.
+          forever), conversation, kinds, after, drop.
         - `{"op": "hang", "seconds": 30, "count": 1}`, `{"op": "latency", "seconds": 0.5}`
         - `{"op": "config", ...}`: any `configure` keyword.
         - `{"op": "reset"}` (faults, latency), `{"op": "clear"}` (records), `{"op": "reset_all"}`.
@@ -495,12 +503,13 @@ class ChatwootApiStandIn(StandInBase):
         op = payload.get("op")
         if op == "fail":
             names = ("status", "message", "raw_body", "content_type", "delay", "count", "after")
-            fields = {k: payload[k] for k in (*names, "conversation") if k in payload}
+            fields = {k: payload[k] for k in (*names, "conversation", "drop") if k in payload}
             if "kinds" in payload:
                 fields["kinds"] = frozenset(payload["kinds"])
             fault = ChatwootFault(**fields)
             if fault.status is None and fault.raw_body is None and not fault.delay:
-                raise ValueError("a fault needs status, raw_body or delay")
+                if not fault.drop:
+                    raise ValueError("a fault needs status, raw_body, delay or drop")
             self.add_fault(fault)
         elif op == "hang":
             self.hang_next(int(payload.get("count", 1)), float(payload.get("seconds", 30.0)))
@@ -594,9 +603,12 @@ class ChatwootApiStandIn(StandInBase):
             )
         )
         generation = record.generation
+        fault: ChatwootFault | None = None
 
         def answer(status: int, body: Any, kind: str | None = None) -> Response:
             self._finish(record, status, body, kind)
+            if status == 200 and fault is not None and fault.drop:
+                return CutResponse(orjson.dumps(body), media_type="application/json")
             return json_response(body, status)
 
         try:

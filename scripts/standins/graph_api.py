@@ -47,6 +47,7 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
 from scripts.standins._common import (
+    CutResponse,
     RecordedRequest,
     StandInBase,
     as_tuple,
@@ -274,7 +275,9 @@ class GraphFault:
     - `raw_body` set: answer `status` (default 502) with that non-JSON body;
     - `code` set: answer Meta's error body with that code, HTTP `status` (default per code);
     - neither (a pure delay, e.g. `hang_next`): the request is then handled normally, so the
-      message IS accepted and recorded as sent even if the client gave up waiting.
+      message IS accepted and recorded as sent even if the client gave up waiting;
+    - `drop` (`drop_next`): handled normally too, but the connection is closed halfway through
+      the answer (the client never learns the wamid of a message Meta accepted).
     """
 
     code: int | None = None
@@ -288,6 +291,7 @@ class GraphFault:
     probability: float = 1.0
     to: str | None = None
     kinds: frozenset[str] = SEND_KINDS
+    drop: bool = False
     hits: int = 0
 
     @property
@@ -654,6 +658,12 @@ class GraphApiStandIn(StandInBase):
         webhooks follow): Meta may deliver a message whose answer the client never saw."""
         return self.add_fault(GraphFault(code=code, delay=seconds, kinds=frozenset(kinds), count=n))
 
+    def drop_next(self, n: int = 1, *, kinds: Iterable[str] = SEND_KINDS) -> GraphFault:
+        """The next `n` sends are ACCEPTED (recorded as sent, status webhooks follow), then the
+        connection is closed before the answer is complete: a dropped connection after Meta
+        took the request."""
+        return self.add_fault(GraphFault(drop=True, kinds=frozenset(kinds), count=n))
+
     def set_latency(self, seconds: float) -> None:
         """Every request (sends, read receipts, errors) waits `seconds` before being handled."""
         with self._lock:
@@ -757,7 +767,7 @@ class GraphApiStandIn(StandInBase):
 
         - `{"op": "fail", "code": 130429, "count": 2}`: add a fault; fields of `GraphFault`:
           code, status, message, details, raw_body, content_type, delay, count (null = forever),
-          probability, to, kinds; plus `seed` to reseed the RNG first.
+          probability, to, kinds, drop; plus `seed` to reseed the RNG first.
         - `{"op": "hang", "seconds": 30, "count": 1, "code": null}`: as `hang_next`.
         - `{"op": "latency", "seconds": 0.5}`
         - `{"op": "fail_status", "to": "549...", "code": 131047}`: as `fail_status_for`.
@@ -783,14 +793,15 @@ class GraphApiStandIn(StandInBase):
                     "count",
                     "probability",
                     "to",
+                    "drop",
                 )
                 if k in payload
             }
             if "kinds" in payload:
                 fields["kinds"] = frozenset(payload["kinds"])
             fault = GraphFault(**fields)
-            if not fault.is_error and not fault.delay:
-                raise ValueError("a fault needs code, raw_body or delay")
+            if not fault.is_error and not fault.delay and not fault.drop:
+                raise ValueError("a fault needs code, raw_body, delay or drop")
             if fault.raw_body is not None and fault.status is None:
                 fault.status = 502
             self.add_fault(fault)
@@ -982,7 +993,7 @@ class GraphApiStandIn(StandInBase):
             )
             result: dict[str, Any] = {"success": True}
             self._finish(record, 200, result)
-            return json_response(result)
+            return self._answer(result, fault)
 
         assert to is not None
         wamid = self._new_wamid()
@@ -999,6 +1010,12 @@ class GraphApiStandIn(StandInBase):
             result["messages"][0]["message_status"] = "accepted"
         self._finish(record, 200, result)
         self._schedule_statuses(sent)
+        return self._answer(result, fault)
+
+    @staticmethod
+    def _answer(result: dict[str, Any], fault: GraphFault | None) -> Response:
+        if fault is not None and fault.drop:
+            return CutResponse(orjson.dumps(result), media_type="application/json")
         return json_response(result)
 
     def _new_wamid(self) -> str:
