@@ -2,8 +2,8 @@
 app and keeps its records, its injected faults and latency, and its `/_control` endpoint.
 
 Each stand-in adds its own API routes, fault rule (what a rule matches, what it answers) and
-configuration; everything about recording, faults being used up, stale requests after a
-`clear()`, and driving it over HTTP lives here once.
+configuration; everything about recording, faults being used up, answers cut by a `drop`
+fault, stale requests after a `clear()`, and driving it over HTTP lives here once.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
 from scripts.standins.server import BackgroundServer, Startable
 
@@ -104,13 +105,15 @@ class RecordedRequest:
 
 class Fault(Protocol):
     """What every stand-in's fault rule (a dataclass) has; each adds what it matches and what
-    error it answers. `count` None: never used up."""
+    error it answers. `count` None: never used up. `drop`: the request is carried out as if
+    there were no fault, then its answer is cut halfway (`CutResponse`)."""
 
     status: int | None
     raw_body: str | None
     content_type: str
     delay: float
     count: int | None
+    drop: bool
     hits: int
 
     def to_json(self) -> dict[str, Any]: ...
@@ -135,6 +138,19 @@ def json_response(
     return Response(
         orjson.dumps(payload), status_code=status, headers=headers, media_type="application/json"
     )
+
+
+class CutResponse(Response):
+    """The status line, the headers and half the body, then the connection is closed (uvicorn
+    closes it when the app returns mid-body, and logs that it did): an answer lost on the way
+    back, after the request was carried out. The client sees a dropped connection."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send(
+            {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
+        )
+        half = self.body[: len(self.body) // 2]
+        await send({"type": "http.response.body", "body": half, "more_body": True})
 
 
 def pick_headers(headers: Mapping[str, str]) -> dict[str, str]:
@@ -325,8 +341,12 @@ class StandInBase(Startable, Generic[F]):
         kind: str | None = None,
         headers: dict[str, str] | None = None,
     ) -> Response:
-        """Answer JSON `body` with `status`, recorded (with `kind`, when it says more)."""
+        """Answer JSON `body` with `status`, recorded (with `kind`, when it says more). A 200
+        for a request whose fault drops is recorded the same, then cut on the way out: the
+        request WAS carried out, and the client never learns what it made."""
         self._finish(record, status, body, kind)
+        if status == 200 and record.fault is not None and record.fault.drop:
+            return CutResponse(orjson.dumps(body), headers=headers, media_type="application/json")
         return json_response(body, status, headers)
 
     async def _delay(self, record: RecordedRequest, seconds: float) -> bool:
@@ -402,8 +422,8 @@ class StandInBase(Startable, Generic[F]):
         return None
 
     async def _injected(self, record: RecordedRequest, fault: F | None) -> Response | None:
-        """What `fault` makes of the request after its delay: an answer, or None (no fault, or
-        a pure delay) to handle it normally."""
+        """What `fault` makes of the request after its delay: an answer, or None (no fault, a
+        pure delay, a drop) to handle it normally (`_answer` cuts the answer of a drop)."""
         if fault is None:
             return None
         record.fault = fault
@@ -412,7 +432,8 @@ class StandInBase(Startable, Generic[F]):
         return self._fault_answer(record, fault)
 
     def _fault_answer(self, record: RecordedRequest, fault: F) -> Response | None:
-        """The error `fault` answers (recorded with `_finish`), or None for a pure delay."""
+        """The error `fault` answers (recorded with `_finish`), or None for a pure delay or a
+        drop."""
         raise NotImplementedError
 
     def _raw_answer(self, record: RecordedRequest, fault: F) -> Response:

@@ -9,15 +9,15 @@
 It serves, under `/api/v1/accounts/{account}/conversations/{conversation}/`, what the product
 calls: `messages` (outgoing messages and private notes: 200 with the created message and a
 fresh `id`), `toggle_status` (`{"status": "open"}`: 200 with Chatwoot's `payload`) and
-`toggle_typing_status` (200, empty). The `api_access_token` header is checked (401
-`{"error": "Invalid Access Token"}`), malformed bodies get 422, unknown paths 404, and every
-request is recorded. Faults (HTTP status with Chatwoot's error body, raw bodies, latency,
-hangs, per conversation and per kind of call) are set from Python or over HTTP
-(`POST /_control`). With `webhook_url` it posts each created message back as a
+`toggle_typing_status` (200, empty). The `api_access_token` header is checked (401 `{"error":
+"Invalid Access Token"}`), malformed bodies get 422, unknown paths 404, and every request is
+recorded. Faults (HTTP status with Chatwoot's error body, raw bodies, latency, hangs, answers
+cut after the call was carried out, per conversation and per kind of call) are set from Python
+or over HTTP (`POST /_control`). With `webhook_url` it posts each created message back as a
 `message_created` webhook, as Chatwoot does (signed with `webhook_secret`, or carrying
-`?token=` when `webhook_token` is set): the bot's own replies come back that way.
-`GET /_requests` lists the calls (`requests`) and those webhook deliveries with the
-receiver's answer (`webhooks`). `POST /_control`: the ops every stand-in takes are in
+`?token=` when `webhook_token` is set): the bot's own replies come back that way. `GET
+/_requests` lists the calls (`requests`) and those webhook deliveries with the receiver's
+answer (`webhooks`). `POST /_control`: the ops every stand-in takes are in
 `StandInBase.control`, this one's own in `ChatwootApiStandIn._control_ops`.
 
 Run alone: `scripts/chatwoot_standin --port 8082 [--token T] [--webhook-url URL --secret S]`.
@@ -88,7 +88,8 @@ class ChatwootFault:
     of a reply, say). After sleeping `delay`: `raw_body` set → `status` (default 502) with
     that body; else `status` set → Chatwoot's error body `{"error": message}`; neither (a
     pure delay, `hang_next`) → the call is then handled normally, so it IS carried out even
-    if the client gave up waiting."""
+    if the client gave up waiting; `drop` (`drop_next`) → carried out too, but the connection
+    is closed halfway through the answer."""
 
     status: int | None = None
     message: str | None = None
@@ -99,6 +100,7 @@ class ChatwootFault:
     conversation: int | None = None
     kinds: frozenset[str] = CALL_KINDS
     after: int = 0
+    drop: bool = False
     hits: int = 0
 
     def matches(self, kind: str, conversation: int) -> bool:
@@ -287,6 +289,11 @@ class ChatwootApiStandIn(WebhookStandIn[ChatwootFault, WebhookDelivery]):
         """The next `n` calls wait `seconds`, then are carried out (the client may be gone)."""
         return self.add_fault(ChatwootFault(delay=seconds, kinds=frozenset(kinds), count=n))
 
+    def drop_next(self, n: int = 1, *, kinds: Iterable[str] = CALL_KINDS) -> ChatwootFault:
+        """The next `n` calls are carried out (a message IS created), then the connection is
+        closed before the answer is complete: the client never learns the message's id."""
+        return self.add_fault(ChatwootFault(drop=True, kinds=frozenset(kinds), count=n))
+
     def clear(self) -> None:
         """Forget records, conversation statuses and webhook deliveries."""
         with self._lock:
@@ -350,7 +357,7 @@ class ChatwootApiStandIn(WebhookStandIn[ChatwootFault, WebhookDelivery]):
 
         - `{"op": "fail", "status": 429, "count": 2}`: add a fault; fields of
           `ChatwootFault`: status, message, raw_body, content_type, delay, count (null =
-          forever), conversation, kinds, after.
+          forever), conversation, kinds, after, drop.
         - `{"op": "hang", "seconds": 30, "count": 1}`
         - `clear` also forgets the conversation statuses and the webhook deliveries.
         """
@@ -362,8 +369,8 @@ class ChatwootApiStandIn(WebhookStandIn[ChatwootFault, WebhookDelivery]):
 
     def _control_fail(self, payload: Mapping[str, Any]) -> None:
         fault = ChatwootFault(**fault_fields(ChatwootFault, payload))
-        if fault.status is None and fault.raw_body is None and not fault.delay:
-            raise ValueError("a fault needs status, raw_body or delay")
+        if fault.status is None and fault.raw_body is None and not fault.delay and not fault.drop:
+            raise ValueError("a fault needs status, raw_body, delay or drop")
         self.add_fault(fault)
 
     def state(self) -> dict[str, Any]:

@@ -10,10 +10,10 @@ It serves `POST /{version}/{phone_number_id}/messages` like Meta: bearer token c
 190), text / template / other message sends (200 with a fresh `wamid.`), read receipt + typing
 indicator (`{"success": true}`), anything malformed 400 with code 100, Meta's error body
 everywhere. Every request is recorded. Faults (error codes, fractions, per-recipient rules, raw
-5xx, latency, hangs) are set from Python or over HTTP (`POST /_control`), so a product running in
-another process can be driven too. With `webhook_url` + `app_secret` it posts signed status
-webhooks (`sent`, `delivered`, `read`, or `failed`) back to the receiver after each accepted
-send, retrying non-200 answers like Meta.
+5xx, latency, hangs, answers cut after the send was accepted) are set from Python or over HTTP
+(`POST /_control`), so a product running in another process can be driven too. With
+`webhook_url` + `app_secret` it posts signed status webhooks (`sent`, `delivered`, `read`, or
+`failed`) back to the receiver after each accepted send, retrying non-200 answers like Meta.
 
 Control endpoint (`POST /_control`, JSON; `GET /_control` shows the state, `GET /_requests`
 lists the records and webhook deliveries): the ops every stand-in takes are in
@@ -270,7 +270,9 @@ class GraphFault:
     - `raw_body` set: answer `status` (default 502) with that non-JSON body;
     - `code` set: answer Meta's error body with that code, HTTP `status` (default per code);
     - neither (a pure delay, e.g. `hang_next`): the request is then handled normally, so the
-      message IS accepted and recorded as sent even if the client gave up waiting.
+      message IS accepted and recorded as sent even if the client gave up waiting;
+    - `drop` (`drop_next`): handled normally too, but the connection is closed halfway through
+      the answer (the client never learns the wamid of a message Meta accepted).
     """
 
     code: int | None = None
@@ -284,6 +286,7 @@ class GraphFault:
     probability: float = 1.0
     to: str | None = None
     kinds: frozenset[str] = SEND_KINDS
+    drop: bool = False
     hits: int = 0
 
     @property
@@ -623,6 +626,12 @@ class GraphApiStandIn(WebhookStandIn[GraphFault, WebhookDelivery]):
         webhooks follow): Meta may deliver a message whose answer the client never saw."""
         return self.add_fault(GraphFault(code=code, delay=seconds, kinds=frozenset(kinds), count=n))
 
+    def drop_next(self, n: int = 1, *, kinds: Iterable[str] = SEND_KINDS) -> GraphFault:
+        """The next `n` sends are ACCEPTED (recorded as sent, status webhooks follow), then the
+        connection is closed before the answer is complete: a dropped connection after Meta
+        took the request."""
+        return self.add_fault(GraphFault(drop=True, kinds=frozenset(kinds), count=n))
+
     def reset_faults(self) -> None:
         """No faults, no latency, no failed-status recipients."""
         with self._lock:
@@ -662,7 +671,7 @@ class GraphApiStandIn(WebhookStandIn[GraphFault, WebhookDelivery]):
 
         - `{"op": "fail", "code": 130429, "count": 2}`: add a fault; fields of `GraphFault`:
           code, status, message, details, raw_body, content_type, delay, count (null = forever),
-          probability, to, kinds; plus `seed` to reseed the RNG first.
+          probability, to, kinds, drop; plus `seed` to reseed the RNG first.
         - `{"op": "hang", "seconds": 30, "count": 1, "code": null}`: as `hang_next`.
         - `{"op": "fail_status", "to": "549...", "code": 131047}`: as `fail_status_for`.
         - `reset` also forgets the failed-status recipients; `clear`, the webhook deliveries.
@@ -683,8 +692,8 @@ class GraphApiStandIn(WebhookStandIn[GraphFault, WebhookDelivery]):
         if payload.get("seed") is not None:
             self._reseed(payload["seed"])
         fault = GraphFault(**fault_fields(GraphFault, payload))
-        if not fault.is_error and not fault.delay:
-            raise ValueError("a fault needs code, raw_body or delay")
+        if not fault.is_error and not fault.delay and not fault.drop:
+            raise ValueError("a fault needs code, raw_body, delay or drop")
         if fault.raw_body is not None and fault.status is None:
             fault.status = 502
         self.add_fault(fault)

@@ -173,7 +173,9 @@ class MessagesFault:
 
     After `delay` seconds: `raw_body` set → HTTP `status` (default 502) with that non-JSON body;
     `error_type` or `status` set → Anthropic's error body (429 also gets `retry-after`);
-    neither (a pure delay, `hang_next`) → the request is then answered normally.
+    neither (a pure delay, `hang_next`) → the request is then answered normally; `drop`
+    (`drop_next`) → answered normally too, but the connection is closed halfway through the
+    answer (the reply was generated, the client never got it).
     """
 
     error_type: str | None = None
@@ -186,6 +188,7 @@ class MessagesFault:
     delay: float = 0.0
     count: int | None = 1
     probability: float = 1.0
+    drop: bool = False
     hits: int = 0
 
     def __post_init__(self) -> None:
@@ -391,6 +394,11 @@ class MessagesApiStandIn(StandInBase[MessagesFault]):
         """The next `n` calls wait `seconds` before answering normally (client timeouts)."""
         return self.add_fault(MessagesFault(delay=seconds, count=n))
 
+    def drop_next(self, n: int = 1) -> MessagesFault:
+        """The next `n` calls are answered, then the connection is closed before the answer is
+        complete (the SDK retries that as a connection error, unless `max_retries=0`)."""
+        return self.add_fault(MessagesFault(drop=True, count=n))
+
     def reset(self) -> None:
         """Back to the state right after the constructor: `reset_faults()`, `clear()`, the
         constructor's replies / default reply / keys / models / RNG seed, an empty prompt cache."""
@@ -435,7 +443,7 @@ class MessagesApiStandIn(StandInBase[MessagesFault]):
         - `{"op": "default_reply", "text": "..."}`: a fixed default reply (null: the echo).
         - `{"op": "fail", "error": "overloaded", "count": 1}`: add a fault; fields of
           `MessagesFault` (error/error_type, status, message, retry_after, headers, raw_body,
-          content_type, delay, count (null = forever), probability), plus `seed`.
+          content_type, delay, count (null = forever), probability, drop), plus `seed`.
         - `{"op": "hang", "seconds": 30, "count": 1}`
         - `config` takes `api_keys` ([...] or null), `models` ([...] or null),
           `require_version`; `reset_all` also restores the replies and empties the prompt cache.
@@ -467,8 +475,8 @@ class MessagesApiStandIn(StandInBase[MessagesFault]):
         if "error" in payload:
             fields["error_type"] = payload["error"]
         fault = MessagesFault(**fields)
-        if not fault.is_error and not fault.delay:
-            raise ValueError("a fault needs error, status, raw_body or delay")
+        if not fault.is_error and not fault.delay and not fault.drop:
+            raise ValueError("a fault needs error, status, raw_body, delay or drop")
         self.add_fault(fault)
 
     def state(self) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """What every stand-in has from `StandInBase`, checked on each of the three over HTTP: the
-`/_control` ops they share, faults used up, requests that outlive a `clear()`, unknown paths,
-the `/_requests` listing."""
+`/_control` ops they share, faults used up, answers cut by a drop, requests that outlive a
+`clear()`, unknown paths, the `/_requests` listing."""
 
 from __future__ import annotations
 
@@ -137,6 +137,39 @@ def test_an_unknown_op_or_a_fault_without_effect_is_refused(
     assert refused.status_code == 400 and "explode" in refused.json()["error"]
     assert control(standin, {"op": "fail"}).status_code == 400
     assert standin.faults == []
+
+
+def carried_out(standin: StandInBase[Any]) -> list[Any]:
+    """What the stand-in did for the calls so far: sends, created messages, generated replies."""
+    if isinstance(standin, GraphApiStandIn):
+        return standin.sent_messages()
+    if isinstance(standin, ChatwootApiStandIn):
+        return standin.created()
+    assert isinstance(standin, MessagesApiStandIn)
+    return standin.replies_sent()
+
+
+def drop_next(standin: StandInBase[Any]) -> None:
+    assert isinstance(standin, GraphApiStandIn | ChatwootApiStandIn | MessagesApiStandIn)
+    standin.drop_next()
+
+
+@pytest.mark.parametrize("how", ["control", "python"])
+def test_a_drop_fault_carries_the_call_out_then_cuts_its_answer(
+    standin: StandInBase[Any], kind: Kind, how: str
+) -> None:
+    if how == "control":
+        assert control(standin, {"op": "fail", "drop": True}).json()["ok"]
+    else:
+        drop_next(standin)
+    with pytest.raises(httpx.RemoteProtocolError):
+        call(standin, kind)
+    [record] = standin.requests
+    assert record.status == 200 and record.fault is not None and record.fault.drop
+    assert len(carried_out(standin)) == 1, "the dropped call was still carried out"
+    assert standin.faults == []
+    assert call(standin, kind).status_code == 200, "one drop, used up"
+    assert len(carried_out(standin)) == 2
 
 
 def test_a_call_held_across_clear_is_answered_503_and_not_recorded(

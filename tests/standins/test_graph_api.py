@@ -320,6 +320,23 @@ async def test_hang_times_out_but_the_message_is_accepted(
     assert record.status == 200
 
 
+async def test_a_dropped_answer_after_the_send_was_accepted(
+    graph: GraphApiStandIn, client: httpx.AsyncClient
+) -> None:
+    """Sends only, by default; `kinds` takes read receipts too. Each is carried out."""
+    graph.drop_next(1)
+    assert (await client.post(PATH, json=READ)).status_code == 200
+    with pytest.raises(httpx.RemoteProtocolError):
+        await client.post(PATH, json=text("cut"))
+    assert [m.body for m in graph.sent_texts()] == ["cut"]
+
+    graph.drop_next(1, kinds=["read"])
+    with pytest.raises(httpx.RemoteProtocolError):
+        await client.post(PATH, json=READ)
+    assert len(graph.read_receipts()) == 2
+    assert [r.status for r in graph.requests] == [200, 200, 200]
+
+
 async def test_hang_then_error(graph: GraphApiStandIn, client: httpx.AsyncClient) -> None:
     graph.hang_next(1, seconds=0.3, code=131000)
     started = time.monotonic()
