@@ -45,6 +45,7 @@ STATS_COUNTERS = {
     "leases_expired": "turns whose lease ended before they finished",
 }
 REVIEW_PREFIX = "review:"
+UNKNOWN_PREFIX = "unknown:"  # sends whose outcome nobody knows, by kind (worker/unknowns.py)
 
 
 @dataclass
@@ -216,6 +217,18 @@ def _counters(snapshot: FleetSnapshot) -> Iterator[Metric]:
             if name.startswith(REVIEW_PREFIX):
                 review.add_metric([tenant, name[len(REVIEW_PREFIX) :]], value)
     yield review
+    unknown = CounterMetricFamily(
+        "wa_deliveries_unknown",
+        "Sends that may or may not have reached the person (no answer to the request; never "
+        "sent again, each in a review item), by kind: part, template, note (hand-off note), "
+        "hand_over (a custom hand-off interrupted by a crash)",
+        labels=["tenant", "kind"],
+    )
+    for tenant, figures in snapshot.items():
+        for name, value in sorted(figures.stats.items()):
+            if name.startswith(UNKNOWN_PREFIX):
+                unknown.add_metric([tenant, name[len(UNKNOWN_PREFIX) :]], value)
+    yield unknown
     lag = HistogramMetricFamily(
         "wa_dispatch_lag_seconds",
         "Time from a batch's due time to the claim that started its turn",

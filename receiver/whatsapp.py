@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeGuard
 
 import orjson
 
 from receiver.parsing import Invalid, Parsed, usable_id
 from receiver.signature import SignatureChecker
-from shared.events import message_event, status_event
+from shared.events import dedupe_id, encode, message_event, status_event
 from shared.provider import WebhookRequest
 
 CHANNEL = "whatsapp"
@@ -62,7 +62,121 @@ def parse_body(body: bytes, received_ms: int) -> Parsed:
         payload = orjson.loads(body)
     except orjson.JSONDecodeError:
         return Parsed(problems=["body is not JSON"])
-    return parse_payload(payload, received_ms)
+    return _one_item(payload, received_ms) or parse_payload(payload, received_ms)
+
+
+def _one_item(payload: Any, received_ms: int) -> Parsed | None:
+    """The commonest bodies, one message or one status, in one pass; None for anything else.
+
+    Meta sends most updates one per POST: an inbound message, or one of the sent / delivered /
+    read receipts every reply brings. The general walk below spends about 30 small calls on
+    such a body (a type guard per level, the contacts table, the sender rule); this does the
+    same checks inline and builds the same event, measured at ~9 % fewer instructions per
+    request (docs/benchmarks/receiver.md). It only says yes when the general path would find
+    no problem and ignore nothing, so the two always agree (tests/receiver/test_fast_path.py
+    compares them on every fixture and on generated bodies). `type(x) is dict` is exact here:
+    the payload comes straight from orjson, which makes no subclasses.
+    """
+    if type(payload) is not dict or payload.get("object", EXPECTED_OBJECT) != EXPECTED_OBJECT:
+        return None
+    entries = payload.get("entry")
+    if type(entries) is not list or len(entries) != 1 or type(entries[0]) is not dict:
+        return None
+    changes = entries[0].get("changes")
+    if type(changes) is not list or len(changes) != 1 or type(changes[0]) is not dict:
+        return None
+    change = changes[0]
+    value = change.get("value")
+    if change.get("field") != "messages" or type(value) is not dict:
+        return None
+    metadata = value.get("metadata")
+    if type(metadata) is not dict:
+        return None
+    tenant = metadata.get("phone_number_id")
+    if not _plain_id(tenant):
+        return None
+    messages = value.get("messages")
+    statuses = value.get("statuses")
+    if statuses is None and type(messages) is list and len(messages) == 1:
+        event = _lone_message(messages[0], value.get("contacts"), tenant, received_ms)
+    elif messages is None and type(statuses) is list and len(statuses) == 1:
+        event = _lone_status(statuses[0], tenant, received_ms)
+    else:
+        return None
+    if event is None:
+        return None
+    try:
+        data = encode(event)
+    except orjson.JSONEncodeError:
+        return None  # the general path records it as a problem
+    return Parsed(events={tenant: [event]}, items={tenant: [(dedupe_id(event), data)]})
+
+
+def _lone_message(
+    message: Any, contacts: Any, tenant: str, received_ms: int
+) -> dict[str, Any] | None:
+    """`message_from`'s event for a message with one contact beside it, or None."""
+    if type(message) is not dict or type(contacts) is not list or len(contacts) != 1:
+        return None
+    contact = contacts[0]
+    message_id = message.get("id")
+    kind = message.get("type")
+    if type(contact) is not dict or type(message_id) is not str or not message_id:
+        return None
+    # `_sender`'s rule: the number, else the user id (BSUID), else the lone contact's user id
+    person = message.get("from") or message.get("from_user_id") or _get(contact, "user_id")
+    if not _plain_id(person) or type(kind) is not str or not kind:
+        return None
+    profile = contact.get("profile")
+    name = profile.get("name") if type(profile) is dict else ""
+    is_sender = contact.get("wa_id") == person or contact.get("user_id") == person
+    if type(name) is not str or not is_sender:
+        name = ""
+    context = message.get("context")
+    context_id = context.get("id") if type(context) is dict else None
+    return message_event(
+        channel=CHANNEL,
+        tenant=tenant,
+        person=person,
+        message_id=message_id,
+        type=kind,
+        text=_describe(kind, message),
+        ts=timestamp(message.get("timestamp"), received_ms),
+        received_ms=received_ms,
+        name=name,
+        context=context_id if type(context_id) is str else "",
+        raw=message,
+    )
+
+
+def _lone_status(status: Any, tenant: str, received_ms: int) -> dict[str, Any] | None:
+    """`status_from`'s event, or None."""
+    if type(status) is not dict:
+        return None
+    person = status.get("recipient_id") or status.get("recipient_user_id")
+    status_id = status.get("id")
+    state = status.get("status")
+    if not _plain_id(person) or type(status_id) is not str or not status_id:
+        return None
+    if type(state) is not str or not state:
+        return None
+    errors = status.get("errors")
+    return status_event(
+        channel=CHANNEL,
+        tenant=tenant,
+        person=person,
+        message_id=status_id,
+        status=state,
+        ts=timestamp(status.get("timestamp"), received_ms),
+        received_ms=received_ms,
+        errors=errors if type(errors) is list else [],
+        raw=status,
+    )
+
+
+def _plain_id(value: Any) -> TypeGuard[str]:
+    """`usable_id`'s rule as a test: a non-empty string without hash-tag braces."""
+    return type(value) is str and value != "" and "{" not in value and "}" not in value
 
 
 def parse_payload(payload: Any, received_ms: int) -> Parsed:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,8 +26,8 @@ from typing import Any
 import httpx
 import orjson
 
-from scripts.standins.chatwoot_api import chatwoot_headers, message_created
-from scripts.traffic import Tally, fleet_counters, summary_line
+from scripts.traffic import Tally, answers_200, fleet_counters, post_until_taken, summary_line
+from scripts.webhooks import chatwoot_headers, message_created
 from shared.chatwoot import tenant_id
 from shared.keys import Keys
 
@@ -147,20 +146,11 @@ class ChatwootTraffic:
         response.raise_for_status()
         return orjson.loads(response.content)
 
-    async def standin_ready(self, timeout_s: float = 15.0) -> bool:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                response = await self.http.get(f"{self.standin_url}/_health")
-                if response.status_code == 200:
-                    return True
-                detail = f"HTTP {response.status_code}"
-            except httpx.HTTPError as exc:
-                detail = type(exc).__name__
-            if time.monotonic() > deadline:
-                self.say(f"the Chatwoot API stand-in at {self.standin_url} is not up ({detail})")
-                return False
-            await asyncio.sleep(0.25)
+    async def standin_ready(self) -> bool:
+        problem = await answers_200(self.http, f"{self.standin_url}/_health")
+        if problem is not None:
+            self.say(f"the Chatwoot API stand-in at {self.standin_url} is not up ({problem})")
+        return problem is None
 
     # --- sending --------------------------------------------------------------------------
     def plan(self, size: int) -> list[ChatwootBurst]:
@@ -211,32 +201,22 @@ class ChatwootTraffic:
                 await self.deliver(body, burst)
         burst.last_sent_s = time.monotonic()
 
-    async def deliver(self, body: bytes, burst: ChatwootBurst, attempts: int = 4) -> None:
-        """POST like Chatwoot: signed (or with the URL token), retried while not 200."""
+    async def deliver(self, body: bytes, burst: ChatwootBurst) -> None:
+        """POST like Chatwoot: signed (or with the URL token), retried while not 200; a fresh
+        delivery id and timestamp per POST (the signature covers the timestamp)."""
         url = f"{self.url}/webhooks/chatwoot"
-        params = {"token": self.token} if self.token and not self.secret else None
-        detail = ""
-        for attempt in range(attempts):
-            if attempt:
-                await asyncio.sleep(0.5 * 2 ** (attempt - 1))
-            # A fresh delivery id and timestamp per POST (the signature covers the timestamp).
-            headers = chatwoot_headers(body, self.secret, delivery=str(uuid.uuid4()))
-            try:
-                started = time.monotonic()
-                response = await self.http.post(url, content=body, headers=headers, params=params)
-            except httpx.HTTPError as exc:
-                detail = f"{type(exc).__name__}: {exc}"
-                continue
-            if response.status_code == 200:
-                self.tally.took(response, time.monotonic() - started)
-                return
-            detail = f"HTTP {response.status_code} {response.text[:120]!r}"
-            if response.status_code in (401, 403):
-                detail += " (is --chatwoot-secret the receiver's CHATWOOT_WEBHOOK_SECRET?)"
-                break
-        self.tally.failed += 1
-        burst.problems.append(f"delivery failed: {detail}")
-        self.say(f"delivery to {url} failed: {detail}")
+        detail = await post_until_taken(
+            self.http,
+            url,
+            body,
+            lambda: chatwoot_headers(body, self.secret),
+            self.tally,
+            params={"token": self.token} if self.token and not self.secret else None,
+            refused_hint="is --chatwoot-secret the receiver's CHATWOOT_WEBHOOK_SECRET?",
+        )
+        if detail is not None:
+            burst.problems.append(f"delivery failed: {detail}")
+            self.say(f"delivery to {url} failed: {detail}")
 
     # --- replies --------------------------------------------------------------------------
     async def poll(self) -> None:

@@ -70,6 +70,7 @@ from scripts.traffic import (
     Person,
     Tally,
     Tenant,
+    answers_200,
     fleet_counters,
     loopback_only,
     post_webhook,
@@ -444,35 +445,17 @@ class Simulation:
                 failing = True
             await asyncio.sleep(POLL_INTERVAL_S)
 
-    async def receiver_ready(self, timeout_s: float = 15.0) -> bool:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                response = await self.http.get(f"{self.options.url}/readyz")
-                if response.status_code == 200:
-                    return True
-                detail = f"HTTP {response.status_code}"
-            except httpx.HTTPError as exc:
-                detail = type(exc).__name__
-            if time.monotonic() > deadline:
-                say(f"the receiver at {self.options.url} is not ready ({detail})")
-                return False
-            await asyncio.sleep(0.25)
+    async def receiver_ready(self) -> bool:
+        problem = await answers_200(self.http, f"{self.options.url}/readyz")
+        if problem is not None:
+            say(f"the receiver at {self.options.url} is not ready ({problem})")
+        return problem is None
 
-    async def graph_ready(self, timeout_s: float = 15.0) -> bool:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                response = await self.http.get(f"{self.options.graph_url}/_health")
-                if response.status_code == 200:
-                    return True
-                detail = f"HTTP {response.status_code}"
-            except httpx.HTTPError as exc:
-                detail = type(exc).__name__
-            if time.monotonic() > deadline:
-                say(f"the Graph API stand-in at {self.options.graph_url} is not up ({detail})")
-                return False
-            await asyncio.sleep(0.25)
+    async def graph_ready(self) -> bool:
+        problem = await answers_200(self.http, f"{self.options.graph_url}/_health")
+        if problem is not None:
+            say(f"the Graph API stand-in at {self.options.graph_url} is not up ({problem})")
+        return problem is None
 
     # --- sending --------------------------------------------------------------------------
     async def send_rounds(self, total: int | None) -> None:

@@ -9,16 +9,15 @@ generator). Only 127.0.0.1 is ever a target.
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import hmac
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 import orjson
 
+from scripts.webhooks import inbound_webhook, meta_headers, text_message, whatsapp_webhook
 from shared.keys import Keys
 
 
@@ -56,25 +55,16 @@ def loopback_only(url: str) -> str | None:
 
 def webhook_body(tenant: Tenant, person: Person, message_id: str, text: str) -> bytes:
     """One inbound text message exactly as Meta's Cloud API delivers it."""
-    message = {
-        "from": person.wa_id,
-        "id": message_id,
-        "timestamp": str(int(time.time())),
-        "type": "text",
-        "text": {"body": text},
-    }
-    value = {
-        "messaging_product": "whatsapp",
-        "metadata": {
-            "display_phone_number": tenant.display_phone_number,
-            "phone_number_id": tenant.phone_number_id,
-        },
-        "contacts": [{"profile": {"name": person.name}, "wa_id": person.wa_id}],
-        "messages": [message],
-    }
-    change = {"field": "messages", "value": value}
-    entry = {"id": tenant.waba_id, "changes": [change]}
-    return orjson.dumps({"object": "whatsapp_business_account", "entry": [entry]})
+    return orjson.dumps(
+        inbound_webhook(
+            tenant.phone_number_id,
+            person.wa_id,
+            [text_message(message_id, text, person.wa_id)],
+            name=person.name,
+            display_phone_number=tenant.display_phone_number,
+            waba_id=tenant.waba_id,
+        )
+    )
 
 
 def status_body(tenant: Tenant, recipient: str, wamid: str, status: str) -> bytes:
@@ -85,17 +75,14 @@ def status_body(tenant: Tenant, recipient: str, wamid: str, status: str) -> byte
         "timestamp": str(int(time.time())),
         "recipient_id": recipient,
     }
-    value = {
-        "messaging_product": "whatsapp",
-        "metadata": {
-            "display_phone_number": tenant.display_phone_number,
-            "phone_number_id": tenant.phone_number_id,
-        },
-        "statuses": [entry_status],
-    }
-    change = {"field": "messages", "value": value}
-    entry = {"id": tenant.waba_id, "changes": [change]}
-    return orjson.dumps({"object": "whatsapp_business_account", "entry": [entry]})
+    return orjson.dumps(
+        whatsapp_webhook(
+            {"statuses": [entry_status]},
+            phone_number_id=tenant.phone_number_id,
+            display_phone_number=tenant.display_phone_number,
+            waba_id=tenant.waba_id,
+        )
+    )
 
 
 @dataclass
@@ -155,26 +142,45 @@ def summary_line(
     )
 
 
-def signature(body: bytes, secret: str) -> str:
-    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
-
-
 async def post_webhook(
     http: httpx.AsyncClient, url: str, secret: str, body: bytes, tally: Tally, attempts: int = 4
 ) -> str | None:
-    """POST like Meta does: signed raw bytes, retried while the answer is not 200. None when
-    the receiver took it (its counts go to `tally`), else what went wrong."""
-    headers = {
-        "Content-Type": "application/json",
-        "X-Hub-Signature-256": signature(body, secret),
-    }
+    """POST like Meta does: signed raw bytes to the receiver at `url`, retried while the answer
+    is not 200. None when the receiver took it (its counts go to `tally`), else what went
+    wrong."""
+    return await post_until_taken(
+        http,
+        f"{url}/webhooks/whatsapp",
+        body,
+        lambda: meta_headers(secret, body),
+        tally,
+        attempts=attempts,
+        refused_hint="is --secret the receiver's WHATSAPP_APP_SECRET?",
+    )
+
+
+async def post_until_taken(
+    http: httpx.AsyncClient,
+    url: str,
+    body: bytes,
+    headers: Callable[[], Mapping[str, str]],
+    tally: Tally,
+    *,
+    attempts: int = 4,
+    params: Mapping[str, str] | None = None,
+    refused_hint: str,
+) -> str | None:
+    """POST `body` as a provider does, retried with backoff (0.5, 1, 2 s) while the answer is
+    not 200; `headers()` is called per attempt (a provider signs each delivery afresh). None
+    when the receiver took it (its counts go to `tally`), else what went wrong; a 401/403 is
+    not retried, and says `refused_hint`."""
     detail = ""
     for attempt in range(attempts):
         if attempt:
             await asyncio.sleep(0.5 * 2 ** (attempt - 1))
         try:
             started = time.monotonic()
-            response = await http.post(f"{url}/webhooks/whatsapp", content=body, headers=headers)
+            response = await http.post(url, content=body, headers=headers(), params=params)
         except httpx.HTTPError as exc:
             detail = f"{type(exc).__name__}: {exc}"
             continue
@@ -183,7 +189,24 @@ async def post_webhook(
             return None
         detail = f"HTTP {response.status_code} {response.text[:120]!r}"
         if response.status_code in (401, 403):
-            detail += " (is --secret the receiver's WHATSAPP_APP_SECRET?)"
+            detail += f" ({refused_hint})"
             break
     tally.failed += 1
     return detail
+
+
+async def answers_200(http: httpx.AsyncClient, url: str, timeout_s: float = 15.0) -> str | None:
+    """Poll GET `url` until it answers 200 (a service coming up): None, or after `timeout_s`
+    what it answered last."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            response = await http.get(url)
+            if response.status_code == 200:
+                return None
+            detail = f"HTTP {response.status_code}"
+        except httpx.HTTPError as exc:
+            detail = type(exc).__name__
+        if time.monotonic() > deadline:
+            return detail
+        await asyncio.sleep(0.25)

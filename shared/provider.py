@@ -75,11 +75,20 @@ class OutboundProvider(Protocol):
         """Send part `part` of the reply; the provider's message id (None if it gives none).
 
         Raise `worker.errors.RetryLater` for what a retry can fix, `NeedsReview` for what a
-        person must handle.
+        person must handle, `DeliveryUnknown` when the request may have reached the provider
+        without an answer (never retried: it may be a second copy).
         """
         ...
 
-    async def hand_over(self, batch: Batch, reason: str, detail: str) -> bool:
+    # True: `hand_over` may be called again for a batch whose earlier hand-off a worker's
+    # death interrupted; it then reads `batch.handoff.steps` and repeats no step it began
+    # (worker/handoff.py). Otherwise a hand-off is never called twice for one batch.
+    resumes_hand_over: bool
+
+    async def hand_over(self, batch: Batch, reason: str, detail: str) -> bool | str:
         """The batch was parked for review: give the conversation to a human. True once the
-        provider was told, False where it has no such thing (WhatsApp); raise on failure."""
+        provider was told, False where it has no such thing (WhatsApp), a text when the
+        outcome is not that simple (it goes on the review item: "unknown: ..." when a step
+        got no answer); raise on failure. Before each step that tells someone something,
+        mark it in `batch.handoff.steps` and `await batch.save_handoff()`."""
         ...

@@ -54,6 +54,7 @@ class Settings:
     chatwoot_webhook_secrets: tuple[str, ...] = ()
     chatwoot_webhook_tokens: tuple[str, ...] = ()
     chatwoot_only_pending: bool = False
+    chatwoot_timeout_s: float = 15.0
 
     anthropic_api_key: str = ""
     ai_model: str = "claude-sonnet-4-5"
@@ -109,6 +110,7 @@ class Settings:
             "chatwoot_webhook_secrets": _list(env, "CHATWOOT_WEBHOOK_SECRET"),
             "chatwoot_webhook_tokens": _list(env, "CHATWOOT_WEBHOOK_TOKEN"),
             "chatwoot_only_pending": _bool(env, "CHATWOOT_ONLY_PENDING", d.chatwoot_only_pending),
+            "chatwoot_timeout_s": _num(env, "CHATWOOT_TIMEOUT_S", d.chatwoot_timeout_s, float),
             "anthropic_api_key": api_key,
             "ai_model": _str(env, "AI_MODEL", d.ai_model),
             "system_prompt": _str(env, "SYSTEM_PROMPT", d.system_prompt),
@@ -147,7 +149,7 @@ class Settings:
     def validate(self) -> None:
         positive = (
             "redis_timeout_s debounce_window_s max_wait_s lease_s lease_renew_s max_attempts "
-            "ai_max_tokens ai_timeout_s memory_ttl_s whatsapp_timeout_s "
+            "ai_max_tokens ai_timeout_s memory_ttl_s whatsapp_timeout_s chatwoot_timeout_s "
             "retry_base_s review_after_s worker_concurrency poll_interval_s dedupe_ttl_s "
             "max_body_bytes"
         ).split()

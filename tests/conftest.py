@@ -13,8 +13,6 @@ cluster).
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -25,6 +23,7 @@ import pytest
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster as ClusterClient
 
+from scripts.webhooks import sign_body
 from shared.redis_server import RedisCluster, RedisServer
 from shared.settings import Settings
 
@@ -42,7 +41,8 @@ def fixture_json(name: str) -> Any:
 
 
 def sign(body: bytes, secret: str = APP_SECRET) -> str:
-    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+    """The `X-Hub-Signature-256` Meta would send for `body`."""
+    return sign_body(secret, body)
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ def test_defaults_match_the_design_table() -> None:
     assert s.dedupe_ttl_s == 604800
     assert s.key_prefix == "wa" and s.brain == "echo" and s.sender == "outbox"
     assert s.whatsapp_api_base_url == "https://graph.facebook.com"
-    assert s.whatsapp_timeout_s == 15.0
+    assert s.whatsapp_timeout_s == 15.0 and s.chatwoot_timeout_s == 15.0
 
 
 def test_durations_accept_decimals_and_names_map_to_fields() -> None:
@@ -41,6 +41,7 @@ def test_durations_accept_decimals_and_names_map_to_fields() -> None:
             "WHATSAPP_APP_SECRET": "new, old ,",
             "WHATSAPP_API_BASE_URL": "http://127.0.0.1:9000/",
             "WHATSAPP_TIMEOUT_S": "2.5",
+            "CHATWOOT_TIMEOUT_S": "0.75",
         }
     )
     assert (s.debounce_window_s, s.max_wait_s, s.lease_s, s.lease_renew_s) == (0.25, 1.5, 2, 0.5)
@@ -49,7 +50,7 @@ def test_durations_accept_decimals_and_names_map_to_fields() -> None:
     assert s.key_prefix == "t1" and s.redis_cluster is True
     assert s.whatsapp_app_secrets == ("new", "old")
     assert s.whatsapp_api_base_url == "http://127.0.0.1:9000"
-    assert s.whatsapp_timeout_s == 2.5
+    assert s.whatsapp_timeout_s == 2.5 and s.chatwoot_timeout_s == 0.75
 
 
 def test_an_api_key_makes_the_real_ai_the_default_brain() -> None:
@@ -84,6 +85,8 @@ def test_an_api_key_makes_the_real_ai_the_default_brain() -> None:
         ("WHATSAPP_TIMEOUT_S", "0", "WHATSAPP_TIMEOUT_S must be > 0"),
         ("WHATSAPP_TIMEOUT_S", "-1", "WHATSAPP_TIMEOUT_S must be > 0"),
         ("WHATSAPP_TIMEOUT_S", "soon", "WHATSAPP_TIMEOUT_S must be a number"),
+        ("CHATWOOT_TIMEOUT_S", "0", "CHATWOOT_TIMEOUT_S must be > 0"),
+        ("CHATWOOT_TIMEOUT_S", "soon", "CHATWOOT_TIMEOUT_S must be a number"),
     ],
 )
 def test_bad_values_stop_start_up_naming_the_variable(name: str, value: str, message: str) -> None:
@@ -102,6 +105,7 @@ def test_bad_values_stop_start_up_naming_the_variable(name: str, value: str, mes
         ("RETRY_BASE_S", "inf"),
         ("POLL_INTERVAL_S", "nan"),
         ("WHATSAPP_TIMEOUT_S", "inf"),
+        ("CHATWOOT_TIMEOUT_S", "inf"),
     ],
 )
 def test_non_finite_durations_are_rejected(name: str, value: str) -> None:

@@ -8,6 +8,9 @@ from typing import Any
 
 import orjson
 
+from worker.handoff import HandOff
+from worker.unknowns import UnknownDelivery
+
 SERVICE_WINDOW_S = 24 * 3600  # WhatsApp's customer-service window
 
 
@@ -66,11 +69,23 @@ class Batch:
     # The tenant's template went out (or was about to: see `mark_template`) for this batch,
     # in this attempt or an earlier one: no second template, no more parts.
     template_sent: bool = False
-    # Set by the worker for the turn: `await note_template(True)` notes on the batch in Redis,
-    # under the lease, that the template goes out and sets `template_sent`; `(False)` undoes
-    # both (Meta refused it). Raises LeaseLost if the lease is gone. A sender calls it before
-    # the template request (None outside a worker's turn: then only the flag is kept).
-    note_template: Callable[[bool], Awaitable[None]] | None = field(default=None, repr=False)
+    # Which part the template replaced, and when it was noted (Redis clock): a resumed turn
+    # that finds that part unrecorded cannot know whether the template went out.
+    template_part: int | None = None
+    template_ms: int = 0
+    # Set by the worker for the turn: `await note_template(True, part)` notes on the batch in
+    # Redis, under the lease, that the template goes out in place of `part` and sets
+    # `template_sent`; `(False, part)` undoes both (Meta refused it). Raises LeaseLost if the
+    # lease is gone. A sender calls it before the template request (None outside a worker's
+    # turn: then only the flags are kept).
+    note_template: Callable[[bool, int], Awaitable[None]] | None = field(default=None, repr=False)
+    # A send of this turn whose outcome is unknown (it goes on the review item).
+    delivery_unknown: UnknownDelivery | None = None
+    # The review decided for this batch and how far its hand-off got (worker/handoff.py):
+    # read back from Redis on a resumed batch. `await save_handoff()` writes it, under the
+    # lease (set by the worker for the review; raises LeaseLost if the lease is gone).
+    handoff: HandOff | None = None
+    save_handoff: Callable[[], Awaitable[None]] | None = field(default=None, repr=False)
     # The last part, sent but left for the finish to record: (index, provider id).
     unrecorded_part: tuple[int, str] | None = None
 
@@ -85,6 +100,8 @@ class Batch:
         sent_parts = {
             int(name[5:]): value for name, value in fields.items() if name.startswith("part:")
         }
+        journal = fields.pop("handoff", None)
+        template_part = fields.get("template_part")
         return cls(
             tenant=tenant,
             person=person,
@@ -102,6 +119,9 @@ class Batch:
             reply=fields.get("reply"),
             sent_parts=sent_parts,
             template_sent=fields.get("template") == "1",
+            template_part=int(template_part) if template_part else None,
+            template_ms=int(fields.get("template_ms") or 0),
+            handoff=None if journal is None else HandOff.read(journal),
         )
 
     def window_closed(self, now_s: float, window_s: float = SERVICE_WINDOW_S) -> bool:

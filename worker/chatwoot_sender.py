@@ -8,10 +8,16 @@
 - `hand_over` gives the conversation to a human when its batch is parked for review: a private
   note saying why, then status `open` (`toggle_status`). Each call is retried a few times on
   transient errors; a hand-off that still fails raises, and the worker records that on the
-  review item (the review item itself is never at risk).
-- Errors: 429, 5xx, timeouts and connection errors are retried with backoff (`RetryLater`);
-  401, 403, 404 and 422 go to review with the status and Chatwoot's message (`NeedsReview`);
-  anything else is retried, then reviewed after MAX_ATTEMPTS.
+  review item (the review item itself is never at risk). At most one note per batch, even
+  across a worker's death: the note's step is journaled on the batch before its request and
+  after its answer (worker/handoff.py); a note whose request got no answer is never posted
+  again (recorded as unknown). Setting `open` is idempotent, so it is always (re)done.
+- Errors: 429, 5xx and failures to connect are retried with backoff (`RetryLater`); 401,
+  403, 404 and 422 go to review with the status and Chatwoot's message (`NeedsReview`);
+  anything else is retried, then reviewed after MAX_ATTEMPTS. A reply part Chatwoot may have
+  created without our hearing of it (a read timeout, a connection dropped after the request
+  was written) is never posted again: `DeliveryUnknown`, review as "delivery_unknown", and
+  the hand-off note asks the agent to check whether it is in the conversation.
 
 Tenant `cw-<account>-<inbox>` gives the account, the person is the conversation id. The token is
 the tenant's `access_token` from TENANTS_FILE, else `CHATWOOT_API_ACCESS_TOKEN`.
@@ -28,8 +34,10 @@ import httpx
 from shared.chatwoot import account_of
 from shared.settings import Settings
 from worker.batch import Batch
-from worker.errors import NeedsReview, RetryLater
+from worker.errors import DeliveryUnknown, NeedsReview, RetryLater
+from worker.handoff import SENDING
 from worker.split import WHATSAPP_MAX_CHARS
+from worker.unknowns import describe, may_have_arrived
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +50,7 @@ REVIEW_REASONS = {
 HANDOFF_ATTEMPTS = 3
 HANDOFF_BACKOFF_S = 0.5  # then 1 s: a hand-off is worth a few seconds, not a retry schedule
 NOTE_DETAIL_CHARS = 500
+EXCERPT_CHARS = 80  # of a part whose delivery is unknown, for the agent to look for it
 
 
 class ChatwootError(Exception):
@@ -56,6 +65,8 @@ class ChatwootError(Exception):
 class ChatwootSender:
     # Chatwoot relays to the channel behind the inbox; WhatsApp's limit is the tightest.
     max_part_chars = WHATSAPP_MAX_CHARS
+    # A resumed hand-off reads the journal and repeats no step that was begun (see hand_over).
+    resumes_hand_over = True
 
     def __init__(
         self,
@@ -67,7 +78,10 @@ class ChatwootSender:
         self._handoff_backoff_s = handoff_backoff_s
         self._client = client or httpx.AsyncClient(
             base_url=settings.chatwoot_base_url,
-            timeout=httpx.Timeout(15.0, connect=5.0),
+            # Connecting never takes longer than 5 s, however long a call may.
+            timeout=httpx.Timeout(
+                settings.chatwoot_timeout_s, connect=min(5.0, settings.chatwoot_timeout_s)
+            ),
             limits=httpx.Limits(max_connections=100, max_keepalive_connections=20),
         )
 
@@ -93,23 +107,73 @@ class ChatwootSender:
             return ""
         return str(message_id)
 
-    async def hand_over(self, batch: Batch, reason: str, detail: str) -> bool:
-        """A private note saying why, then status `open`: a human's conversation now."""
-        why = f"{reason}: {detail[:NOTE_DETAIL_CHARS]}" if detail else reason
-        note = {
-            "content": f"The bot handed this conversation over to a person ({why}).",
-            "message_type": "outgoing",
-            "private": True,
-        }
-        await self._with_retries(batch, "/messages", note)
-        await self._with_retries(batch, "/toggle_status", {"status": "open"})
-        return True
+    async def hand_over(self, batch: Batch, reason: str, detail: str) -> bool | str:
+        """A private note saying why, then status `open`: a human's conversation now.
 
-    async def _with_retries(self, batch: Batch, path: str, body: dict[str, Any]) -> Any:
+        True when both were done; "unknown: ..." when the note's request got no answer (it
+        may or may not be in the conversation; never posted twice). With the worker's journal
+        (`batch.handoff`, `batch.save_handoff`) a resumed hand-off skips a note that was
+        begun: the note is marked before its request and after its answer.
+        """
+        steps = batch.handoff.steps if batch.handoff is not None else {}
+        note = steps.get("note")
+        if note is None:
+            steps["note"] = SENDING
+            await self._save(batch)
+            try:
+                await self._with_retries(batch, "/messages", self._note(batch, reason, detail))
+                steps["note"] = "done"
+            except DeliveryUnknown as exc:
+                steps["note"] = f"unknown: {exc.detail}"
+            except Exception:
+                # Refused or never reached Chatwoot: no note exists, a resumed hand-off may
+                # post it. (If this write fails, the failure is what the item says.)
+                del steps["note"]
+                await self._save(batch)
+                raise
+            await self._save(batch)
+        elif note == SENDING:
+            steps["note"] = "unknown: the worker posting it stopped before Chatwoot answered"
+            await self._save(batch)
+        # Setting `open` twice changes nothing: timeouts are retried too, and a resumed
+        # hand-off sets it again rather than guess whether the first request arrived.
+        await self._with_retries(batch, "/toggle_status", {"status": "open"}, idempotent=True)
+        steps["status"] = "open"
+        note = steps["note"]
+        return True if note == "done" else f"{note}; status set to open"
+
+    @staticmethod
+    async def _save(batch: Batch) -> None:
+        if batch.save_handoff is not None:
+            await batch.save_handoff()
+
+    @staticmethod
+    def _note(batch: Batch, reason: str, detail: str) -> dict[str, Any]:
+        why = f"{reason}: {detail[:NOTE_DETAIL_CHARS]}" if detail else reason
+        content = f"The bot handed this conversation over to a person ({why})."
+        unknown = batch.delivery_unknown
+        if unknown is not None and unknown.what == "part":
+            # What the agent needs: whether that message is in the conversation above.
+            excerpt = unknown.text[:EXCERPT_CHARS]
+            content += (
+                f" Check whether the bot's {describe(unknown.to_json())}, starting"
+                f' "{excerpt}", appears above: Chatwoot did not answer its request, and it is'
+                " not sent again."
+            )
+        return {"content": content, "message_type": "outgoing", "private": True}
+
+    async def _with_retries(
+        self, batch: Batch, path: str, body: dict[str, Any], *, idempotent: bool = False
+    ) -> Any:
+        """A hand-off call, tried up to HANDOFF_ATTEMPTS times while it failed in a way that
+        created nothing; `idempotent` calls also when the outcome is unknown."""
+        retry: tuple[type[Exception], ...] = (
+            (RetryLater, DeliveryUnknown) if idempotent else (RetryLater,)
+        )
         for attempt in range(1, HANDOFF_ATTEMPTS + 1):
             try:
                 return await self._post(batch, path, body)
-            except RetryLater:
+            except retry:
                 if attempt == HANDOFF_ATTEMPTS:
                     raise
             await asyncio.sleep(self._handoff_backoff_s * 2 ** (attempt - 1))
@@ -125,9 +189,9 @@ class ChatwootSender:
         )
         try:
             response = await self._client.post(url, json=body, headers={"api_access_token": token})
-        except httpx.TimeoutException as exc:
-            raise RetryLater(f"Chatwoot timeout: {exc!r}") from exc
         except httpx.TransportError as exc:
+            if may_have_arrived(exc):
+                raise DeliveryUnknown(f"Chatwoot did not answer: {exc!r}") from exc
             raise RetryLater(f"Chatwoot unreachable: {exc!r}") from exc
         status = response.status_code
         if 200 <= status < 300:

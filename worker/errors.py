@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+DELIVERY_UNKNOWN = "delivery_unknown"
+
 
 class TurnError(Exception):
     """Base of the turn outcomes below. Any other exception counts as retryable."""
@@ -18,6 +20,25 @@ class NeedsReview(TurnError):
         super().__init__(f"{reason}: {detail}" if detail else reason)
         self.reason = reason
         self.detail = detail
+
+
+class DeliveryUnknown(NeedsReview):
+    """A send whose request may have reached the provider got no usable answer (a read
+    timeout, a connection dropped after the request was written, a 200 without a message id):
+    the person may or may not have it. Never retried, since a retry may be a second copy
+    (invariant 7); the batch goes to review as "delivery_unknown" (worker/unknowns.py).
+
+    `what` is "part" (a reply part) or "template" (the tenant's template, `label` its name);
+    `at_ms` is when the request was made, if an earlier attempt made it (else the worker
+    takes the time it asked the sender)."""
+
+    def __init__(
+        self, detail: str, *, what: str = "part", label: str = "", at_ms: int | None = None
+    ) -> None:
+        super().__init__(DELIVERY_UNKNOWN, detail)
+        self.what = what
+        self.label = label
+        self.at_ms = at_ms
 
 
 class LeaseLost(Exception):

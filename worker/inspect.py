@@ -26,6 +26,7 @@ from shared.keys import KeyError_, Keys
 from shared.redis_client import make_redis
 from shared.settings import ConfigError, Settings
 from worker import live_state
+from worker.unknowns import describe, utc
 
 
 def duration(ms: int | float | None) -> str:
@@ -62,6 +63,7 @@ def render_fleet(state: dict[str, Any]) -> list[str]:
             f"  {t['tenant']}  inbox={t['inbox']} waiting={t['waiting']} "
             f"running={t['running']} review={t['review']} "
             f"messages={t['messages']} turns={t['turns']}"
+            + (f" unknown={t['unknown']}" if t.get("unknown") else "")
         )
     lines.append(f"  dead-letter list: {state['deadletter']} bodies")
     lines.append(
@@ -95,8 +97,15 @@ def render_tenant(state: dict[str, Any]) -> list[str]:
         lines.append(f"    {p['person']}  {p['messages']} messages{flight}")
     lines.append(f"  review      {state['review_total']} items")
     for item in state["review"]:
-        lines.append("    " + _review_line(item))
+        lines += _review_lines(item)
     lines += _more(state["review_total"], len(state["review"]))
+    unknown = state.get("deliveries_unknown") or {}
+    if unknown:
+        kinds = " ".join(f"{kind}={n}" for kind, n in sorted(unknown.items()))
+        lines.append(
+            f"  unknown     {sum(unknown.values())} sends nobody can confirm ({kinds}; "
+            "never sent again: see the review items)"
+        )
     lag = state["dispatch_lag"]
     if lag["claims"]:
         lines.append(
@@ -150,6 +159,20 @@ def render_person(state: dict[str, Any]) -> list[str]:
             )
             if "reply" in batch:
                 lines.append(f"    reply text  {batch['reply']!r}")
+        template = batch.get("template")
+        if template:
+            lines.append(
+                f"    template    noted {_at(template['noted_ms'])} in place of part "
+                f"{template['part'] + 1} (not sent again; unknown if that part is not recorded)"
+            )
+        journal = batch.get("review_journal")
+        if journal:
+            steps = ", ".join(f"{k}={v}" for k, v in journal.get("steps", {}).items())
+            decided = _at(journal.get("decided_ms"))
+            lines.append(
+                f"    review      decided ({journal.get('reason')}) {decided}, not finished; "
+                f"hand-off: {steps or 'not begun'}"
+            )
     else:
         lines.append("  batch       none")
     window = state["window"]
@@ -160,7 +183,7 @@ def render_person(state: dict[str, Any]) -> list[str]:
     lines.append(f"  memory      {state['memory_exchanges']} exchanges remembered")
     lines.append(f"  review      {len(state['review'])} items")
     for item in state["review"]:
-        lines.append("    " + _review_line(item))
+        lines += _review_lines(item)
     return lines
 
 
@@ -174,13 +197,27 @@ def _more(total: int, shown: int) -> list[str]:
     return [f"    ... and {total - shown} more"] if total > shown else []
 
 
-def _review_line(item: dict[str, Any]) -> str:
+def _review_lines(item: dict[str, Any]) -> list[str]:
     messages = item["messages"]
     count = messages if isinstance(messages, int) else len(messages or [])
-    return (
-        f"{item.get('id')}  person={item.get('person')}  reason={item.get('reason')}  "
+    lines = [
+        f"    {item.get('id')}  person={item.get('person')}  reason={item.get('reason')}  "
         f"attempts={item.get('attempts')}  messages={count}  error={item.get('error')!r}"
-    )
+    ]
+    unknown = item.get("delivery_unknown")
+    if unknown:
+        send = unknown.get("send") or describe(unknown)
+        lines.append(
+            f"      delivery unknown: {send}, request made {_at(unknown.get('at_ms'))}: "
+            f"{unknown.get('error')}"
+        )
+    if item.get("handoff"):
+        lines.append(f"      hand-off: {item['handoff']}")
+    return lines
+
+
+def _at(ms: int | None) -> str:
+    return "at an unknown time" if not ms else f"at {utc(int(ms))}"
 
 
 async def read(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:

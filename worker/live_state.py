@@ -17,6 +17,8 @@ import orjson
 
 from shared import dispatch_lag, wake
 from shared.keys import PENDING, Keys
+from worker.handoff import HandOff
+from worker.unknowns import describe
 
 SCAN_COUNT = 1000
 
@@ -54,6 +56,7 @@ async def fleet(redis: Any, keys: Keys) -> dict[str, Any]:
                 "review": int(review),
                 "messages": counters.get("messages", 0),
                 "turns": counters.get("turns", 0),
+                "unknown": sum(_unknown(counters).values()),
             }
         )
     return {
@@ -99,6 +102,7 @@ async def tenant(redis: Any, keys: Keys, tenant_id: str, limit: int = 50) -> dic
         "review_total": int(n_review),
         "review": [_review_summary(item) for item in await _review_items(redis, k.review, limit)],
         "counters": counters,
+        "deliveries_unknown": _unknown(counters),
         "dispatch_lag": _lag(counters),
     }
 
@@ -232,7 +236,7 @@ async def _review_items(redis: Any, key: str, limit: int | None) -> list[dict[st
 
 
 def _review_summary(item: dict[str, Any]) -> dict[str, Any]:
-    return {
+    summary = {
         "id": item.get("id"),
         "person": item.get("person"),
         "reason": item.get("reason"),
@@ -241,6 +245,18 @@ def _review_summary(item: dict[str, Any]) -> dict[str, Any]:
         "messages": len(item.get("messages") or []),
         "reviewed_ms": item.get("reviewed_ms"),
     }
+    unknown = item.get("delivery_unknown")
+    if isinstance(unknown, dict):
+        # What may be missing and when, without the text (that needs --text or review show).
+        summary["delivery_unknown"] = {
+            "send": describe(unknown),
+            "at_ms": unknown.get("at_ms"),
+            "error": unknown.get("error"),
+        }
+    for name in ("handoff", "handoff_steps", "parts_sent", "parts_total"):
+        if name in item:
+            summary[name] = item[name]
+    return summary
 
 
 def _message(raw: bytes, now: int, with_text: bool) -> dict[str, Any]:
@@ -288,11 +304,47 @@ def _batch(fields: dict[bytes, bytes], now: int, with_text: bool) -> dict[str, A
         "reply_stored": "reply" in f,
         "reply_chars": len(f["reply"]) if "reply" in f else None,
         "parts_sent": parts,
+        # Noted before the template's request: if that part is not in parts_sent when the
+        # batch is resumed, nobody knows whether the template went out.
+        "template": {"part": int(f.get("template_part") or 0), "noted_ms": _int(f, "template_ms")}
+        if f.get("template") == "1"
+        else None,
+        "review_journal": _journal(f.get("handoff")),
     }
     if with_text:
         row["reply"] = f.get("reply")
         row["messages_json"] = orjson.loads(f.get("messages") or "[]")
     return row
+
+
+def _journal(raw: str | None) -> dict[str, Any] | None:
+    """A review decided and a hand-off begun by a worker that has not finished the batch."""
+    if raw is None:
+        return None
+    try:
+        journal = HandOff.from_json(raw)
+    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+        return {"raw": raw[:200]}
+    return {
+        "reason": journal.reason,
+        "decided_ms": journal.at_ms,
+        "steps": journal.steps,
+        "delivery_unknown": describe(journal.delivery_unknown.to_json())
+        if journal.delivery_unknown
+        else None,
+    }
+
+
+def _int(fields: dict[str, str], name: str) -> int | None:
+    try:
+        return int(fields[name])
+    except (KeyError, ValueError):
+        return None
+
+
+def _unknown(counters: dict[str, int]) -> dict[str, int]:
+    """Sends nobody can confirm, by kind (part, template, note): stats unknown:<kind>."""
+    return {name[8:]: n for name, n in counters.items() if name.startswith("unknown:")}
 
 
 def _window(lastin: bytes | None, ttl: int) -> dict[str, Any]:

@@ -8,7 +8,10 @@
 Items live in the tenant's review hash (`HGETALL 'wa:{<tenant>}:review'`), one JSON per batch
 id with reason, error, attempts and the messages. Requeue makes the item a fresh batch
 (attempt 0, due now, exempt from the age check since a human asked for it); it waits while
-the person has another batch in flight, to keep the person's order.
+the person has another batch in flight, to keep the person's order. An item with reason
+`delivery_unknown` holds a send that may or may not have reached the person
+(`delivery_unknown`: which part or template, when, why, its text): requeueing it asks the AI
+again and sends a new reply, so do it only once you know the person did not get it.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from shared.keys import Keys
 from shared.redis_client import make_redis
 from shared.scripts import Scripts
 from shared.settings import ConfigError, Settings
+from worker.unknowns import describe, utc
 
 
 class ReviewError(Exception):
@@ -78,10 +82,16 @@ class ReviewList:
 
 def _summary(item: dict[str, Any]) -> str:
     messages = item.get("messages") or []
-    return (
+    line = (
         f"{item.get('id')}  person={item.get('person')}  reason={item.get('reason')}  "
         f"messages={len(messages)}  attempts={item.get('attempts')}  error={item.get('error')!r}"
     )
+    unknown = item.get("delivery_unknown")
+    if isinstance(unknown, dict):
+        line += f"  unknown={describe(unknown)!r} at {utc(int(unknown.get('at_ms') or 0))}"
+    if item.get("handoff"):
+        line += f"  handoff={item['handoff']!r}"
+    return line
 
 
 async def _run(args: argparse.Namespace, settings: Settings) -> int:

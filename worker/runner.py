@@ -28,6 +28,7 @@ import os
 import secrets
 import signal
 import socket
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -46,11 +47,13 @@ from shared.settings import Settings
 from shared.wake import add as add_to_queue
 from worker.batch import Batch
 from worker.brains import Brain, load_brain
-from worker.errors import LeaseLost, NeedsReview
+from worker.errors import DELIVERY_UNKNOWN, DeliveryUnknown, LeaseLost, NeedsReview
+from worker.handoff import HandOff
 from worker.senders import Sender, load_senders
 from worker.split import WHATSAPP_MAX_CHARS, split_reply
 from worker.store import Claim, ConversationStore
 from worker.sweep import Sweep
+from worker.unknowns import UnknownDelivery, utc
 from worker.wakeups import WakeListener
 
 log = logging.getLogger(__name__)
@@ -460,6 +463,20 @@ class Worker:
 
     async def _execute(self, batch: Batch) -> None:
         s = self.settings
+        if batch.handoff is not None:
+            # An earlier attempt decided on review and its worker stopped before the finish:
+            # finish that review. Running the turn again could send what is not to be sent
+            # (a part whose outcome is unknown) or hand the conversation over a second time.
+            log.info(
+                "finishing the review an earlier attempt began tenant=%s batch=%s reason=%s",
+                batch.tenant,
+                batch.id,
+                batch.handoff.reason,
+                extra=_fields(batch, "review"),
+            )
+            batch.delivery_unknown = batch.handoff.delivery_unknown
+            await self._review(batch, batch.handoff.reason, batch.handoff.detail)
+            return
         age_ms = batch.claimed_ms - batch.oldest_ts * 1000
         if not batch.requeued and batch.oldest_ts and age_ms > s.review_after_s * 1000:
             await self._review(batch, "too_old", f"oldest message {age_ms / 1000:.0f}s old")
@@ -467,7 +484,9 @@ class Worker:
         try:
             reply = await self._reply(batch)
         except NeedsReview as exc:
-            log.info(
+            # A send nobody can confirm is what a person must act on: above INFO.
+            log.log(
+                logging.WARNING if exc.reason == DELIVERY_UNKNOWN else logging.INFO,
                 "batch to review tenant=%s batch=%s reason=%s",
                 batch.tenant,
                 batch.id,
@@ -519,7 +538,20 @@ class Worker:
         for index, part in enumerate(parts):
             if index in batch.sent_parts:
                 continue
-            provider_id = await sender.send(batch, part, index) or ""
+            asked_ms = int(time.time() * 1000)
+            try:
+                provider_id = await sender.send(batch, part, index) or ""
+            except DeliveryUnknown as exc:
+                # Not retried (it may be a second copy), not counted as sent: a person is told.
+                batch.delivery_unknown = UnknownDelivery(
+                    what=exc.what,
+                    part=index,
+                    parts_total=len(parts),
+                    at_ms=exc.at_ms or asked_ms,
+                    error=exc.detail,
+                    text=exc.label if exc.what == "template" else part,
+                )
+                raise NeedsReview(exc.reason, batch.delivery_unknown.sentence()) from exc
             if index == len(parts) - 1:
                 # The finish records the last part in the same script call (one call fewer
                 # per turn; a crash in between re-sends it, exactly as before recording).
@@ -535,14 +567,17 @@ class Worker:
             batch.sent_parts[index] = provider_id
         return reply
 
-    async def _note_template(self, batch: Batch, sending: bool) -> None:
+    async def _note_template(self, batch: Batch, sending: bool, part: int) -> None:
         """`Batch.note_template`: persist, under the lease, whether the template went out."""
         noted = await self._while_leased(
-            functools.partial(self.store.mark_template, batch, sending), batch, "note a template"
+            functools.partial(self.store.mark_template, batch, sending, part),
+            batch,
+            "note a template",
         )
         if not noted:
             raise LeaseLost
         batch.template_sent = sending
+        batch.template_part = part if sending else None
 
     async def _failed(self, batch: Batch, exc: Exception) -> None:
         s = self.settings
@@ -573,22 +608,47 @@ class Worker:
 
     async def _review(self, batch: Batch, reason: str, detail: str) -> None:
         """Park the batch for review, after handing the conversation to a person where the
-        provider can (Chatwoot). The hand-off runs first, still under the lease: a worker that
-        dies meanwhile leaves the batch to be resumed, and so handed over, by another."""
-        handoff = await self._hand_over(batch, reason, detail)
+        provider can (Chatwoot). The decision is journaled on the batch first, still under
+        the lease (worker/handoff.py): a worker that dies meanwhile leaves the batch to be
+        resumed by another, which finishes this same review and hands over at most once."""
+        resumed = batch.handoff is not None
+        try:
+            if batch.handoff is None:
+                now_ms = int(time.time() * 1000)
+                batch.handoff = HandOff(reason, detail, now_ms, batch.delivery_unknown)
+                await self._save_handoff(batch)
+            batch.save_handoff = functools.partial(self._save_handoff, batch)
+            handoff = await self._hand_over(batch, reason, detail, resumed)
+        except LeaseLost:
+            log.warning("lease lost during the review tenant=%s batch=%s", batch.tenant, batch.id)
+            return
         await self._finish(
             lambda: self.store.finish_review(batch, reason, detail, batch.claimed_ms, handoff),
             batch,
         )
 
-    async def _hand_over(self, batch: Batch, reason: str, detail: str) -> str:
-        """What the review item says of the hand-off: "done", "failed: <error>" (best effort:
-        the item is stored either way), or "" where the provider has none (WhatsApp)."""
-        hand_over = getattr(self._senders.get(batch.channel), "hand_over", None)
+    async def _hand_over(self, batch: Batch, reason: str, detail: str, resumed: bool) -> str:
+        """What the review item says of the hand-off: "done", "failed: <error>", "unknown:
+        <why>" (best effort: the item is stored either way), or "" where the provider has none
+        (WhatsApp). `resumed`: an earlier attempt's worker died after journaling the review.
+        Raises LeaseLost if the journal cannot be written any more."""
+        assert batch.handoff is not None
+        sender = self._senders.get(batch.channel)
+        hand_over = getattr(sender, "hand_over", None)
         if hand_over is None:
             return ""
+        if resumed and not getattr(sender, "resumes_hand_over", False):
+            # It may have told the provider already; at most once, so not again.
+            outcome = (
+                "unknown: a worker stopped during the hand-off begun at "
+                f"{utc(batch.handoff.at_ms)}; it is not repeated"
+            )
+            batch.handoff.steps["hand_over"] = outcome  # counted with the other unknowns
+            return outcome
         try:
             told = await hand_over(batch, reason, detail)
+        except LeaseLost:
+            raise
         except Exception as exc:
             log.warning(
                 "hand-off failed tenant=%s batch=%s: %r",
@@ -598,7 +658,17 @@ class Worker:
                 extra=_fields(batch, "review"),
             )
             return f"failed: {type(exc).__name__}: {exc}"[:500]
+        if isinstance(told, str):
+            return told[:500]
         return "done" if told else ""
+
+    async def _save_handoff(self, batch: Batch) -> None:
+        """`Batch.save_handoff`: write the review journal on the batch, under the lease."""
+        saved = await self._while_leased(
+            functools.partial(self.store.save_handoff, batch), batch, "journal the review"
+        )
+        if not saved:
+            raise LeaseLost
 
     async def _finish(self, call: Callable[[], Awaitable[bool]], batch: Batch) -> None:
         if not await self._while_leased(call, batch, "finish the turn"):

@@ -12,9 +12,13 @@ part number `part` of the reply and returns the provider's message id (None if t
 gives none; delivery statuses are tracked by that id). It may also have
 `async def begin_turn(self, batch)` (read receipt, typing indicator; called before the AI) and
 `max_part_chars` (how long one part may be; 4096 if absent), and
-`async def hand_over(self, batch, reason, detail) -> bool` (the batch was parked for review:
-give the conversation to a person; True if the provider was told). It raises
-`worker.errors.NeedsReview` for what a person must handle and anything else to be retried.
+`async def hand_over(self, batch, reason, detail) -> bool | str` (the batch was parked for
+review: give the conversation to a person; True if the provider was told, a text for the
+review item when it is not that simple). A hand-off is called at most once per batch, unless
+the sender sets `resumes_hand_over = True` and itself skips the steps it began, as journaled
+in `batch.handoff` (worker/handoff.py). `send` raises `worker.errors.NeedsReview` for what a
+person must handle, `DeliveryUnknown` when its request may have reached the provider without
+an answer (never retried: worker/unknowns.py), and anything else to be retried.
 
 The `outbox` sender records replies on the tenant's outbox list in Redis (capped), for local
 runs and tests: `redis-cli LRANGE 'wa:{<tenant>}:outbox' 0 9`.

@@ -1,6 +1,6 @@
 """The worker's Redis operations on conversations: claim, renew, finish, review.
 
-Thin wrappers over the Lua scripts in shared/lua (claim, renew, finish, requeue); every call
+Thin wrappers over the Lua scripts in shared/lua (claim, renew, finish, ...); every call
 goes through the group committer, so the concurrent turns of one process share round trips.
 """
 
@@ -115,14 +115,35 @@ class ConversationStore:
         )
         return bool(int(result))
 
-    async def mark_template(self, batch: Batch, sending: bool) -> bool:
-        """Note that the template is about to go out for this batch (before the request, so
-        no retry sends it twice), or clear the note (`sending=False`: Meta refused it);
-        False if the lock is lost."""
+    async def mark_template(self, batch: Batch, sending: bool, part: int) -> bool:
+        """Note that the template is about to go out for this batch in place of `part`
+        (before the request, so no retry sends it twice), or clear the note (`sending=False`:
+        Meta refused it); False if the lock is lost."""
         k = self.keys.tenant(batch.tenant)
-        args = [k.conversation_prefix, batch.person, batch.token, "1" if sending else "0"]
+        args: list[str | int] = [
+            k.conversation_prefix,
+            batch.person,
+            batch.token,
+            "1" if sending else "0",
+            part,
+        ]
         result = await self._committer.submit(
             lambda p: self._scripts.mark_template.queue(p, [k.stats], args)
+        )
+        return bool(int(result))
+
+    async def save_handoff(self, batch: Batch) -> bool:
+        """Write `batch.handoff`, the review journal, on the batch; False if the lock is lost."""
+        assert batch.handoff is not None
+        k = self.keys.tenant(batch.tenant)
+        args: list[str | bytes] = [
+            k.conversation_prefix,
+            batch.person,
+            batch.token,
+            batch.handoff.to_json(),
+        ]
+        result = await self._committer.submit(
+            lambda p: self._scripts.mark_handoff.queue(p, [k.stats], args)
         )
         return bool(int(result))
 
@@ -133,8 +154,18 @@ class ConversationStore:
         self, batch: Batch, reason: str, error: str, now_ms: int, handoff: str = ""
     ) -> bool:
         """Park the batch on the review list; `handoff` says whether the provider was told
-        ("done", "failed: ..."; "" where it has no hand-off, and then the item has no field)."""
+        ("done", "failed: ...", "unknown: ..."; "" where it has no hand-off, and then the item
+        has no field). The item also carries the send whose outcome is unknown
+        (`delivery_unknown`) and the hand-off's steps, each of those counted in stats as
+        unknown:<what>."""
         extra: dict[str, Any] = {"handoff": handoff} if handoff else {}
+        unknown: list[str] = []
+        if batch.delivery_unknown is not None:
+            extra["delivery_unknown"] = batch.delivery_unknown.to_json()
+            unknown.append(batch.delivery_unknown.what)
+        if batch.handoff is not None and batch.handoff.steps:
+            extra["handoff_steps"] = batch.handoff.steps
+            unknown += batch.handoff.unknown_steps
         if batch.sent_parts:
             # What the person already has of the reply (part index -> provider id; "" =
             # not sent on purpose), so whoever takes the batch over continues from there.
@@ -153,7 +184,7 @@ class ConversationStore:
                 "messages": orjson.Fragment(batch.messages_json),
             }
         )
-        return await self._finish(batch, "review", reason, item)
+        return await self._finish(batch, "review", reason, item, unknown=",".join(unknown))
 
     async def _finish(
         self,
@@ -163,6 +194,7 @@ class ConversationStore:
         arg6: str | bytes,
         remember: bytes = b"",
         last_part: tuple[int, str] | None = None,
+        unknown: str = "",
     ) -> bool:
         k = self.keys.tenant(batch.tenant)
         window_ms, max_wait_ms = self._timing(batch.tenant)
@@ -182,6 +214,7 @@ class ConversationStore:
             *(last_part or ("", "")),
             k.outbound_prefix,
             OUTBOUND_TTL_S,
+            unknown,
         ]
         result = await self._committer.submit(lambda p: self._scripts.finish.queue(p, keys, args))
         return bool(int(result))

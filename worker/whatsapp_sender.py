@@ -10,6 +10,11 @@
 - Meta's error codes decide: throughput and transient errors are retried with backoff
   (`RetryLater`); window, undeliverable, bad request and expired token go to review with the
   code and message (`NeedsReview`).
+- A send Meta may have taken without our hearing of it (a read timeout, a connection dropped
+  after the request was written, a 200 without a wamid) is never repeated: `DeliveryUnknown`,
+  the batch goes to review as "delivery_unknown" (worker/unknowns.py). So is a template that a
+  resumed turn finds noted but not recorded: the worker sending it died waiting for Meta.
+  Failures before the request was complete (no connection) are retried.
 """
 
 from __future__ import annotations
@@ -22,8 +27,9 @@ import httpx
 
 from shared.settings import Settings
 from worker.batch import Batch
-from worker.errors import NeedsReview, RetryLater
+from worker.errors import DeliveryUnknown, NeedsReview, RetryLater
 from worker.split import WHATSAPP_MAX_CHARS
+from worker.unknowns import may_have_arrived
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +56,7 @@ class GraphError(Exception):
 
 class WhatsAppSender:
     max_part_chars = WHATSAPP_MAX_CHARS
+    resumes_hand_over = True  # its hand-off tells nobody: calling it again repeats nothing
 
     def __init__(self, settings: Settings, client: httpx.AsyncClient | None = None) -> None:
         self._settings = settings
@@ -89,7 +96,7 @@ class WhatsAppSender:
         }
         try:
             await self._post(batch.tenant, body)
-        except Exception as exc:  # a timeout or garbage answer too (RetryLater, ValueError)
+        except Exception as exc:  # a timeout or garbage answer too (RetryLater, DeliveryUnknown)
             log.info("read/typing failed tenant=%s batch=%s: %r", batch.tenant, batch.id, exc)
 
     async def hand_over(self, batch: Batch, reason: str, detail: str) -> bool:
@@ -98,11 +105,20 @@ class WhatsAppSender:
 
     async def send(self, batch: Batch, text: str, part: int) -> str:
         if batch.template_sent:
+            if batch.template_part == part:
+                # Noted before its request, never recorded: the worker sending it stopped (a
+                # crash, a lost lease) before Meta's answer was recorded.
+                raise DeliveryUnknown(
+                    "the worker that sent it stopped before Meta's answer was recorded",
+                    what="template",
+                    label=self._settings.tenant(batch.tenant).template or "",
+                    at_ms=batch.template_ms or None,
+                )
             # The window closed and the template went out (this attempt or an earlier one):
             # no text can follow it, and a second template would only repeat it.
             return ""
         if batch.window_closed(time.time()):
-            return await self._outside_window(batch, "last message over 24 h ago")
+            return await self._outside_window(batch, part, "last message over 24 h ago")
         body = {
             "messaging_product": "whatsapp",
             "recipient_type": "individual",
@@ -117,17 +133,17 @@ class WhatsAppSender:
                 # On a later part too: the earlier parts reached the person, who is outside
                 # the window now. The template tells them; without one a person takes over
                 # (the review item lists the parts already sent).
-                return await self._outside_window(batch, f"{exc.code}: {exc.message}")
+                return await self._outside_window(batch, part, f"{exc.code}: {exc.message}")
             raise _classify(exc) from exc
 
-    async def _outside_window(self, batch: Batch, why: str) -> str:
+    async def _outside_window(self, batch: Batch, part: int, why: str) -> str:
         """Send the tenant's template in place of what is left of the reply (once per batch:
         noted on the batch before the request, so no retry sends it again, even one whose
         answer was lost), or park the batch for review when the tenant has none."""
         tenant = self._settings.tenant(batch.tenant)
         if not tenant.template:
             raise NeedsReview("window_closed", why)
-        await self._note_template(batch, True)
+        await self._note_template(batch, True, part)
         body = {
             "messaging_product": "whatsapp",
             "to": batch.person,
@@ -138,23 +154,27 @@ class WhatsAppSender:
             return await self._send(batch.tenant, body)
         except GraphError as exc:
             # Meta answered with an error: the template did not go out, a retry may send it.
-            # (A timeout or a garbled answer leaves the note: it may have gone out.)
-            await self._note_template(batch, False)
+            await self._note_template(batch, False, part)
             raise _classify(exc) from exc
+        except DeliveryUnknown as exc:
+            # The note stays: it may have gone out, so no attempt sends it again.
+            raise DeliveryUnknown(exc.detail, what="template", label=tenant.template) from exc
 
     @staticmethod
-    async def _note_template(batch: Batch, sending: bool) -> None:
+    async def _note_template(batch: Batch, sending: bool, part: int) -> None:
         if batch.note_template is not None:
-            await batch.note_template(sending)
+            await batch.note_template(sending, part)
         else:
             batch.template_sent = sending
+            batch.template_part = part if sending else None
 
     async def _send(self, tenant: str, body: dict[str, Any]) -> str:
         data = await self._post(tenant, body)
         try:
             return str(data["messages"][0]["id"])
         except (KeyError, IndexError, TypeError):
-            raise RetryLater(f"unexpected Graph API answer: {str(data)[:200]}") from None
+            # A 200 that names no message: Meta (or whatever answered) may have sent it.
+            raise DeliveryUnknown(f"HTTP 200 without a wamid: {str(data)[:200]}") from None
 
     async def _post(self, tenant: str, body: dict[str, Any]) -> Any:
         try:
@@ -163,12 +183,15 @@ class WhatsAppSender:
                 json=body,
                 headers={"Authorization": f"Bearer {self._token(tenant)}"},
             )
-        except httpx.TimeoutException as exc:
-            raise RetryLater(f"Graph API timeout: {exc!r}") from exc
         except httpx.TransportError as exc:
+            if may_have_arrived(exc):
+                raise DeliveryUnknown(f"Graph API did not answer: {exc!r}") from exc
             raise RetryLater(f"Graph API unreachable: {exc!r}") from exc
         if response.status_code == 200:
-            return response.json()
+            try:
+                return response.json()
+            except ValueError:
+                raise DeliveryUnknown(f"HTTP 200 that is not JSON: {response.text[:200]}") from None
         code, message = None, response.text[:300]
         try:
             error = response.json()["error"]

@@ -13,6 +13,8 @@
   response with one `write()` instead of two);
 - `rounds1`, `rounds2`, `rounds3`: at most that many group-commit rounds in flight at once
   (`receiver.store.ROUNDS_IN_FLIGHT`; the receiver as committed uses 1);
+- `nextfirst`: send the next group-commit round before the answered requests respond (the
+  order before `receiver.store.ANSWER_FIRST`);
 - `fast`: POST /webhooks/whatsapp handled by a plain ASGI function in front of Starlette (no
   Request object, router, middleware or exception wrappers; the request task suspends while
   Redis works and every resume unwinds through those frames), empty body, same checks
@@ -40,12 +42,15 @@ from receiver.whatsapp import parse_body
 
 VARIANT = set(os.environ.get("VARIANT", "").split("+")) - {""}
 ROUNDS = {f"rounds{n}": n for n in (1, 2, 3)}
-UNKNOWN = VARIANT - {"gc", "notimeout", "empty", "fast", *ROUNDS}
+UNKNOWN = VARIANT - {"gc", "notimeout", "empty", "fast", "nextfirst", *ROUNDS}
 if UNKNOWN:
     raise SystemExit(f"ablations: unknown VARIANT piece(s) {sorted(UNKNOWN)}")
 
 for piece in VARIANT & ROUNDS.keys():
     receiver_store.ROUNDS_IN_FLIGHT = ROUNDS[piece]
+
+if "nextfirst" in VARIANT:
+    receiver_store.ANSWER_FIRST = False
 
 if "empty" in VARIANT:
     _EMPTY = Response(status_code=200)

@@ -33,8 +33,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime as dt
-import hashlib
-import hmac
 import os
 import platform
 import shutil
@@ -60,6 +58,7 @@ ROOT = Path(__file__).resolve().parents[2]
 BENCH_DIR = Path(__file__).resolve().parent
 sys.path[:0] = [str(BENCH_DIR), str(ROOT)]
 
+from scripts.webhooks import inbound_webhook, sign_body, text_message  # noqa: E402
 from shared import dispatch_lag, wake  # noqa: E402
 from shared.events import dedupe_id, encode, message_event  # noqa: E402
 from shared.keys import Keys  # noqa: E402
@@ -286,42 +285,12 @@ def _healthy(port: int) -> bool:
 
 # --- load ----------------------------------------------------------------------------------
 def webhook(tenant: str, person: str, message_id: str, now_s: int) -> bytes:
-    body = orjson.dumps(
-        {
-            "object": "whatsapp_business_account",
-            "entry": [
-                {
-                    "id": "102200000000001",
-                    "changes": [
-                        {
-                            "field": "messages",
-                            "value": {
-                                "messaging_product": "whatsapp",
-                                "metadata": {
-                                    "display_phone_number": "15550001001",
-                                    "phone_number_id": tenant,
-                                },
-                                "contacts": [{"profile": {"name": "Ana"}, "wa_id": person}],
-                                "messages": [
-                                    {
-                                        "from": person,
-                                        "id": message_id,
-                                        "timestamp": str(now_s),
-                                        "type": "text",
-                                        "text": {"body": "hola, ¿tienen turno el sábado?"},
-                                    }
-                                ],
-                            },
-                        }
-                    ],
-                }
-            ],
-        }
-    )
-    signature = hmac.new(SECRET.encode(), body, hashlib.sha256).hexdigest()
+    """One signed webhook POST as raw HTTP/1.1 bytes (post_all writes them to the sockets)."""
+    text = text_message(message_id, "hola, ¿tienen turno el sábado?", person, now_s)
+    body = orjson.dumps(inbound_webhook(tenant, person, [text]))
     head = (
         "POST /webhooks/whatsapp HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
-        f"X-Hub-Signature-256: sha256={signature}\r\nContent-Length: {len(body)}\r\n\r\n"
+        f"X-Hub-Signature-256: {sign_body(SECRET, body)}\r\nContent-Length: {len(body)}\r\n\r\n"
     )
     return head.encode() + body
 
@@ -517,9 +486,14 @@ async def run_fleet(
     tenants: list[str],
     args: argparse.Namespace,
     label: str,
+    *,
+    keep_data: bool = False,
     **fleet_options: Any,
 ) -> Run:
-    flush(backend)
+    """One measured run of a fresh fleet; Redis flushed first unless `keep_data` (the parked
+    conversations of the `waiting` scenario stay)."""
+    if not keep_data:
+        flush(backend)
     out = Path(tempfile.mkdtemp(prefix="bench-fleet-"))
     fleet = Fleet(backend, receivers, workers, out, **fleet_options).start()
     try:
@@ -689,7 +663,16 @@ async def waiting(backend: Backend, args: argparse.Namespace) -> list[Run]:
         before = used_memory(backend)
         await park_conversations(backend, parked, args.waiting, tenants_file)
         grown = used_memory(backend) - before
-        run = await run_fleet_keeping(backend, tenants, args, tenants_file)
+        run = await run_fleet(
+            backend,
+            1,
+            1,
+            tenants,
+            args,
+            f"waiting {args.waiting}",
+            keep_data=True,
+            tenants_file=tenants_file,
+        )
         run.extra["waiting_b"] = grown / args.waiting
         say(f"    {args.waiting:,} waiting conversations: {grown / args.waiting:,.0f} B each")
     finally:
@@ -747,23 +730,6 @@ async def park_conversations(
             shutil.rmtree(out, ignore_errors=True)
     finally:
         await client.aclose()
-
-
-async def run_fleet_keeping(
-    backend: Backend, tenants: list[str], args: argparse.Namespace, tenants_file: Path
-) -> Run:
-    """`run_fleet` without the flush: the parked conversations stay."""
-    out = Path(tempfile.mkdtemp(prefix="bench-fleet-"))
-    fleet = Fleet(backend, 1, 1, out, tenants_file=tenants_file).start()
-    try:
-        label = f"waiting {args.waiting}"
-        tag = f"waiting.{time.monotonic_ns()}"
-        run = await measure(fleet, tenants, args.messages, args.connections, tag, label)
-    finally:
-        fleet.stop()
-        shutil.rmtree(out, ignore_errors=True)
-    say(describe(run))
-    return run
 
 
 # --- report --------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 # (phone_number_id = tenant, display number, WABA id)
 TENANTS = [
@@ -88,8 +89,8 @@ def sign(secret: bytes, body: bytes) -> str:
 
 def body_for(record: int, nonce: str, messages_per_request: int, now: int) -> bytes:
     tenant, display, waba = TENANTS[record % len(TENANTS)]
-    contacts = []
-    messages = []
+    contacts: list[dict[str, Any]] = []
+    messages: list[dict[str, Any]] = []
     for j in range(messages_per_request):
         n = (record * 7 + j * 13) % PEOPLE_PER_TENANT
         wa_id = f"54911555{n:05d}"

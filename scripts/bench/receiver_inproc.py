@@ -93,10 +93,16 @@ async def run(args: argparse.Namespace, redis_url: str) -> None:
 
     if args.rounds_in_flight:
         receiver.store.ROUNDS_IN_FLIGHT = args.rounds_in_flight
-    bodies = signed_bodies(args.requests * args.reps)
+    # --pool fixes how many bodies are made, so two runs that differ only in --requests differ
+    # only in serving work (the instruction-count method in docs/benchmarks/receiver.md).
+    bodies = signed_bodies(max(args.pool, args.requests * args.reps))
     app = create_app()
     async with app.router.lifespan_context(app):
         await drive(app, bodies, args)
+        stats = await app.state.receiver.redis.info("commandstats")
+        rounds = stats.get("cmdstat_zadd", {}).get("calls", 0)  # one wake-up ZADD per round
+        served = args.requests * args.reps
+        print(f"group-commit rounds: {rounds:,}, {served / max(rounds, 1):.1f} requests each")
 
 
 def main() -> None:
@@ -104,6 +110,7 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument("--requests", type=int, default=40000, help="per repetition")
     parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--pool", type=int, default=0, help="bodies to generate (at least all)")
     parser.add_argument("--rounds-in-flight", type=int, default=0, help="0: as committed")
     args = parser.parse_args()
     server = RedisServer(appendonly=False).start()

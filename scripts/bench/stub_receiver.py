@@ -23,7 +23,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from shared.events import dedupe_id, encode, message_event
-from shared.group_commit import GroupCommitter
+from shared.group_commit import GroupCommitter, Queue
 from shared.keys import Keys
 from shared.redis_client import make_redis
 from shared.scripts import Scripts
@@ -83,7 +83,7 @@ async def webhook(request: Request) -> Response:
     except (ValueError, KeyError, TypeError, AttributeError):
         return Response(status_code=200)  # the real receiver dead-letters it; not benchmarked
     committer: GroupCommitter = state["committer"]
-    calls = []
+    calls: list[Queue] = []
     for tenant, events in by_tenant.items():
         tk = keys.tenant(tenant)
         call_keys = [tk.inbox, *(tk.seen(dedupe_id(e)) for e in events)]

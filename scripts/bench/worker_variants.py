@@ -43,7 +43,9 @@ def _no_read_timeouts() -> None:
         overrides.setdefault("socket_timeout", None)
         return original_make(settings, **overrides)
 
-    runner.make_redis = make_redis  # the worker's main client: used by the committer
+    # The worker's main client, used by the committer. worker.runner imported the name, so its
+    # own reference is the one to replace (mypy: not a re-export of worker.runner, on purpose).
+    runner.make_redis = make_redis  # type: ignore[attr-defined]
     timeout_s = float(os.environ.get("REDIS_TIMEOUT_S", "2"))
 
     async def _pipeline(self: Any, calls: list[Any]) -> list[Any]:

@@ -170,6 +170,10 @@ def review_key(item: dict[str, Any]) -> BatchKey:
 def _exactly_once(obs: Observation, out: Outcome) -> dict[Token, set[BatchKey]]:
     answered = {c.tokens for c in obs.calls if c.kind == "send" and c.ok and c.tokens}
     reviewed = {k for k in (review_key(i) for i in obs.review) if k}
+    # A send that reached the stand-in but whose answer the worker never got is in review as
+    # delivery_unknown on purpose (never sent again, a person told): answered AND in review.
+    unknown = {review_key(i) for i in obs.review if i.get("reason") == "delivery_unknown"}
+    out.figures["delivery_unknown_answered"] = 0
     seen = {c.tokens for c in obs.calls if c.kind == "ai" and c.tokens} | answered | reviewed
     batches: dict[Token, set[BatchKey]] = defaultdict(set)
     for key in seen:
@@ -206,7 +210,9 @@ def _exactly_once(obs: Observation, out: Outcome) -> dict[Token, set[BatchKey]]:
             )
             continue
         (key,) = keys
-        if key in answered and key in reviewed:
+        if key in answered and key in unknown:
+            out.figures["delivery_unknown_answered"] += 1
+        elif key in answered and key in reviewed:
             out.violations.append(
                 Violation("exactly_once", who, f"batch {_seqs(key)} was answered and is in review")
             )

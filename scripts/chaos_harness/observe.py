@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 
 from scripts.chaos_harness.checks import Call, LeftKey
-from scripts.chaos_harness.stack import PREFIX, Stack
+from scripts.chaos_harness.stack import PREFIX, Stack, decoded
 from scripts.chaos_harness.workload import TENANTS, Workload, tokens_in
 from scripts.standins.messages_api import last_user_text
 from shared.keys import BATCH, LASTIN, LOCK, MEMORY, PENDING, Keys
@@ -97,7 +97,7 @@ def classify(key: str, keys: Keys) -> tuple[str, str | None]:
 async def leftover_keys(stack: Stack) -> tuple[list[LeftKey], dict[str, int]]:
     """Every key of the run (SCAN), classified, with its TTL; and bytes used per kind."""
     redis = stack.redis
-    names = [k.decode() async for k in redis.scan_iter(match=f"{PREFIX}:*", count=1000)]
+    names = [decoded(k) async for k in redis.scan_iter(match=f"{PREFIX}:*", count=1000)]
     ttls: list[int] = []
     sizes: list[int] = []
     for i in range(0, len(names), 500):
@@ -133,7 +133,7 @@ async def in_flight(stack: Stack) -> Counter[str]:
         for kind, n in zip(("inbox", "due", "running", "burst"), await pipe.execute(), strict=True):
             found[kind] += int(n)
         async for name in redis.scan_iter(match=f"{k.conversation_prefix}*", count=1000):
-            kind = name.decode().rpartition(":")[2]
+            kind = decoded(name).rpartition(":")[2]
             if kind in (PENDING, BATCH, LOCK):
                 found[kind] += 1
     state = await stack.graph_state()
@@ -171,7 +171,7 @@ async def stats(stack: Stack) -> dict[str, int]:
     total: Counter[str] = Counter()
     for tenant in TENANTS:
         for name, value in (await stack.redis.hgetall(stack.keys.tenant(tenant).stats)).items():
-            total[name.decode()] += int(value)
+            total[decoded(name)] += int(value)
     return dict(total)
 
 

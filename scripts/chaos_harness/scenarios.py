@@ -25,7 +25,7 @@ import random
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -129,16 +129,19 @@ def _verify_kill(run: Run, obs: Observation, stats: dict[str, int]) -> None:
 
 
 # --- redis restart ------------------------------------------------------------------------------
-async def _sleep_until(at: float) -> None:
-    await asyncio.sleep(max(0.0, at - time.monotonic()))
+async def _evenly(run: Run, period_s: float) -> AsyncIterator[int]:
+    """Yield about once per `period_s` of the run (at least once), evenly spaced from its
+    start; the values count 0, 1, ..."""
+    times = max(1, int(run.duration_s / period_s))
+    every = run.duration_s / (times + 1)
+    began = time.monotonic()
+    for i in range(times):
+        await asyncio.sleep(max(0.0, began + (i + 1) * every - time.monotonic()))
+        yield i
 
 
 async def _restart_redis(run: Run) -> None:
-    restarts = max(1, int(run.duration_s / 4))
-    every = run.duration_s / (restarts + 1)
-    began = time.monotonic()
-    for i in range(restarts):
-        await _sleep_until(began + (i + 1) * every)
+    async for _ in _evenly(run, 4.0):
         started = time.time()
         await run.stack.redis_restart(down_s=0.5)
         run.fault("redis_restart", f"down {time.time() - started:.2f}s, back from the AOF")
@@ -154,11 +157,7 @@ STALL_S = 2.0
 
 
 async def _stall_redis(run: Run) -> None:
-    stalls = max(1, int(run.duration_s / 4))
-    every = run.duration_s / (stalls + 1)
-    began = time.monotonic()
-    for i in range(stalls):
-        await _sleep_until(began + (i + 1) * every)
+    async for _ in _evenly(run, 4.0):
         await run.stack.redis_pause(STALL_S)  # returns at once; Redis ends the pause itself
         run.fault("redis_stall", f"CLIENT PAUSE {STALL_S:g}s ALL")
 

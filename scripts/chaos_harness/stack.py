@@ -93,6 +93,11 @@ class Child:
         return self.log.read_text(errors="replace")[-chars:] if self.log.exists() else ""
 
 
+def decoded(value: object) -> str:
+    """A Redis answer as text (the harness's client answers bytes; redis-py's types are wider)."""
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
 class Stack:
     def __init__(
         self,
@@ -114,8 +119,15 @@ class Stack:
         self.graph_port, self.ai_port, self.receiver_port = free_port(), free_port(), free_port()
         self.workers: list[Child] = []
         self.others: list[Child] = []
-        self.redis: Any = None
+        self._redis: Redis | None = None
         self._http = httpx.AsyncClient(timeout=10.0)
+
+    @property
+    def redis(self) -> Redis:
+        """The harness's own client (bytes answers), from `start()` on."""
+        if self._redis is None:
+            raise RuntimeError("the stack is not started")
+        return self._redis
 
     # --- addresses ------------------------------------------------------------------------
     @property
@@ -162,7 +174,7 @@ class Stack:
     async def start(self) -> None:
         await asyncio.to_thread(self.redis_server.start)
         # The harness's own client rides out the Redis restarts it causes.
-        self.redis = Redis.from_url(
+        self._redis = Redis.from_url(
             self.redis_server.url,
             retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), 10),
             retry_on_error=[RedisConnectionError],
@@ -245,8 +257,8 @@ class Stack:
     async def close(self) -> None:
         await self.stop_processes()
         await self._http.aclose()
-        if self.redis is not None:
-            await self.redis.aclose()
+        if self._redis is not None:
+            await self._redis.aclose()
         await asyncio.to_thread(self.redis_server.close)
 
     def dump(self, chars: int = 3000) -> str:
@@ -269,7 +281,7 @@ class Stack:
 
     async def redis_pause(self, seconds: float) -> None:
         """Stall every client's commands for `seconds` (CLIENT PAUSE ALL ends by itself)."""
-        await self.redis.execute_command("CLIENT", "PAUSE", int(seconds * 1000), "ALL")
+        await self.redis.client_pause(int(seconds * 1000), all=True)
 
     # --- the stand-ins over HTTP ----------------------------------------------------------
     async def graph_control(self, payload: dict[str, Any]) -> dict[str, Any]:
@@ -305,14 +317,14 @@ class Stack:
         holders: dict[int, list[str]] = {}
         for tenant in tenants:
             k = self.keys.tenant(tenant)
-            people = [p.decode() for p in await self.redis.zrange(k.running, 0, -1)]
+            people = [decoded(p) for p in await self.redis.zrange(k.running, 0, -1)]
             if not people:
                 continue
             tokens = await self.redis.mget([k.lock(p) for p in people])
             for person, token in zip(people, tokens, strict=True):
                 if token is None:
                     continue
-                parts = token.decode().split(":")
+                parts = decoded(token).split(":")
                 if len(parts) >= 2 and parts[1].isdigit():
                     holders.setdefault(int(parts[1]), []).append(person)
         return holders

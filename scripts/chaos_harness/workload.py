@@ -15,8 +15,6 @@ the messages of their batch: that is how the checks tell which messages formed w
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import hmac
 import random
 import re
 import time
@@ -25,13 +23,11 @@ from dataclasses import dataclass, field
 import httpx
 import orjson
 
+from scripts.webhooks import inbound_webhook, meta_headers, text_message
+
 TOKEN_RE = re.compile(r"\bc(\d+)x(\d+)\b")
 WORDS = ("hola", "una consulta", "¿tienen turno el sábado?", "a la tarde", "gracias", "dale")
 TENANTS = ("106540352242001", "106540352242002")
-
-
-def sign(secret: str, body: bytes) -> str:
-    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
 
 
 def tokens_in(text: str) -> list[tuple[int, int]]:
@@ -151,38 +147,12 @@ class Workload:
     def _message(self, person: Person, seq: int, burst: int, rng: random.Random) -> Message:
         wamid = f"wamid.chaos{self.run_id}.{person.index}.{seq}"
         text = f"c{person.index}x{seq} {rng.choice(WORDS)}"
-        payload = {
-            "object": "whatsapp_business_account",
-            "entry": [
-                {
-                    "id": "102200000000001",
-                    "changes": [
-                        {
-                            "field": "messages",
-                            "value": {
-                                "messaging_product": "whatsapp",
-                                "metadata": {
-                                    "display_phone_number": "15550001001",
-                                    "phone_number_id": person.tenant,
-                                },
-                                "contacts": [
-                                    {"profile": {"name": f"P{person.index}"}, "wa_id": person.phone}
-                                ],
-                                "messages": [
-                                    {
-                                        "from": person.phone,
-                                        "id": wamid,
-                                        "timestamp": str(int(time.time())),
-                                        "type": "text",
-                                        "text": {"body": text},
-                                    }
-                                ],
-                            },
-                        }
-                    ],
-                }
-            ],
-        }
+        payload = inbound_webhook(
+            person.tenant,
+            person.phone,
+            [text_message(wamid, text, person.phone)],
+            name=f"P{person.index}",
+        )
         message = Message(person.index, seq, burst, wamid, orjson.dumps(payload))
         self.messages[message.token] = message
         return message
@@ -195,11 +165,7 @@ class Workload:
     async def _deliver(self, message: Message, first: bool) -> None:
         """POST until 200 (or the give-up time): immediately, then less and less often."""
         assert self._client is not None
-        headers = {
-            "Content-Type": "application/json",
-            "User-Agent": "facebookexternalua",
-            "X-Hub-Signature-256": sign(self.secret, message.body),
-        }
+        headers = meta_headers(self.secret, message.body)
         delay = 0.05
         while True:
             if first and message.attempts == 0:

@@ -9,51 +9,48 @@
 It serves, under `/api/v1/accounts/{account}/conversations/{conversation}/`, what the product
 calls: `messages` (outgoing messages and private notes: 200 with the created message and a
 fresh `id`), `toggle_status` (`{"status": "open"}`: 200 with Chatwoot's `payload`) and
-`toggle_typing_status` (200, empty). The `api_access_token` header is checked (401
-`{"error": "Invalid Access Token"}`), malformed bodies get 422, unknown paths 404, and every
-request is recorded. Faults (HTTP status with Chatwoot's error body, raw bodies, latency,
-hangs, per conversation and per kind of call) are set from Python or over HTTP
-(`POST /_control`). With `webhook_url` it posts each created message back as a
+`toggle_typing_status` (200, empty). The `api_access_token` header is checked (401 `{"error":
+"Invalid Access Token"}`), malformed bodies get 422, unknown paths 404, and every request is
+recorded. Faults (HTTP status with Chatwoot's error body, raw bodies, latency, hangs, answers
+cut after the call was carried out, per conversation and per kind of call) are set from Python
+or over HTTP (`POST /_control`). With `webhook_url` it posts each created message back as a
 `message_created` webhook, as Chatwoot does (signed with `webhook_secret`, or carrying
-`?token=` when `webhook_token` is set): the bot's own replies come back that way.
-`GET /_requests` lists the calls (`requests`) and those webhook deliveries with the
-receiver's answer (`webhooks`).
+`?token=` when `webhook_token` is set): the bot's own replies come back that way. `GET
+/_requests` lists the calls (`requests`) and those webhook deliveries with the receiver's
+answer (`webhooks`). `POST /_control`: the ops every stand-in takes are in
+`StandInBase.control`, this one's own in `ChatwootApiStandIn._control_ops`.
 
 Run alone: `scripts/chatwoot_standin --port 8082 [--token T] [--webhook-url URL --secret S]`.
 """
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import hashlib
-import hmac
 import itertools
-import logging
 import os
 import time
-import uuid
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
 import httpx
 import orjson
-from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
 from scripts.standins._common import (
+    UNSET,
+    ControlOp,
     RecordedRequest,
-    StandInBase,
+    accepts,
     as_tuple,
-    json_response,
+    fault_fields,
     pick_headers,
 )
+from scripts.standins._script import Credentials, script_parser, serve_forever
+from scripts.standins._webhooks import WebhookStandIn
+from scripts.webhooks import chatwoot_headers, message_created, sign_chatwoot
 
 __all__ = [
     "CALL_KINDS",
@@ -64,8 +61,6 @@ __all__ = [
     "message_created",
     "sign_chatwoot",
 ]
-
-log = logging.getLogger(__name__)
 
 CALL_KINDS = frozenset({"reply", "note", "status", "typing"})
 STATUSES = frozenset({"open", "resolved", "pending", "snoozed"})
@@ -82,79 +77,6 @@ DEFAULT_ERRORS = {
 _PREFIX = "/api/v1/accounts/{account}/conversations/{conversation}"
 
 
-def sign_chatwoot(secret: str, body: bytes, timestamp: int | str) -> str:
-    """The `X-Chatwoot-Signature` value: `sha256=<hex HMAC-SHA256(secret, "{ts}.{body}")>`."""
-    signed = f"{timestamp}.".encode() + body
-    return "sha256=" + hmac.new(secret.encode(), signed, hashlib.sha256).hexdigest()
-
-
-def chatwoot_headers(
-    body: bytes,
-    secret: str | None = None,
-    *,
-    timestamp: int | None = None,
-    delivery: str | None = None,
-) -> dict[str, str]:
-    """The headers Chatwoot sends with a webhook: signed when `secret` is given."""
-    headers = {
-        "Content-Type": "application/json",
-        "User-Agent": "rest-client/2.1.0 (linux x86_64) ruby/3.3.3p89",
-        "X-Chatwoot-Delivery": delivery or str(uuid.uuid4()),
-    }
-    if secret is not None:
-        stamp = int(time.time()) if timestamp is None else timestamp
-        headers["X-Chatwoot-Timestamp"] = str(stamp)
-        headers["X-Chatwoot-Signature"] = sign_chatwoot(secret, body, stamp)
-    return headers
-
-
-def message_created(
-    *,
-    message_id: int,
-    content: str | None,
-    conversation: int,
-    account: int = 1,
-    inbox: int = 3,
-    message_type: str = "incoming",
-    private: bool = False,
-    created_at: float | None = None,
-    sender_name: str = "Ana Pérez",
-    attachments: list[dict[str, Any]] | None = None,
-    status: str = "pending",
-) -> dict[str, Any]:
-    """A `message_created` webhook body as Chatwoot shapes it (see the fixtures)."""
-    when = time.time() if created_at is None else created_at
-    incoming = message_type == "incoming"
-    body: dict[str, Any] = {
-        "event": "message_created",
-        "id": message_id,
-        "content": content,
-        "created_at": datetime.fromtimestamp(when, UTC).isoformat(timespec="milliseconds"),
-        "message_type": message_type,
-        "content_type": "text",
-        "content_attributes": {},
-        "private": private,
-        "source_id": f"wamid.CW{message_id}" if incoming else None,
-        "sender": {
-            "id": 7 if incoming else 1,
-            "name": sender_name if incoming else "Bot",
-            "type": "contact" if incoming else "agent_bot",
-        },
-        "inbox": {"id": inbox, "name": "WhatsApp ventas"},
-        "account": {"id": account, "name": "Turnos SRL"},
-        "conversation": {
-            "id": conversation,
-            "inbox_id": inbox,
-            "channel": "Channel::Whatsapp",
-            "status": status,
-            "can_reply": True,
-        },
-    }
-    if attachments:
-        body["attachments"] = attachments
-    return body
-
-
 # ---------------------------------------------------------------------- public data types
 
 
@@ -166,7 +88,8 @@ class ChatwootFault:
     of a reply, say). After sleeping `delay`: `raw_body` set → `status` (default 502) with
     that body; else `status` set → Chatwoot's error body `{"error": message}`; neither (a
     pure delay, `hang_next`) → the call is then handled normally, so it IS carried out even
-    if the client gave up waiting."""
+    if the client gave up waiting; `drop` (`drop_next`) → carried out too, but the connection
+    is closed halfway through the answer."""
 
     status: int | None = None
     message: str | None = None
@@ -177,6 +100,7 @@ class ChatwootFault:
     conversation: int | None = None
     kinds: frozenset[str] = CALL_KINDS
     after: int = 0
+    drop: bool = False
     hits: int = 0
 
     def matches(self, kind: str, conversation: int) -> bool:
@@ -224,7 +148,7 @@ class WebhookDelivery:
 # ---------------------------------------------------------------------- the stand-in
 
 
-class ChatwootApiStandIn(StandInBase):
+class ChatwootApiStandIn(WebhookStandIn[ChatwootFault, WebhookDelivery]):
     """Chatwoot's conversation API, in-process or as a script.
 
     Constructor (keyword-only; `configure` changes them later):
@@ -236,7 +160,6 @@ class ChatwootApiStandIn(StandInBase):
     """
 
     name = "chatwoot-standin"
-    _UNSET: Any = object()
 
     def __init__(
         self,
@@ -255,15 +178,9 @@ class ChatwootApiStandIn(StandInBase):
         self.webhook_secret: str | None = None
         self.webhook_token: str | None = None
         self.inbox_id = inbox_id
-        self.latency = 0.0
-        self._faults: list[ChatwootFault] = []
         self._ids = itertools.count(50_001)
         self._statuses: dict[tuple[int, int], str] = {}
-        self._deliveries: list[WebhookDelivery] = []
-        self._pending_webhooks = 0
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._http: httpx.AsyncClient | None = None
-        self._initial_config: dict[str, Any] = {
+        self._initial_config = {
             "access_tokens": access_tokens,
             "webhook_url": webhook_url,
             "webhook_secret": webhook_secret,
@@ -271,34 +188,23 @@ class ChatwootApiStandIn(StandInBase):
             "inbox_id": inbox_id,
         }
         self.configure(**self._initial_config)
-        self._app = Starlette(
-            routes=[
-                Route("/_control", self._control_endpoint, methods=["GET", "POST"]),
-                Route("/_requests", self._requests_endpoint, methods=["GET"]),
-                Route("/_health", self._health, methods=["GET"]),
-                Route(f"{_PREFIX}/{{action}}", self._conversation_call, methods=["POST"]),
-                Route("/{path:path}", self._unknown, methods=["GET", "POST", "PUT", "DELETE"]),
-            ],
-            lifespan=self._lifespan,
+        self._app = self._serve(
+            [Route(f"{_PREFIX}/{{action}}", self._conversation_call, methods=["POST"])]
         )
-
-    @property
-    def app(self) -> Starlette:
-        return self._app
 
     # ------------------------------------------------------------------ configuration
 
     def configure(
         self,
         *,
-        access_tokens: str | Iterable[str] | None = _UNSET,
-        webhook_url: str | None = _UNSET,
-        webhook_secret: str | None = _UNSET,
-        webhook_token: str | None = _UNSET,
-        inbox_id: int = _UNSET,
+        access_tokens: str | Iterable[str] | None = UNSET,
+        webhook_url: str | None = UNSET,
+        webhook_secret: str | None = UNSET,
+        webhook_token: str | None = UNSET,
+        inbox_id: int = UNSET,
     ) -> None:
         """Change any constructor setting at runtime (only the ones given)."""
-        unset = self._UNSET
+        unset = UNSET
         with self._lock:
             if access_tokens is not unset:
                 self.access_tokens = as_tuple(access_tokens)
@@ -312,11 +218,6 @@ class ChatwootApiStandIn(StandInBase):
                 self.inbox_id = int(inbox_id)
 
     # ------------------------------------------------------------------ faults
-
-    def add_fault(self, fault: ChatwootFault) -> ChatwootFault:
-        with self._lock:
-            self._faults.append(fault)
-        return fault
 
     def fail_next(
         self,
@@ -388,48 +289,27 @@ class ChatwootApiStandIn(StandInBase):
         """The next `n` calls wait `seconds`, then are carried out (the client may be gone)."""
         return self.add_fault(ChatwootFault(delay=seconds, kinds=frozenset(kinds), count=n))
 
-    def set_latency(self, seconds: float) -> None:
-        with self._lock:
-            self.latency = float(seconds)
-
-    @property
-    def faults(self) -> list[ChatwootFault]:
-        with self._lock:
-            return list(self._faults)
-
-    def reset_faults(self) -> None:
-        with self._lock:
-            self._faults.clear()
-            self.latency = 0.0
+    def drop_next(self, n: int = 1, *, kinds: Iterable[str] = CALL_KINDS) -> ChatwootFault:
+        """The next `n` calls are carried out (a message IS created), then the connection is
+        closed before the answer is complete: the client never learns the message's id."""
+        return self.add_fault(ChatwootFault(drop=True, kinds=frozenset(kinds), count=n))
 
     def clear(self) -> None:
         """Forget records, conversation statuses and webhook deliveries."""
         with self._lock:
             super().clear()
             self._statuses.clear()
-            self._deliveries.clear()
 
-    def reset(self) -> None:
-        """Back to the state right after the constructor."""
-        self.reset_faults()
-        self.clear()
-        self.configure(**self._initial_config)
+    def _admits(self, kind: str, conversation: int) -> ChatwootFault | None:
+        def admits(fault: ChatwootFault) -> bool:
+            if not fault.matches(kind, conversation):
+                return False
+            if fault.after > 0:  # let this one through, and count it
+                fault.after -= 1
+                return False
+            return True
 
-    def _take_fault(self, kind: str, conversation: int) -> ChatwootFault | None:
-        with self._lock:
-            for fault in self._faults:
-                if not fault.matches(kind, conversation):
-                    continue
-                if fault.after > 0:
-                    fault.after -= 1
-                    continue
-                fault.hits += 1
-                if fault.count is not None:
-                    fault.count -= 1
-                    if fault.count <= 0:
-                        self._faults.remove(fault)
-                return fault
-        return None
+        return self._take_fault(admits)
 
     # ------------------------------------------------------------------ what was done
 
@@ -470,53 +350,28 @@ class ChatwootApiStandIn(StandInBase):
             and (conversation is None or r.extra.get("conversation") == conversation)
         ]
 
-    @property
-    def webhook_deliveries(self) -> list[WebhookDelivery]:
-        with self._lock:
-            return list(self._deliveries)
-
-    @property
-    def pending_webhooks(self) -> int:
-        with self._lock:
-            return self._pending_webhooks
-
     # ------------------------------------------------------------------ HTTP control
 
-    def control(self, payload: Mapping[str, Any]) -> dict[str, Any]:
-        """What `POST /_control` does; returns the new state. `op` is one of:
+    def _control_ops(self) -> dict[str, ControlOp]:
+        """Besides every stand-in's ops (`StandInBase.control`):
 
         - `{"op": "fail", "status": 429, "count": 2}`: add a fault; fields of
           `ChatwootFault`: status, message, raw_body, content_type, delay, count (null =
-          forever), conversation, kinds, after.
-        - `{"op": "hang", "seconds": 30, "count": 1}`, `{"op": "latency", "seconds": 0.5}`
-        - `{"op": "config", ...}`: any `configure` keyword.
-        - `{"op": "reset"}` (faults, latency), `{"op": "clear"}` (records), `{"op": "reset_all"}`.
+          forever), conversation, kinds, after, drop.
+        - `{"op": "hang", "seconds": 30, "count": 1}`
+        - `clear` also forgets the conversation statuses and the webhook deliveries.
         """
-        op = payload.get("op")
-        if op == "fail":
-            names = ("status", "message", "raw_body", "content_type", "delay", "count", "after")
-            fields = {k: payload[k] for k in (*names, "conversation") if k in payload}
-            if "kinds" in payload:
-                fields["kinds"] = frozenset(payload["kinds"])
-            fault = ChatwootFault(**fields)
-            if fault.status is None and fault.raw_body is None and not fault.delay:
-                raise ValueError("a fault needs status, raw_body or delay")
-            self.add_fault(fault)
-        elif op == "hang":
-            self.hang_next(int(payload.get("count", 1)), float(payload.get("seconds", 30.0)))
-        elif op == "latency":
-            self.set_latency(float(payload.get("seconds", 0.0)))
-        elif op == "config":
-            self.configure(**{k: v for k, v in payload.items() if k != "op"})
-        elif op == "reset":
-            self.reset_faults()
-        elif op == "clear":
-            self.clear()
-        elif op == "reset_all":
-            self.reset()
-        else:
-            raise ValueError(f"unknown op {op!r}")
-        return self.state()
+        return {
+            **super()._control_ops(),
+            "fail": self._control_fail,
+            "hang": lambda p: self.hang_next(int(p.get("count", 1)), float(p.get("seconds", 30.0))),
+        }
+
+    def _control_fail(self, payload: Mapping[str, Any]) -> None:
+        fault = ChatwootFault(**fault_fields(ChatwootFault, payload))
+        if fault.status is None and fault.raw_body is None and not fault.delay and not fault.drop:
+            raise ValueError("a fault needs status, raw_body, delay or drop")
+        self.add_fault(fault)
 
     def state(self) -> dict[str, Any]:
         with self._lock:
@@ -525,174 +380,116 @@ class ChatwootApiStandIn(StandInBase):
                 "access_tokens": list(tokens) if tokens is not None else None,
                 "webhook_url": self.webhook_url,
                 "inbox_id": self.inbox_id,
-                "latency": self.latency,
-                "faults": [f.to_json() for f in self._faults],
-                "requests": len(self._records),
+                **self._fault_state(),
                 "statuses": {f"{a}/{c}": s for (a, c), s in self._statuses.items()},
                 "pending_webhooks": self._pending_webhooks,
             }
 
-    async def _control_endpoint(self, request: Request) -> Response:
-        if request.method == "GET":
-            return json_response(self.state())
-        try:
-            payload = orjson.loads(await request.body())
-            if not isinstance(payload, dict):
-                raise ValueError("expected a JSON object")
-            return json_response({"ok": True, "state": self.control(payload)})
-        except (ValueError, TypeError, KeyError) as exc:
-            return json_response({"ok": False, "error": str(exc)}, 400)
-
-    async def _requests_endpoint(self, request: Request) -> Response:
-        with self._lock:
-            records = [r.to_json() for r in self._records]
-            deliveries = [{**asdict(d), "body": orjson.loads(d.body)} for d in self._deliveries]
-        for record in records:
-            for key in ("created", "status_change"):
-                if key in record:
-                    record[key] = asdict(record[key])
-        return json_response({"requests": records, "webhooks": deliveries})
-
-    async def _health(self, request: Request) -> Response:
-        return PlainTextResponse("ok")
-
     # ------------------------------------------------------------------ the API
 
-    def _authorized(self, token: str | None) -> bool:
-        if not token:
-            return False
-        tokens = self.access_tokens
-        if tokens is None:
-            return True
-        return any(hmac.compare_digest(token.encode(), t.encode()) for t in tokens)
+    async def _unknown_path(self, request: Request) -> Response:
+        record = await self._receive(request, kind="invalid")
+        return self._answer(record, 404, {"error": DEFAULT_ERRORS[404]})
 
-    async def _unknown(self, request: Request) -> Response:
-        record = self._record(
-            RecordedRequest(
-                time=time.time(),
-                method=request.method,
-                path=request.url.path,
-                headers=pick_headers(request.headers),
-                raw=await request.body(),
-                kind="invalid",
-            )
-        )
-        body = {"error": DEFAULT_ERRORS[404]}
-        self._finish(record, 404, body)
-        return json_response(body, 404)
+    def _stale(self, record: RecordedRequest) -> Response:
+        return self._answer(record, 503, {"error": "the stand-in was reset meanwhile"})
+
+    def _fault_answer(self, record: RecordedRequest, fault: ChatwootFault) -> Response | None:
+        if fault.raw_body is not None:
+            return self._raw_answer(record, fault)
+        if fault.status is None:
+            return None
+        error = fault.message or DEFAULT_ERRORS.get(fault.status, "Error")
+        return self._answer(record, fault.status, {"error": error})
 
     async def _conversation_call(self, request: Request) -> Response:
-        raw = await request.body()
         params = request.path_params
         headers = pick_headers(request.headers)
         token = request.headers.get("api_access_token")
         if token is not None:
             headers["api_access_token"] = token
-        record = self._record(
-            RecordedRequest(
-                time=time.time(), method="POST", path=request.url.path, headers=headers, raw=raw
-            )
-        )
-        generation = record.generation
-
-        def answer(status: int, body: Any, kind: str | None = None) -> Response:
-            self._finish(record, status, body, kind)
-            return json_response(body, status)
-
-        try:
-            record.body = orjson.loads(raw) if raw else None
-        except orjson.JSONDecodeError:
-            record.body = None
-        if self.latency > 0 and not await self._sleep(self.latency, generation):
-            return answer(503, {"error": "the stand-in was reset meanwhile"})
-        if not self._authorized(token):
-            return answer(401, {"error": DEFAULT_ERRORS[401]}, "unauthorized")
+        record = await self._receive(request, headers=headers)
+        if not await self._delay(record, self.latency):
+            return self._stale(record)
+        if not accepts(self.access_tokens, token):
+            return self._answer(record, 401, {"error": DEFAULT_ERRORS[401]}, "unauthorized")
         try:
             account, conversation = int(params["account"]), int(params["conversation"])
         except ValueError:
-            return answer(404, {"error": DEFAULT_ERRORS[404]}, "invalid")
+            return self._answer(record, 404, {"error": DEFAULT_ERRORS[404]}, "invalid")
         record.extra.update(account=account, conversation=conversation)
         kind, problem = _classify(params["action"], record.body)
         if kind == "unknown":
-            return answer(404, {"error": DEFAULT_ERRORS[404]}, "invalid")
+            return self._answer(record, 404, {"error": DEFAULT_ERRORS[404]}, "invalid")
         record.kind = kind
         if problem is not None:
-            return answer(422, {"error": problem})
+            return self._answer(record, 422, {"error": problem})
+        injected = await self._injected(record, self._admits(kind, conversation))
+        if injected is not None:
+            return injected
 
-        fault = self._take_fault(kind, conversation)
-        if fault is not None:
-            record.fault = fault
-            if fault.delay > 0 and not await self._sleep(fault.delay, generation):
-                return answer(503, {"error": "the stand-in was reset meanwhile"})
-            if fault.raw_body is not None:
-                status = fault.status or 502
-                self._finish(record, status, fault.raw_body)
-                return Response(fault.raw_body, status_code=status, media_type=fault.content_type)
-            if fault.status is not None:
-                message = fault.message or DEFAULT_ERRORS.get(fault.status, "Error")
-                return answer(fault.status, {"error": message})
-
-        now = time.time()
         body: dict[str, Any] = record.body
         if kind == "typing":
             self._finish(record, 200, None)
             return Response(b"", status_code=200)
         if kind == "status":
-            status = str(body["status"])
-            record.extra["status_change"] = StatusChange(account, conversation, status, now)
-            with self._lock:
-                self._statuses[(account, conversation)] = status
-            result = {
-                "meta": {},
-                "payload": {
-                    "success": True,
-                    "conversation_id": conversation,
-                    "current_status": status,
-                    "snoozed_until": None,
-                },
-            }
-            return answer(200, result)
+            result = self._toggle_status(record, account, conversation, body)
+            return self._answer(record, 200, result)
+        message = self._create_message(record, account, conversation, body)
+        response = self._answer(record, 200, self._message_json(message))
+        self._schedule_webhook(message)
+        return response
+
+    def _toggle_status(
+        self, record: RecordedRequest, account: int, conversation: int, body: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Set the conversation's status; Chatwoot's answer to `toggle_status`."""
+        status = str(body["status"])
+        record.extra["status_change"] = StatusChange(account, conversation, status, time.time())
+        with self._lock:
+            self._statuses[(account, conversation)] = status
+        return {
+            "meta": {},
+            "payload": {
+                "success": True,
+                "conversation_id": conversation,
+                "current_status": status,
+                "snoozed_until": None,
+            },
+        }
+
+    def _create_message(
+        self, record: RecordedRequest, account: int, conversation: int, body: dict[str, Any]
+    ) -> CreatedMessage:
         message = CreatedMessage(
             id=next(self._ids),
             account=account,
             conversation=conversation,
             content=str(body["content"]),
             private=bool(body.get("private", False)),
-            time=now,
+            time=time.time(),
         )
         record.extra["created"] = message
-        result = {
+        return message
+
+    def _message_json(self, message: CreatedMessage) -> dict[str, Any]:
+        """The created message as Chatwoot's `messages` call answers it."""
+        return {
             "id": message.id,
             "content": message.content,
             "inbox_id": self.inbox_id,
-            "conversation_id": conversation,
+            "conversation_id": message.conversation,
             "message_type": 1,  # outgoing
             "content_type": "text",
             "status": "sent",
             "content_attributes": {},
-            "created_at": int(now),
+            "created_at": int(message.time),
             "private": message.private,
             "source_id": None,
             "sender": {"id": 1, "name": "Bot", "type": "agent_bot"},
         }
-        response = answer(200, result)
-        self._schedule_webhook(message)
-        return response
 
     # ------------------------------------------------------------------ webhooks back
-
-    @asynccontextmanager
-    async def _lifespan(self, app: Starlette) -> AsyncIterator[None]:
-        self._http = httpx.AsyncClient(timeout=5.0)
-        try:
-            yield
-        finally:
-            tasks = list(self._tasks)
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            await self._http.aclose()
-            self._http = None
 
     def _schedule_webhook(self, message: CreatedMessage) -> None:
         with self._lock:
@@ -702,7 +499,6 @@ class ChatwootApiStandIn(StandInBase):
             if self.webhook_token:
                 url += ("&" if "?" in url else "?") + "token=" + quote(self.webhook_token)
             secret, inbox, generation = self.webhook_secret, self.inbox_id, self._generation
-            self._pending_webhooks += 1
         body = orjson.dumps(
             message_created(
                 message_id=message.id,
@@ -715,32 +511,24 @@ class ChatwootApiStandIn(StandInBase):
                 created_at=message.time,
             )
         )
-        task = asyncio.get_running_loop().create_task(
-            self._post_webhook(url, secret, body, message.id, generation)
+        self._spawn(
+            self._post_webhook(url, secret, body, message.id, generation), f"message {message.id}"
         )
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
 
     async def _post_webhook(
         self, url: str, secret: str | None, body: bytes, message_id: int, generation: int
     ) -> None:
-        client = self._http
-        if client is None:  # app served without lifespan
-            client = self._http = httpx.AsyncClient(timeout=5.0)
         status: int | None = None
         error: str | None = None
         try:
-            response = await client.post(url, content=body, headers=chatwoot_headers(body, secret))
+            response = await self._client().post(
+                url, content=body, headers=chatwoot_headers(body, secret)
+            )
             status = response.status_code
         except httpx.HTTPError as exc:
             error = repr(exc)
         finally:
-            with self._lock:
-                self._pending_webhooks -= 1
-                if generation == self._generation:
-                    self._deliveries.append(
-                        WebhookDelivery(time.time(), message_id, status, error, body)
-                    )
+            self._deliver(WebhookDelivery(time.time(), message_id, status, error, body), generation)
 
 
 def _classify(action: str, body: Any) -> tuple[str, str | None]:
@@ -771,45 +559,32 @@ def _classify(action: str, body: Any) -> tuple[str, str | None]:
 # ---------------------------------------------------------------------- script
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    import uvicorn
+TOKENS = Credentials(
+    "--token", "--any-token", "api_access_token", "CHATWOOT_API_ACCESS_TOKEN", "cw-token"
+)
 
-    parser = argparse.ArgumentParser(
-        prog="chatwoot_standin", description="Local stand-in for Chatwoot's API."
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = script_parser(
+        "chatwoot_standin",
+        "Local stand-in for Chatwoot's API.",
+        "CHATWOOT_STANDIN_PORT",
+        8082,
+        TOKENS,
     )
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument(
-        "--port", type=int, default=int(os.environ.get("CHATWOOT_STANDIN_PORT", 8082))
-    )
-    parser.add_argument(
-        "--token",
-        action="append",
-        help="accepted api_access_token (repeatable; default $CHATWOOT_API_ACCESS_TOKEN or "
-        "cw-token)",
-    )
-    parser.add_argument("--any-token", action="store_true", help="accept any non-empty token")
     parser.add_argument("--webhook-url", help="post message_created webhooks here (receiver)")
     parser.add_argument("--secret", default=os.environ.get("CHATWOOT_WEBHOOK_SECRET"))
     parser.add_argument("--webhook-token", default=os.environ.get("CHATWOOT_WEBHOOK_TOKEN"))
     parser.add_argument("--inbox-id", type=int, default=3)
-    parser.add_argument("--log-level", default="info")
     args = parser.parse_args(argv)
-
-    tokens: str | list[str] | None
-    if args.any_token:
-        tokens = None
-    else:
-        tokens = args.token or os.environ.get("CHATWOOT_API_ACCESS_TOKEN") or "cw-token"
     standin = ChatwootApiStandIn(
-        access_tokens=tokens,
+        access_tokens=TOKENS.accepted(args),
         webhook_url=args.webhook_url,
         webhook_secret=(args.secret or "").split(",")[0] or None,
         webhook_token=(args.webhook_token or "").split(",")[0] or None,
         inbox_id=args.inbox_id,
     )
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(message)s")
-    print(f"chatwoot stand-in on http://{args.host}:{args.port}  (POST /_control for faults)")
-    uvicorn.run(standin.app, host=args.host, port=args.port, log_level=args.log_level)
+    serve_forever(standin, args, "chatwoot stand-in", "POST /_control for faults")
 
 
 if __name__ == "__main__":

@@ -10,48 +10,51 @@ It serves `POST /{version}/{phone_number_id}/messages` like Meta: bearer token c
 190), text / template / other message sends (200 with a fresh `wamid.`), read receipt + typing
 indicator (`{"success": true}`), anything malformed 400 with code 100, Meta's error body
 everywhere. Every request is recorded. Faults (error codes, fractions, per-recipient rules, raw
-5xx, latency, hangs) are set from Python or over HTTP (`POST /_control`), so a product running in
-another process can be driven too. With `webhook_url` + `app_secret` it posts signed status
-webhooks (`sent`, `delivered`, `read`, or `failed`) back to the receiver after each accepted
-send, retrying non-200 answers like Meta.
+5xx, latency, hangs, answers cut after the send was accepted) are set from Python or over HTTP
+(`POST /_control`), so a product running in another process can be driven too. With
+`webhook_url` + `app_secret` it posts signed status webhooks (`sent`, `delivered`, `read`, or
+`failed`) back to the receiver after each accepted send, retrying non-200 answers like Meta.
 
 Control endpoint (`POST /_control`, JSON; `GET /_control` shows the state, `GET /_requests`
-lists the records and webhook deliveries): see `GraphApiStandIn.control`.
+lists the records and webhook deliveries): the ops every stand-in takes are in
+`StandInBase.control`, this one's own in `GraphApiStandIn._control_ops`.
 
 Run alone: `scripts/graph_standin --port 8081 [--token T] [--webhook-url URL --app-secret S]`.
 """
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import hashlib
-import hmac
 import itertools
-import logging
 import os
-import random
 import re
 import secrets
 import time
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import httpx
 import orjson
-from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
 from scripts.standins._common import (
+    UNSET,
+    ControlOp,
     RecordedRequest,
-    StandInBase,
+    accepts,
     as_tuple,
-    json_response,
-    pick_headers,
+    fault_fields,
+)
+from scripts.standins._script import Credentials, script_parser, serve_forever
+from scripts.standins._webhooks import WebhookStandIn
+from scripts.webhooks import (
+    DISPLAY_PHONE_NUMBER,
+    WABA_ID,
+    meta_headers,
+    sign_body,
+    whatsapp_webhook,
 )
 
 __all__ = [
@@ -66,8 +69,6 @@ __all__ = [
     "sign_body",
     "status_webhook",
 ]
-
-log = logging.getLogger(__name__)
 
 MAX_TEXT_CHARS = 4096
 SEND_KINDS = frozenset({"text", "template"})
@@ -248,11 +249,6 @@ def default_status_for(code: int) -> int:
     return META_ERRORS.get(code, (400, "", "", ""))[0]
 
 
-def sign_body(app_secret: str, body: bytes) -> str:
-    """The `X-Hub-Signature-256` value Meta sends: `sha256=<hex HMAC-SHA256(secret, body)>`."""
-    return "sha256=" + hmac.new(app_secret.encode(), body, hashlib.sha256).hexdigest()
-
-
 def _fbtrace_id() -> str:
     return "A" + secrets.token_urlsafe(16).replace("-", "x").replace("_", "Y")[:22]
 
@@ -274,7 +270,9 @@ class GraphFault:
     - `raw_body` set: answer `status` (default 502) with that non-JSON body;
     - `code` set: answer Meta's error body with that code, HTTP `status` (default per code);
     - neither (a pure delay, e.g. `hang_next`): the request is then handled normally, so the
-      message IS accepted and recorded as sent even if the client gave up waiting.
+      message IS accepted and recorded as sent even if the client gave up waiting;
+    - `drop` (`drop_next`): handled normally too, but the connection is closed halfway through
+      the answer (the client never learns the wamid of a message Meta accepted).
     """
 
     code: int | None = None
@@ -288,6 +286,7 @@ class GraphFault:
     probability: float = 1.0
     to: str | None = None
     kinds: frozenset[str] = SEND_KINDS
+    drop: bool = False
     hits: int = 0
 
     @property
@@ -372,7 +371,7 @@ class WebhookDelivery:
 # ---------------------------------------------------------------------- the stand-in
 
 
-class GraphApiStandIn(StandInBase):
+class GraphApiStandIn(WebhookStandIn[GraphFault, WebhookDelivery]):
     """Meta's Graph API `/{version}/{phone_number_id}/messages`, in-process or as a script.
 
     Constructor (all keyword-only, all changeable later with `configure`):
@@ -401,8 +400,8 @@ class GraphApiStandIn(StandInBase):
         webhook_url: str | None = None,
         app_secret: str | None = None,
         phone_number_id: str | None = None,
-        display_phone_number: str = "15550001001",
-        waba_id: str = "102200000000001",
+        display_phone_number: str = DISPLAY_PHONE_NUMBER,
+        waba_id: str = WABA_ID,
         status_order: Sequence[str] = ("sent", "delivered", "read"),
         out_of_order: bool = False,
         status_delays: Sequence[float] = (0.02,),
@@ -414,7 +413,7 @@ class GraphApiStandIn(StandInBase):
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
-        super().__init__(host=host, port=port)
+        super().__init__(host=host, port=port, seed=seed)
         self.access_tokens: tuple[str, ...] | None = ()
         self.webhook_url: str | None = None
         self.app_secret: str | None = None
@@ -428,16 +427,8 @@ class GraphApiStandIn(StandInBase):
         self.webhook_retries = webhook_retries
         self.webhook_retry_delay = webhook_retry_delay
         self.webhook_timeout = webhook_timeout
-        self.latency = 0.0
-        self._faults: list[GraphFault] = []
-        self._seed = seed
-        self._rng = random.Random(seed)
         self._counter = itertools.count(1)
-        self._deliveries: list[WebhookDelivery] = []
-        self._pending_webhooks = 0
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._http: httpx.AsyncClient | None = None
-        self._initial_config: dict[str, Any] = {
+        self._initial_config = {
             "access_tokens": access_tokens,
             "webhook_url": webhook_url,
             "app_secret": app_secret,
@@ -453,44 +444,31 @@ class GraphApiStandIn(StandInBase):
             "webhook_timeout": webhook_timeout,
         }
         self.configure(**self._initial_config)
-        self._app = Starlette(
-            routes=[
-                Route("/_control", self._control_endpoint, methods=["GET", "POST"]),
-                Route("/_requests", self._requests_endpoint, methods=["GET"]),
-                Route("/_health", self._health, methods=["GET"]),
-                Route("/{version}/{phone_number_id}/messages", self._messages, methods=["POST"]),
-                Route("/{path:path}", self._unsupported, methods=["GET", "POST", "PUT", "DELETE"]),
-            ],
-            lifespan=self._lifespan,
+        self._app = self._serve(
+            [Route("/{version}/{phone_number_id}/messages", self._messages, methods=["POST"])]
         )
 
-    @property
-    def app(self) -> Starlette:
-        return self._app
-
     # ------------------------------------------------------------------ configuration
-
-    _UNSET: Any = object()
 
     def configure(
         self,
         *,
-        access_tokens: str | Iterable[str] | None = _UNSET,
-        webhook_url: str | None = _UNSET,
-        app_secret: str | None = _UNSET,
-        phone_number_id: str | None = _UNSET,
-        display_phone_number: str = _UNSET,
-        waba_id: str = _UNSET,
-        status_order: Sequence[str] = _UNSET,
-        out_of_order: bool = _UNSET,
-        status_delays: Sequence[float] = _UNSET,
-        fail_status_recipients: Mapping[str, int] = _UNSET,
-        webhook_retries: int = _UNSET,
-        webhook_retry_delay: float = _UNSET,
-        webhook_timeout: float = _UNSET,
+        access_tokens: str | Iterable[str] | None = UNSET,
+        webhook_url: str | None = UNSET,
+        app_secret: str | None = UNSET,
+        phone_number_id: str | None = UNSET,
+        display_phone_number: str = UNSET,
+        waba_id: str = UNSET,
+        status_order: Sequence[str] = UNSET,
+        out_of_order: bool = UNSET,
+        status_delays: Sequence[float] = UNSET,
+        fail_status_recipients: Mapping[str, int] = UNSET,
+        webhook_retries: int = UNSET,
+        webhook_retry_delay: float = UNSET,
+        webhook_timeout: float = UNSET,
     ) -> None:
         """Change any constructor setting at runtime (only the ones given)."""
-        unset = self._UNSET
+        unset = UNSET
         with self._lock:
             if access_tokens is not unset:
                 self.access_tokens = as_tuple(access_tokens)
@@ -536,11 +514,6 @@ class GraphApiStandIn(StandInBase):
 
     # ------------------------------------------------------------------ faults
 
-    def add_fault(self, fault: GraphFault) -> GraphFault:
-        with self._lock:
-            self._faults.append(fault)
-        return fault
-
     def fail_next(
         self,
         n: int = 1,
@@ -583,8 +556,7 @@ class GraphApiStandIn(StandInBase):
         """Each matching send fails with probability `p` (at most `n` times; None: no limit).
         `seed` reseeds the stand-in's RNG, so a run is reproducible."""
         if seed is not None:
-            with self._lock:
-                self._rng.seed(seed)
+            self._reseed(seed)
         return self.add_fault(
             GraphFault(
                 code=code,
@@ -654,59 +626,20 @@ class GraphApiStandIn(StandInBase):
         webhooks follow): Meta may deliver a message whose answer the client never saw."""
         return self.add_fault(GraphFault(code=code, delay=seconds, kinds=frozenset(kinds), count=n))
 
-    def set_latency(self, seconds: float) -> None:
-        """Every request (sends, read receipts, errors) waits `seconds` before being handled."""
-        with self._lock:
-            self.latency = float(seconds)
-
-    def remove_fault(self, fault: GraphFault) -> None:
-        with self._lock:
-            if fault in self._faults:
-                self._faults.remove(fault)
-
-    @property
-    def faults(self) -> list[GraphFault]:
-        with self._lock:
-            return list(self._faults)
+    def drop_next(self, n: int = 1, *, kinds: Iterable[str] = SEND_KINDS) -> GraphFault:
+        """The next `n` sends are ACCEPTED (recorded as sent, status webhooks follow), then the
+        connection is closed before the answer is complete: a dropped connection after Meta
+        took the request."""
+        return self.add_fault(GraphFault(drop=True, kinds=frozenset(kinds), count=n))
 
     def reset_faults(self) -> None:
         """No faults, no latency, no failed-status recipients."""
         with self._lock:
-            self._faults.clear()
-            self.latency = 0.0
+            super().reset_faults()
             self.fail_status_recipients.clear()
 
-    def reset(self) -> None:
-        """Back to the state right after the constructor: `reset_faults()`, `clear()` (records
-        and webhook deliveries), the RNG reseeded, and every `configure` setting as the
-        constructor set it."""
-        self.reset_faults()
-        self.clear()
-        with self._lock:
-            self._rng.seed(self._seed)
-        self.configure(**self._initial_config)
-
-    def clear(self) -> None:
-        """Forget records and webhook deliveries; pending status webhooks are dropped, and
-        requests still waiting (latency, hang) are answered 503 without being recorded."""
-        with self._lock:
-            super().clear()
-            self._deliveries.clear()
-
-    def _take_fault(self, kind: str, to: str | None) -> GraphFault | None:
-        with self._lock:
-            for fault in self._faults:
-                if not fault.matches(kind, to):
-                    continue
-                if fault.probability < 1.0 and self._rng.random() >= fault.probability:
-                    continue
-                fault.hits += 1
-                if fault.count is not None:
-                    fault.count -= 1
-                    if fault.count <= 0:
-                        self._faults.remove(fault)
-                return fault
-        return None
+    def _admits(self, kind: str, to: str | None) -> GraphFault | None:
+        return self._take_fault(lambda f: f.matches(kind, to) and self._chance(f.probability))
 
     # ------------------------------------------------------------------ what was sent
 
@@ -731,91 +664,39 @@ class GraphApiStandIn(StandInBase):
         with self._lock:
             return [r.extra["read"] for r in self._records if r.ok and "read" in r.extra]
 
-    @property
-    def webhook_deliveries(self) -> list[WebhookDelivery]:
-        """Every status webhook POST attempt, oldest first."""
-        with self._lock:
-            return list(self._deliveries)
-
-    @property
-    def pending_webhooks(self) -> int:
-        """Status webhook sequences still running (delays, retries)."""
-        with self._lock:
-            return self._pending_webhooks
-
-    def wait_for_webhooks(self, timeout: float = 5.0) -> None:
-        """Block until every scheduled status webhook was delivered or given up."""
-        self.wait_for(lambda: self.pending_webhooks == 0, timeout)
-
-    async def await_webhooks(self, timeout: float = 5.0) -> None:  # noqa: ASYNC109
-        await self.await_for(lambda: self.pending_webhooks == 0, timeout)
-
     # ------------------------------------------------------------------ HTTP control
 
-    def control(self, payload: Mapping[str, Any]) -> dict[str, Any]:
-        """What `POST /_control` does; returns the new state. `op` is one of:
+    def _control_ops(self) -> dict[str, ControlOp]:
+        """Besides every stand-in's ops (`StandInBase.control`):
 
         - `{"op": "fail", "code": 130429, "count": 2}`: add a fault; fields of `GraphFault`:
           code, status, message, details, raw_body, content_type, delay, count (null = forever),
-          probability, to, kinds; plus `seed` to reseed the RNG first.
+          probability, to, kinds, drop; plus `seed` to reseed the RNG first.
         - `{"op": "hang", "seconds": 30, "count": 1, "code": null}`: as `hang_next`.
-        - `{"op": "latency", "seconds": 0.5}`
         - `{"op": "fail_status", "to": "549...", "code": 131047}`: as `fail_status_for`.
-        - `{"op": "config", ...}`: any `configure` keyword (webhook_url, app_secret, ...).
-        - `{"op": "reset"}` (faults, latency), `{"op": "clear"}` (records and deliveries),
-          `{"op": "reset_all"}` (`reset()`: also the configuration, back to the start).
+        - `reset` also forgets the failed-status recipients; `clear`, the webhook deliveries.
         """
-        op = payload.get("op")
-        if op == "fail":
-            if payload.get("seed") is not None:
-                with self._lock:
-                    self._rng.seed(payload["seed"])
-            fields = {
-                k: payload[k]
-                for k in (
-                    "code",
-                    "status",
-                    "message",
-                    "details",
-                    "raw_body",
-                    "content_type",
-                    "delay",
-                    "count",
-                    "probability",
-                    "to",
-                )
-                if k in payload
-            }
-            if "kinds" in payload:
-                fields["kinds"] = frozenset(payload["kinds"])
-            fault = GraphFault(**fields)
-            if not fault.is_error and not fault.delay:
-                raise ValueError("a fault needs code, raw_body or delay")
-            if fault.raw_body is not None and fault.status is None:
-                fault.status = 502
-            self.add_fault(fault)
-        elif op == "hang":
-            self.hang_next(
-                int(payload.get("count", 1)),
-                float(payload.get("seconds", 30.0)),
-                code=payload.get("code"),
-                kinds=payload.get("kinds", SEND_KINDS),
-            )
-        elif op == "latency":
-            self.set_latency(float(payload.get("seconds", 0.0)))
-        elif op == "fail_status":
-            self.fail_status_for(str(payload["to"]), int(payload.get("code", 131047)))
-        elif op == "config":
-            self.configure(**{k: v for k, v in payload.items() if k != "op"})
-        elif op == "reset":
-            self.reset_faults()
-        elif op == "clear":
-            self.clear()
-        elif op == "reset_all":
-            self.reset()
-        else:
-            raise ValueError(f"unknown op {op!r}")
-        return self.state()
+        return {
+            **super()._control_ops(),
+            "fail": self._control_fail,
+            "hang": lambda p: self.hang_next(
+                int(p.get("count", 1)),
+                float(p.get("seconds", 30.0)),
+                code=p.get("code"),
+                kinds=p.get("kinds", SEND_KINDS),
+            ),
+            "fail_status": lambda p: self.fail_status_for(str(p["to"]), int(p.get("code", 131047))),
+        }
+
+    def _control_fail(self, payload: Mapping[str, Any]) -> None:
+        if payload.get("seed") is not None:
+            self._reseed(payload["seed"])
+        fault = GraphFault(**fault_fields(GraphFault, payload))
+        if not fault.is_error and not fault.delay and not fault.drop:
+            raise ValueError("a fault needs code, raw_body, delay or drop")
+        if fault.raw_body is not None and fault.status is None:
+            fault.status = 502
+        self.add_fault(fault)
 
     def state(self) -> dict[str, Any]:
         with self._lock:
@@ -831,60 +712,19 @@ class GraphApiStandIn(StandInBase):
                 "out_of_order": self.out_of_order,
                 "status_delays": list(self.status_delays),
                 "fail_status_recipients": dict(self.fail_status_recipients),
-                "latency": self.latency,
-                "faults": [f.to_json() for f in self._faults],
-                "requests": len(self._records),
+                **self._fault_state(),
                 "pending_webhooks": self._pending_webhooks,
             }
-
-    async def _control_endpoint(self, request: Request) -> Response:
-        if request.method == "GET":
-            return json_response(self.state())
-        try:
-            payload = orjson.loads(await request.body())
-            if not isinstance(payload, dict):
-                raise ValueError("expected a JSON object")
-            return json_response({"ok": True, "state": self.control(payload)})
-        except (ValueError, TypeError, KeyError) as exc:
-            return json_response({"ok": False, "error": str(exc)}, 400)
-
-    async def _requests_endpoint(self, request: Request) -> Response:
-        with self._lock:
-            records = [r.to_json() for r in self._records]
-            deliveries = [{**asdict(d), "body": orjson.loads(d.body)} for d in self._deliveries]
-        for record in records:
-            for key in ("sent", "read"):
-                if key in record:
-                    record[key] = asdict(record[key])
-        return json_response({"requests": records, "webhooks": deliveries})
-
-    async def _health(self, request: Request) -> Response:
-        return PlainTextResponse("ok")
 
     # ------------------------------------------------------------------ the Graph API
 
     def _authorized(self, header: str | None) -> bool:
         if not header or not header.lower().startswith("bearer "):
             return False
-        token = header[7:].strip()
-        if not token:
-            return False
-        tokens = self.access_tokens
-        if tokens is None:
-            return True
-        return any(hmac.compare_digest(token.encode(), t.encode()) for t in tokens)
+        return accepts(self.access_tokens, header[7:].strip())
 
-    async def _unsupported(self, request: Request) -> Response:
-        record = self._record(
-            RecordedRequest(
-                time=time.time(),
-                method=request.method,
-                path=request.url.path,
-                headers=pick_headers(request.headers),
-                raw=await request.body(),
-                kind="invalid",
-            )
-        )
+    async def _unknown_path(self, request: Request) -> Response:
+        record = await self._receive(request, kind="invalid")
         body = meta_error_body(
             100,
             f"Unsupported {request.method.lower()} request. Object with ID "
@@ -893,41 +733,32 @@ class GraphApiStandIn(StandInBase):
             "Unknown path.",
             subcode=33,
         )
-        self._finish(record, 400, body)
-        return json_response(body, 400)
+        return self._answer(record, 400, body)
+
+    def _stale(self, record: RecordedRequest) -> Response:
+        body = meta_error_body(2, details="The stand-in was reset meanwhile.")
+        return self._answer(record, 503, body)
+
+    def _fault_answer(self, record: RecordedRequest, fault: GraphFault) -> Response | None:
+        if fault.raw_body is not None:
+            return self._raw_answer(record, fault)
+        if fault.code is None:
+            return None
+        status = fault.status or default_status_for(fault.code)
+        return self._answer(
+            record, status, meta_error_body(fault.code, fault.message, fault.details)
+        )
 
     async def _messages(self, request: Request) -> Response:
-        raw = await request.body()
         version = request.path_params["version"]
         phone_number_id = request.path_params["phone_number_id"]
-        record = self._record(
-            RecordedRequest(
-                time=time.time(),
-                method="POST",
-                path=request.url.path,
-                headers=pick_headers(request.headers),
-                raw=raw,
-                extra={"phone_number_id": phone_number_id},
-            )
-        )
-        generation = record.generation
-        try:
-            record.body = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            record.body = None
-
-        def error(status: int, body: Any, kind: str | None = None) -> Response:
-            self._finish(record, status, body, kind)
-            return json_response(body, status)
-
-        def stale() -> Response:
-            return error(503, meta_error_body(2, details="The stand-in was reset meanwhile."))
-
-        if self.latency > 0 and not await self._sleep(self.latency, generation):
-            return stale()
+        record = await self._receive(request, extra={"phone_number_id": phone_number_id})
+        if not await self._delay(record, self.latency):
+            return self._stale(record)
 
         if not self._authorized(request.headers.get("authorization")):
-            return error(
+            return self._answer(
+                record,
                 401,
                 meta_error_body(
                     190,
@@ -937,7 +768,8 @@ class GraphApiStandIn(StandInBase):
                 "unauthorized",
             )
         if not VERSION_RE.fullmatch(version) or not phone_number_id.isdigit():
-            return error(
+            return self._answer(
+                record,
                 400,
                 meta_error_body(
                     100,
@@ -954,75 +786,47 @@ class GraphApiStandIn(StandInBase):
         to = to if isinstance(to, str) else None
         record.extra["to"] = to
         if problem is not None:
-            return error(400, meta_error_body(100, details=problem), "invalid")
+            return self._answer(record, 400, meta_error_body(100, details=problem), "invalid")
         record.kind = kind
 
-        fault = self._take_fault(kind, to)
-        if fault is not None:
-            record.fault = fault
-            if fault.delay > 0 and not await self._sleep(fault.delay, generation):
-                return stale()
-            if fault.raw_body is not None:
-                status = fault.status or 502
-                self._finish(record, status, fault.raw_body)
-                return Response(fault.raw_body, status_code=status, media_type=fault.content_type)
-            if fault.code is not None:
-                status = fault.status or default_status_for(fault.code)
-                return error(status, meta_error_body(fault.code, fault.message, fault.details))
-
-        now = time.time()
+        injected = await self._injected(record, self._admits(kind, to))
+        if injected is not None:
+            return injected
         body: dict[str, Any] = record.body
         if kind == "read":
-            typing = body.get("typing_indicator")
-            record.extra["read"] = ReadReceipt(
-                message_id=body["message_id"],
-                typing_indicator=typing.get("type") if isinstance(typing, dict) else None,
-                phone_number_id=phone_number_id,
-                time=now,
-            )
-            result: dict[str, Any] = {"success": True}
-            self._finish(record, 200, result)
-            return json_response(result)
-
+            return self._answer(record, 200, self._read(record, phone_number_id, body))
         assert to is not None
-        wamid = self._new_wamid()
         sent = SentMessage(
-            wamid=wamid, to=to, type=kind, phone_number_id=phone_number_id, payload=body, time=now
+            wamid=self._new_wamid(),
+            to=to,
+            type=kind,
+            phone_number_id=phone_number_id,
+            payload=body,
+            time=time.time(),
         )
         record.extra["sent"] = sent
-        result = {
-            "messaging_product": "whatsapp",
-            "contacts": [{"input": to, "wa_id": _digits(to)}],
-            "messages": [{"id": wamid}],
-        }
-        if kind == "template":
-            result["messages"][0]["message_status"] = "accepted"
-        self._finish(record, 200, result)
+        response = self._answer(record, 200, _send_result(sent))
         self._schedule_statuses(sent)
-        return json_response(result)
+        return response
+
+    def _read(
+        self, record: RecordedRequest, phone_number_id: str, body: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Take a read receipt (and typing indicator); the Graph API's answer to it."""
+        typing = body.get("typing_indicator")
+        record.extra["read"] = ReadReceipt(
+            message_id=body["message_id"],
+            typing_indicator=typing.get("type") if isinstance(typing, dict) else None,
+            phone_number_id=phone_number_id,
+            time=time.time(),
+        )
+        return {"success": True}
 
     def _new_wamid(self) -> str:
         n = next(self._counter)
         return f"wamid.SI{n:06d}{secrets.token_hex(10).upper()}"
 
     # ------------------------------------------------------------------ status webhooks
-
-    @asynccontextmanager
-    async def _lifespan(self, app: Starlette) -> AsyncIterator[None]:
-        # No cap on connections: with a capped pool (httpx's default, 100), thousands of status
-        # sequences retrying through Redis restarts met PoolTimeout on most attempts and kept
-        # the stand-in busy for 40 s, slowing its sends and so every turn (chaos suite).
-        limits = httpx.Limits(max_connections=None, max_keepalive_connections=200)
-        self._http = httpx.AsyncClient(timeout=self.webhook_timeout, limits=limits)
-        try:
-            yield
-        finally:
-            tasks = list(self._tasks)
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            await self._http.aclose()
-            self._http = None
 
     def _schedule_statuses(self, sent: SentMessage) -> None:
         with self._lock:
@@ -1050,47 +854,32 @@ class GraphApiStandIn(StandInBase):
                 timeout=self.webhook_timeout,
                 generation=self._generation,
             )
-            self._pending_webhooks += 1
-        task = asyncio.get_running_loop().create_task(self._deliver_statuses(sent, plan))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._spawn(self._deliver_statuses(sent, plan), sent.wamid)
 
     async def _deliver_statuses(self, sent: SentMessage, plan: _StatusPlan) -> None:
-        try:
-            base = int(sent.time)
-            for i, status in enumerate(plan.order):
-                await self._sleep(plan.delays[min(i, len(plan.delays) - 1)])
-                if self._stopping.is_set() or plan.generation != self._generation:
-                    return
-                payload = status_webhook(
-                    wamid=sent.wamid,
-                    status=status,
-                    recipient_id=_digits(sent.to),
-                    timestamp=base + STATUS_RANK.get(status, 0),
-                    phone_number_id=plan.phone_number_id,
-                    display_phone_number=plan.display_phone_number,
-                    waba_id=plan.waba_id,
-                    error_code=plan.fail_code if status == "failed" else None,
-                    category="utility" if sent.type == "template" else "service",
-                )
-                await self._post_webhook(plan, sent, status, orjson.dumps(payload))
-        except Exception:
-            log.exception("status webhook for %s failed", sent.wamid)
-        finally:
-            with self._lock:
-                self._pending_webhooks -= 1
+        base = int(sent.time)
+        for i, status in enumerate(plan.order):
+            await self._sleep(plan.delays[min(i, len(plan.delays) - 1)])
+            if self._stopping.is_set() or plan.generation != self._generation:
+                return
+            payload = status_webhook(
+                wamid=sent.wamid,
+                status=status,
+                recipient_id=_digits(sent.to),
+                timestamp=base + STATUS_RANK.get(status, 0),
+                phone_number_id=plan.phone_number_id,
+                display_phone_number=plan.display_phone_number,
+                waba_id=plan.waba_id,
+                error_code=plan.fail_code if status == "failed" else None,
+                category="utility" if sent.type == "template" else "service",
+            )
+            await self._post_webhook(plan, sent, status, orjson.dumps(payload))
 
     async def _post_webhook(
         self, plan: _StatusPlan, sent: SentMessage, status: str, body: bytes
     ) -> None:
-        client = self._http
-        if client is None:  # app served without lifespan
-            client = self._http = httpx.AsyncClient(timeout=self.webhook_timeout)
-        headers = {
-            "Content-Type": "application/json",
-            "User-Agent": "facebookexternalua",
-            "X-Hub-Signature-256": sign_body(plan.secret, body),
-        }
+        client = self._client()
+        headers = meta_headers(plan.secret, body)
         for attempt in range(1, plan.retries + 2):
             response_status: int | None = None
             error: str | None = None
@@ -1101,21 +890,18 @@ class GraphApiStandIn(StandInBase):
                 response_status = response.status_code
             except httpx.HTTPError as exc:
                 error = repr(exc)
-            with self._lock:
-                if plan.generation != self._generation:
-                    return
-                self._deliveries.append(
-                    WebhookDelivery(
-                        time=time.time(),
-                        wamid=sent.wamid,
-                        status=status,
-                        recipient_id=_digits(sent.to),
-                        attempt=attempt,
-                        response_status=response_status,
-                        error=error,
-                        body=body,
-                    )
-                )
+            delivery = WebhookDelivery(
+                time=time.time(),
+                wamid=sent.wamid,
+                status=status,
+                recipient_id=_digits(sent.to),
+                attempt=attempt,
+                response_status=response_status,
+                error=error,
+                body=body,
+            )
+            if not self._deliver(delivery, plan.generation):
+                return
             if response_status == 200 or attempt > plan.retries or self._stopping.is_set():
                 return
             await self._sleep(plan.retry_delay * 2 ** (attempt - 1))
@@ -1137,6 +923,18 @@ class _StatusPlan:
     generation: int
 
 
+def _send_result(sent: SentMessage) -> dict[str, Any]:
+    """The Graph API's answer to an accepted send."""
+    message: dict[str, Any] = {"id": sent.wamid}
+    if sent.type == "template":
+        message["message_status"] = "accepted"
+    return {
+        "messaging_product": "whatsapp",
+        "contacts": [{"input": sent.to, "wa_id": _digits(sent.to)}],
+        "messages": [message],
+    }
+
+
 def status_webhook(
     *,
     wamid: str,
@@ -1144,8 +942,8 @@ def status_webhook(
     recipient_id: str,
     timestamp: int,
     phone_number_id: str,
-    display_phone_number: str = "15550001001",
-    waba_id: str = "102200000000001",
+    display_phone_number: str = DISPLAY_PHONE_NUMBER,
+    waba_id: str = WABA_ID,
     error_code: int | None = None,
     category: str = "service",
 ) -> dict[str, Any]:
@@ -1171,27 +969,12 @@ def status_webhook(
         item["errors"] = [
             {"code": code, "title": title, "message": title, "error_data": {"details": details}}
         ]
-    return {
-        "object": "whatsapp_business_account",
-        "entry": [
-            {
-                "id": waba_id,
-                "changes": [
-                    {
-                        "field": "messages",
-                        "value": {
-                            "messaging_product": "whatsapp",
-                            "metadata": {
-                                "display_phone_number": display_phone_number,
-                                "phone_number_id": phone_number_id,
-                            },
-                            "statuses": [item],
-                        },
-                    }
-                ],
-            }
-        ],
-    }
+    return whatsapp_webhook(
+        {"statuses": [item]},
+        phone_number_id=phone_number_id,
+        display_phone_number=display_phone_number,
+        waba_id=waba_id,
+    )
 
 
 def _classify(body: Any) -> tuple[str, str | None]:
@@ -1248,36 +1031,28 @@ def _classify(body: Any) -> tuple[str, str | None]:
 # ---------------------------------------------------------------------- script
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    import uvicorn
+TOKENS = Credentials(
+    "--token", "--any-token", "bearer token", "WHATSAPP_ACCESS_TOKEN", "test-token"
+)
 
-    parser = argparse.ArgumentParser(
-        prog="graph_standin", description="Local stand-in for Meta's Graph API (WhatsApp)."
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = script_parser(
+        "graph_standin",
+        "Local stand-in for Meta's Graph API (WhatsApp).",
+        "GRAPH_STANDIN_PORT",
+        8081,
+        TOKENS,
     )
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=int(os.environ.get("GRAPH_STANDIN_PORT", 8081)))
-    parser.add_argument(
-        "--token",
-        action="append",
-        help="accepted bearer token (repeatable; default $WHATSAPP_ACCESS_TOKEN or test-token)",
-    )
-    parser.add_argument("--any-token", action="store_true", help="accept any non-empty token")
     parser.add_argument("--webhook-url", help="post status webhooks here (the receiver)")
     parser.add_argument("--app-secret", default=os.environ.get("WHATSAPP_APP_SECRET"))
     parser.add_argument("--phone-number-id", help="metadata.phone_number_id in webhooks")
     parser.add_argument("--status-delay", type=float, action="append", help="seconds (repeatable)")
     parser.add_argument("--out-of-order", action="store_true")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--log-level", default="info")
     args = parser.parse_args(argv)
-
-    tokens: str | list[str] | None
-    if args.any_token:
-        tokens = None
-    else:
-        tokens = args.token or os.environ.get("WHATSAPP_ACCESS_TOKEN") or "test-token"
     standin = GraphApiStandIn(
-        access_tokens=tokens,
+        access_tokens=TOKENS.accepted(args),
         webhook_url=args.webhook_url,
         app_secret=args.app_secret if args.webhook_url else None,
         phone_number_id=args.phone_number_id,
@@ -1285,9 +1060,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         status_delays=args.status_delay or (0.5, 1.0, 2.0),
         seed=args.seed,
     )
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(message)s")
-    print(f"graph stand-in on http://{args.host}:{args.port}  (POST /_control to inject faults)")
-    uvicorn.run(standin.app, host=args.host, port=args.port, log_level=args.log_level)
+    serve_forever(standin, args, "graph stand-in", "POST /_control to inject faults")
 
 
 if __name__ == "__main__":

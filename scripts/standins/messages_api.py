@@ -18,41 +18,40 @@ with backoff honouring `retry-after`). A test that asserts on ONE injected failu
 its client with `max_retries=0`, or inject `max_retries + 1` failures.
 
 Control endpoint (`POST /_control`, JSON; `GET /_control` shows the state, `GET /_requests`
-lists the records): see `MessagesApiStandIn.control`.
+lists the records): the ops every stand-in takes are in `StandInBase.control`, this one's own
+in `MessagesApiStandIn._control_ops`.
 
 Run alone: `scripts/anthropic_standin --port 8082 [--api-key K] [--reply TEXT ...]`.
 """
 
 from __future__ import annotations
 
-import argparse
 import hashlib
-import hmac
 import logging
 import math
-import os
-import random
 import secrets
 import string
-import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import orjson
-from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
 from scripts.standins._common import (
+    UNSET,
+    ControlOp,
     RecordedRequest,
     StandInBase,
+    accepts,
     as_tuple,
+    fault_fields,
     json_response,
-    pick_headers,
 )
+from scripts.standins._script import Credentials, script_parser, serve_forever
 
 __all__ = [
     "ERROR_TYPES",
@@ -174,7 +173,9 @@ class MessagesFault:
 
     After `delay` seconds: `raw_body` set → HTTP `status` (default 502) with that non-JSON body;
     `error_type` or `status` set → Anthropic's error body (429 also gets `retry-after`);
-    neither (a pure delay, `hang_next`) → the request is then answered normally.
+    neither (a pure delay, `hang_next`) → the request is then answered normally; `drop`
+    (`drop_next`) → answered normally too, but the connection is closed halfway through the
+    answer (the reply was generated, the client never got it).
     """
 
     error_type: str | None = None
@@ -187,6 +188,7 @@ class MessagesFault:
     delay: float = 0.0
     count: int | None = 1
     probability: float = 1.0
+    drop: bool = False
     hits: int = 0
 
     def __post_init__(self) -> None:
@@ -243,7 +245,7 @@ def default_reply(body: dict[str, Any]) -> str:
 # ---------------------------------------------------------------------- the stand-in
 
 
-class MessagesApiStandIn(StandInBase):
+class MessagesApiStandIn(StandInBase[MessagesFault]):
     """Anthropic's `POST /v1/messages` (and `/v1/messages/count_tokens`), non-streaming.
 
     Constructor (keyword-only):
@@ -271,57 +273,43 @@ class MessagesApiStandIn(StandInBase):
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
-        super().__init__(host=host, port=port)
+        super().__init__(host=host, port=port, seed=seed)
         self.api_keys = as_tuple(api_keys)
         self.models = frozenset(models) if models is not None else None
         self.require_version = require_version
-        self._initial_config: dict[str, Any] = {
+        self._initial_config = {
             "api_keys": self.api_keys,
             "models": self.models,
             "require_version": require_version,
         }
         self.default_reply: Reply = default_reply
         self._initial_default_reply: Reply = default_reply
-        self.latency = 0.0
         self._initial_replies: tuple[Reply, ...] = tuple(replies)
         self._replies: deque[Reply] = deque(self._initial_replies)
-        self._faults: list[MessagesFault] = []
-        self._seed = seed
-        self._rng = random.Random(seed)
         self._cache: set[str] = set()
-        self._app = Starlette(
-            routes=[
-                Route("/_control", self._control_endpoint, methods=["GET", "POST"]),
-                Route("/_requests", self._requests_endpoint, methods=["GET"]),
-                Route("/_health", self._health, methods=["GET"]),
+        self._app = self._serve(
+            [
                 Route("/v1/messages", self._messages, methods=["POST"]),
                 Route("/v1/messages/count_tokens", self._count_tokens, methods=["POST"]),
-                Route("/{path:path}", self._not_found, methods=["GET", "POST", "PUT", "DELETE"]),
             ]
         )
 
-    @property
-    def app(self) -> Starlette:
-        return self._app
-
     # ------------------------------------------------------------------ configuration
-
-    _UNSET: Any = object()
 
     def configure(
         self,
         *,
-        api_keys: str | Iterable[str] | None = _UNSET,
-        models: Iterable[str] | None = _UNSET,
-        require_version: bool = _UNSET,
+        api_keys: str | Iterable[str] | None = UNSET,
+        models: Iterable[str] | None = UNSET,
+        require_version: bool = UNSET,
     ) -> None:
         """Change settings at runtime (only the ones given; None for keys/models = any)."""
         with self._lock:
-            if api_keys is not self._UNSET:
+            if api_keys is not UNSET:
                 self.api_keys = as_tuple(api_keys)
-            if models is not self._UNSET:
+            if models is not UNSET:
                 self.models = frozenset(models) if models is not None else None
-            if require_version is not self._UNSET:
+            if require_version is not UNSET:
                 self.require_version = bool(require_version)
 
     # ------------------------------------------------------------------ replies
@@ -345,11 +333,6 @@ class MessagesApiStandIn(StandInBase):
             return len(self._replies)
 
     # ------------------------------------------------------------------ faults
-
-    def add_fault(self, fault: MessagesFault) -> MessagesFault:
-        with self._lock:
-            self._faults.append(fault)
-        return fault
 
     def fail_next(
         self,
@@ -389,8 +372,7 @@ class MessagesApiStandIn(StandInBase):
     ) -> MessagesFault:
         """Each call fails with probability `p` (at most `n` times; None: no limit)."""
         if seed is not None:
-            with self._lock:
-                self._rng.seed(seed)
+            self._reseed(seed)
         return self.add_fault(
             MessagesFault(error_type=error, status=status, message=message, probability=p, count=n)
         )
@@ -412,51 +394,19 @@ class MessagesApiStandIn(StandInBase):
         """The next `n` calls wait `seconds` before answering normally (client timeouts)."""
         return self.add_fault(MessagesFault(delay=seconds, count=n))
 
-    def set_latency(self, seconds: float) -> None:
-        """Every call waits `seconds` before being handled."""
-        with self._lock:
-            self.latency = float(seconds)
-
-    def remove_fault(self, fault: MessagesFault) -> None:
-        with self._lock:
-            if fault in self._faults:
-                self._faults.remove(fault)
-
-    @property
-    def faults(self) -> list[MessagesFault]:
-        with self._lock:
-            return list(self._faults)
-
-    def reset_faults(self) -> None:
-        """No faults, no latency."""
-        with self._lock:
-            self._faults.clear()
-            self.latency = 0.0
+    def drop_next(self, n: int = 1) -> MessagesFault:
+        """The next `n` calls are answered, then the connection is closed before the answer is
+        complete (the SDK retries that as a connection error, unless `max_retries=0`)."""
+        return self.add_fault(MessagesFault(drop=True, count=n))
 
     def reset(self) -> None:
         """Back to the state right after the constructor: `reset_faults()`, `clear()`, the
         constructor's replies / default reply / keys / models / RNG seed, an empty prompt cache."""
-        self.reset_faults()
-        self.clear()
+        super().reset()
         with self._lock:
-            self._rng.seed(self._seed)
             self._replies = deque(self._initial_replies)
             self.default_reply = self._initial_default_reply
             self._cache.clear()
-        self.configure(**self._initial_config)
-
-    def _take_fault(self) -> MessagesFault | None:
-        with self._lock:
-            for fault in self._faults:
-                if fault.probability < 1.0 and self._rng.random() >= fault.probability:
-                    continue
-                fault.hits += 1
-                if fault.count is not None:
-                    fault.count -= 1
-                    if fault.count <= 0:
-                        self._faults.remove(fault)
-                return fault
-        return None
 
     # ------------------------------------------------------------------ what was asked
 
@@ -485,74 +435,49 @@ class MessagesApiStandIn(StandInBase):
 
     # ------------------------------------------------------------------ HTTP control
 
-    def control(self, payload: Mapping[str, Any]) -> dict[str, Any]:
-        """What `POST /_control` does; returns the new state. `op` is one of:
+    def _control_ops(self) -> dict[str, ControlOp]:
+        """Besides every stand-in's ops (`StandInBase.control`):
 
         - `{"op": "reply", "text": "..."}` / `{"texts": [...]}` / `{"content": [blocks]}` /
           `{"message": {partial Message}}`: queue replies.
         - `{"op": "default_reply", "text": "..."}`: a fixed default reply (null: the echo).
         - `{"op": "fail", "error": "overloaded", "count": 1}`: add a fault; fields of
           `MessagesFault` (error/error_type, status, message, retry_after, headers, raw_body,
-          content_type, delay, count (null = forever), probability), plus `seed`.
-        - `{"op": "hang", "seconds": 30, "count": 1}`, `{"op": "latency", "seconds": 0.5}`
-        - `{"op": "config", "api_keys": [...]|null, "models": [...]|null, "require_version": b}`
-        - `{"op": "reset"}` (faults, latency), `{"op": "clear"}` (records),
-          `{"op": "reset_all"}` (`reset()`: replies, configuration, prompt cache too).
+          content_type, delay, count (null = forever), probability, drop), plus `seed`.
+        - `{"op": "hang", "seconds": 30, "count": 1}`
+        - `config` takes `api_keys` ([...] or null), `models` ([...] or null),
+          `require_version`; `reset_all` also restores the replies and empties the prompt cache.
         """
-        op = payload.get("op")
-        if op == "reply":
-            if "text" in payload:
-                self.queue_reply(str(payload["text"]))
-            if "texts" in payload:
-                self.queue_reply(*[str(t) for t in payload["texts"]])
-            if "content" in payload:
-                self.queue_reply(list(payload["content"]))
-            if "message" in payload:
-                self.queue_reply(dict(payload["message"]))
-        elif op == "default_reply":
-            text = payload.get("text")
-            self.set_default_reply(default_reply if text is None else str(text))
-        elif op == "fail":
-            if payload.get("seed") is not None:
-                with self._lock:
-                    self._rng.seed(payload["seed"])
-            fields = {
-                k: payload[k]
-                for k in (
-                    "error_type",
-                    "status",
-                    "message",
-                    "retry_after",
-                    "headers",
-                    "raw_body",
-                    "content_type",
-                    "delay",
-                    "count",
-                    "probability",
-                )
-                if k in payload
-            }
-            if "error" in payload:
-                fields["error_type"] = payload["error"]
-            fault = MessagesFault(**fields)
-            if not fault.is_error and not fault.delay:
-                raise ValueError("a fault needs error, status, raw_body or delay")
-            self.add_fault(fault)
-        elif op == "hang":
-            self.hang_next(int(payload.get("count", 1)), float(payload.get("seconds", 30.0)))
-        elif op == "latency":
-            self.set_latency(float(payload.get("seconds", 0.0)))
-        elif op == "config":
-            self.configure(**{k: v for k, v in payload.items() if k != "op"})
-        elif op == "reset":
-            self.reset_faults()
-        elif op == "clear":
-            self.clear()
-        elif op == "reset_all":
-            self.reset()
-        else:
-            raise ValueError(f"unknown op {op!r}")
-        return self.state()
+        return {
+            **super()._control_ops(),
+            "reply": self._control_reply,
+            "default_reply": lambda p: self.set_default_reply(
+                default_reply if p.get("text") is None else str(p["text"])
+            ),
+            "fail": self._control_fail,
+            "hang": lambda p: self.hang_next(int(p.get("count", 1)), float(p.get("seconds", 30.0))),
+        }
+
+    def _control_reply(self, payload: Mapping[str, Any]) -> None:
+        if "text" in payload:
+            self.queue_reply(str(payload["text"]))
+        if "texts" in payload:
+            self.queue_reply(*[str(t) for t in payload["texts"]])
+        if "content" in payload:
+            self.queue_reply(list(payload["content"]))
+        if "message" in payload:
+            self.queue_reply(dict(payload["message"]))
+
+    def _control_fail(self, payload: Mapping[str, Any]) -> None:
+        if payload.get("seed") is not None:
+            self._reseed(payload["seed"])
+        fields = fault_fields(MessagesFault, payload)
+        if "error" in payload:
+            fields["error_type"] = payload["error"]
+        fault = MessagesFault(**fields)
+        if not fault.is_error and not fault.delay and not fault.drop:
+            raise ValueError("a fault needs error, status, raw_body, delay or drop")
+        self.add_fault(fault)
 
     def state(self) -> dict[str, Any]:
         with self._lock:
@@ -560,30 +485,9 @@ class MessagesApiStandIn(StandInBase):
                 "api_keys": list(self.api_keys) if self.api_keys is not None else None,
                 "models": sorted(self.models) if self.models is not None else None,
                 "require_version": self.require_version,
-                "latency": self.latency,
-                "faults": [f.to_json() for f in self._faults],
+                **self._fault_state(),
                 "pending_replies": len(self._replies),
-                "requests": len(self._records),
             }
-
-    async def _control_endpoint(self, request: Request) -> Response:
-        if request.method == "GET":
-            return json_response(self.state())
-        try:
-            payload = orjson.loads(await request.body())
-            if not isinstance(payload, dict):
-                raise ValueError("expected a JSON object")
-            return json_response({"ok": True, "state": self.control(payload)})
-        except (ValueError, TypeError, KeyError) as exc:
-            return json_response({"ok": False, "error": str(exc)}, 400)
-
-    async def _requests_endpoint(self, request: Request) -> Response:
-        with self._lock:
-            records = [r.to_json() for r in self._records]
-        return json_response({"requests": records})
-
-    async def _health(self, request: Request) -> Response:
-        return PlainTextResponse("ok")
 
     # ------------------------------------------------------------------ the Messages API
 
@@ -595,43 +499,20 @@ class MessagesApiStandIn(StandInBase):
                 key = auth[7:].strip()
         if not key:
             return "x-api-key header is required"
-        keys = self.api_keys
-        if keys is None or any(hmac.compare_digest(key.encode(), k.encode()) for k in keys):
-            return None
-        return "invalid x-api-key"
+        return None if accepts(self.api_keys, key) else "invalid x-api-key"
 
     async def _begin(self, request: Request, kind: str) -> tuple[RecordedRequest, Response | None]:
         """Record, latency, key check, injected faults; a Response means "answer this"."""
-        raw = await request.body()
-        record = self._record(
-            RecordedRequest(
-                time=time.time(),
-                method=request.method,
-                path=request.url.path,
-                headers=pick_headers(request.headers),
-                raw=raw,
-                kind=kind,
-            )
-        )
-        generation = record.generation
-        try:
-            record.body = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            record.body = None
-        if self.latency > 0 and not await self._sleep(self.latency, generation):
+        record = await self._receive(request, kind=kind)
+        if not await self._delay(record, self.latency):
             return record, self._stale(record)
         problem = self._key_problem(request)
         if problem is not None:
             return record, self._error(record, "authentication_error", problem)
-        fault = self._take_fault()
-        if fault is not None:
-            record.fault = fault
-            if fault.delay > 0 and not await self._sleep(fault.delay, generation):
-                return record, self._stale(record)
-            if fault.is_error:
-                response, body = fault.response()
-                self._finish(record, response.status_code, body)
-                return record, response
+        fault = self._take_fault(lambda f: self._chance(f.probability))
+        injected = await self._injected(record, fault)
+        if injected is not None:
+            return record, injected
         if self.require_version and not request.headers.get("anthropic-version"):
             return record, self._error(
                 record, "invalid_request_error", "anthropic-version: header is required"
@@ -645,14 +526,20 @@ class MessagesApiStandIn(StandInBase):
     def _stale(self, record: RecordedRequest) -> Response:
         return self._error(record, "api_error", "The stand-in was reset meanwhile.", status=503)
 
+    def _fault_answer(self, record: RecordedRequest, fault: MessagesFault) -> Response | None:
+        if not fault.is_error:
+            return None
+        response, body = fault.response()
+        self._finish(record, response.status_code, body)
+        return response
+
     def _error(
         self, record: RecordedRequest, error_type: str, message: str, status: int | None = None
     ) -> Response:
         request_id = _new_id("req_")
         body = anthropic_error_body(error_type, message, request_id)
         status = status or ERROR_TYPES[body["error"]["type"]][0]
-        self._finish(record, status, body)
-        return json_response(body, status, {"request-id": request_id})
+        return self._answer(record, status, body, headers={"request-id": request_id})
 
     async def _messages(self, request: Request) -> Response:
         record, early = await self._begin(request, "messages")
@@ -677,17 +564,12 @@ class MessagesApiStandIn(StandInBase):
             log.exception("scripted reply raised")
             return self._error(record, "api_error", f"scripted reply raised {exc!r}")
         if isinstance(value, MessagesFault):
-            record.fault = value
-            if value.delay > 0 and not await self._sleep(value.delay, record.generation):
-                return self._stale(record)
-            if value.is_error:
-                response, error_body = value.response()
-                self._finish(record, response.status_code, error_body)
-                return response
+            injected = await self._injected(record, value)
+            if injected is not None:
+                return injected
             value = default_reply(body)
         message = self._message(body, value)
-        self._finish(record, 200, message)
-        return json_response(message, 200, {"request-id": _new_id("req_")})
+        return self._answer(record, 200, message, headers={"request-id": _new_id("req_")})
 
     def _message(self, body: dict[str, Any], value: ReplyValue) -> dict[str, Any]:
         overrides: dict[str, Any] = {}
@@ -761,20 +643,10 @@ class MessagesApiStandIn(StandInBase):
         if not isinstance(body.get("model"), str) or not isinstance(body.get("messages"), list):
             return self._error(record, "invalid_request_error", "model and messages are required")
         result = {"input_tokens": _tokens([body.get("system"), body["messages"]])}
-        self._finish(record, 200, result)
-        return json_response(result)
+        return self._answer(record, 200, result)
 
-    async def _not_found(self, request: Request) -> Response:
-        record = self._record(
-            RecordedRequest(
-                time=time.time(),
-                method=request.method,
-                path=request.url.path,
-                headers=pick_headers(request.headers),
-                raw=await request.body(),
-                kind="invalid",
-            )
-        )
+    async def _unknown_path(self, request: Request) -> Response:
+        record = await self._receive(request, kind="invalid")
         return self._error(record, "not_found_error", "Not Found")
 
 
@@ -830,44 +702,30 @@ def _validate(body: dict[str, Any]) -> str | None:
 # ---------------------------------------------------------------------- script
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    import uvicorn
+KEYS = Credentials("--api-key", "--any-key", "key", "ANTHROPIC_API_KEY", "test")
 
-    parser = argparse.ArgumentParser(
-        prog="anthropic_standin", description="Local stand-in for Anthropic's Messages API."
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = script_parser(
+        "anthropic_standin",
+        "Local stand-in for Anthropic's Messages API.",
+        "ANTHROPIC_STANDIN_PORT",
+        8082,
+        KEYS,
     )
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument(
-        "--port", type=int, default=int(os.environ.get("ANTHROPIC_STANDIN_PORT", 8082))
-    )
-    parser.add_argument(
-        "--api-key",
-        action="append",
-        help="accepted key (repeatable; default $ANTHROPIC_API_KEY or test)",
-    )
-    parser.add_argument("--any-key", action="store_true", help="accept any non-empty key")
     parser.add_argument("--reply", action="append", default=[], help="queue a reply (repeatable)")
     parser.add_argument("--default-reply", help="fixed reply when the queue is empty")
     parser.add_argument("--model", action="append", help="allowed model (repeatable; default any)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--log-level", default="info")
     args = parser.parse_args(argv)
-
-    keys: str | list[str] | None
-    if args.any_key:
-        keys = None
-    else:
-        keys = args.api_key or os.environ.get("ANTHROPIC_API_KEY") or "test"
     standin = MessagesApiStandIn(
-        api_keys=keys,
+        api_keys=KEYS.accepted(args),
         replies=args.reply,
         default_reply=args.default_reply if args.default_reply is not None else default_reply,
         models=args.model,
         seed=args.seed,
     )
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(message)s")
-    print(f"messages stand-in on http://{args.host}:{args.port}  (POST /_control to script it)")
-    uvicorn.run(standin.app, host=args.host, port=args.port, log_level=args.log_level)
+    serve_forever(standin, args, "messages stand-in", "POST /_control to script it")
 
 
 if __name__ == "__main__":

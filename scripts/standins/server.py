@@ -22,7 +22,7 @@ from typing import Any, Self
 
 import uvicorn
 
-__all__ = ["BackgroundServer", "free_port"]
+__all__ = ["BackgroundServer", "Startable", "free_port"]
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -33,7 +33,41 @@ def free_port(host: str = "127.0.0.1") -> int:
         return port
 
 
-class BackgroundServer:
+class Startable:
+    """`with` and `async with` for whatever has `start()` and `stop()` (the server, the
+    stand-ins): entering starts it, leaving stops it; the async forms run them in a thread, as
+    starting waits for the server to listen."""
+
+    def start(self) -> Self:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    async def __aenter__(self) -> Self:
+        return await asyncio.to_thread(self.start)
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await asyncio.to_thread(self.stop)
+
+
+class BackgroundServer(Startable):
     """uvicorn serving `app` from a daemon thread. Restartable: `start()` after `stop()` works."""
 
     def __init__(
@@ -136,30 +170,6 @@ class BackgroundServer:
             thread.join(timeout)
         self._server = self._thread = None
         self.port = None
-
-    # ------------------------------------------------------------------ context managers
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-    async def __aenter__(self) -> Self:
-        return await asyncio.to_thread(self.start)
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await asyncio.to_thread(self.stop)
 
     def __repr__(self) -> str:
         where = self.url if self.port is not None else "stopped"

@@ -13,6 +13,8 @@
 -- ARGV[12] done: index of the reply's last part, sent but not yet recorded ("" for none)
 -- ARGV[13] its provider message id   ARGV[14] outbound record prefix ("wa:{t}:out:")
 -- ARGV[15] TTL of the outbound record in seconds
+-- ARGV[16] review: what of the batch has an unknown outcome, comma-separated ("part",
+--          "template", "note", "hand_over"; "" for nothing), each counted as unknown:<what>
 -- (Recording the last part here, instead of in record_part.lua, saves a script call per turn.)
 --
 -- Returns 1, or 0 when the token does not hold the lock (lease lost: change nothing).
@@ -34,6 +36,9 @@ end
 if outcome == 'review' then
   redis.call('HSET', KEYS[4], redis.call('HGET', bkey, 'id'), ARGV[6])
   redis.call('HINCRBY', KEYS[5], 'review:' .. ARGV[5], 1)
+  for what in string.gmatch(ARGV[16] or '', '[^,]+') do
+    redis.call('HINCRBY', KEYS[5], 'unknown:' .. what, 1)
+  end
 else
   redis.call('HINCRBY', KEYS[5], 'turns', 1)
   if ARGV[12] and ARGV[12] ~= '' and ARGV[13] ~= '' then

@@ -3,19 +3,21 @@
 -- not go out, so a retry may send it). A retried or resumed turn reads the note back (claim.lua
 -- returns the batch's fields) and never sends a second template for the batch, even when the
 -- first one's answer was lost. Its wamid, once known, is recorded as a part (record_part,
--- finish), like any part's.
+-- finish), like any part's; a resumed turn that finds the noted part unrecorded knows the
+-- template's outcome is unknown (worker/unknowns.py).
 --
 -- KEYS[1] stats (HASH): unused, it routes the call to the tenant's slot
 -- ARGV[1] conversation key prefix of the tenant ("wa:{t}:c:")
 -- ARGV[2] person   ARGV[3] lock token   ARGV[4] "1": mark, "0": clear
+-- ARGV[5] index of the reply part the template goes out in place of
 --
 -- Returns 1, or 0 when the token does not hold the lock.
 local prefix, person, token = ARGV[1], ARGV[2], ARGV[3]
 if redis.call('GET', conv_key(prefix, person, LOCK)) ~= token then return 0 end
 local bkey = conv_key(prefix, person, BATCH)
 if ARGV[4] == '1' then
-  redis.call('HSET', bkey, 'template', '1')
+  redis.call('HSET', bkey, 'template', '1', 'template_part', ARGV[5], 'template_ms', now_ms())
 else
-  redis.call('HDEL', bkey, 'template')
+  redis.call('HDEL', bkey, 'template', 'template_part', 'template_ms')
 end
 return 1

@@ -135,6 +135,16 @@ def test_a_batch_answered_and_in_review() -> None:
     assert "answered and is in review" in only(obs, "exactly_once").detail
 
 
+def test_a_send_accepted_whose_answer_was_lost_is_answered_and_in_review() -> None:
+    """delivery_unknown: the stand-in accepted the part, the worker never heard so and told a
+    person instead of sending it again. Not a violation; counted."""
+    obs = clean()
+    obs.review = [{"reason": "delivery_unknown", "messages": [{"text": "c1x0 hola"}]}]
+    outcome = check(obs)
+    assert outcome.violations == []
+    assert outcome.figures["delivery_unknown_answered"] == 1
+
+
 def test_a_message_in_two_batches() -> None:
     obs = clean()
     # Alice's message 2 answered alone, and again together with a message 1 answered before.

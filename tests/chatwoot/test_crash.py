@@ -1,11 +1,16 @@
-"""A Chatwoot reply is sent once across a crash: a worker process killed (SIGKILL) while the
+"""Chatwoot across a crash. A reply is sent once: a worker process killed (SIGKILL) while the
 second part of a reply is in flight leaves the first part recorded; after its lease another
-worker process sends only the second. Real `python -m worker` processes, the real httpx."""
+worker process sends only the second. A hand-off happens at most once: a worker killed after
+the private note, or while posting it, leaves a journal on the batch, and the worker that
+resumes it finishes that review without a second note. Real `python -m worker` processes,
+the real httpx."""
 
 from __future__ import annotations
 
 import signal
+import time
 
+import orjson
 import pytest
 from redis.asyncio import Redis
 
@@ -14,7 +19,7 @@ from shared.keys import Keys
 from tests.chatwoot.brains import parts_of
 from tests.chatwoot.test_delivery import ended, post_message
 from tests.delivery.support import hash_of
-from tests.worker.support import WorkerFleet, review_items, wait_exit, wait_for
+from tests.worker.support import WorkerFleet, review_items, stats, wait_exit, wait_for
 
 pytestmark = pytest.mark.slow
 LEASE = {"LEASE_S": "1.5", "LEASE_RENEW_S": "0.3", "BRAIN": "tests.chatwoot.brains:TwoPartBrain"}
@@ -51,3 +56,73 @@ async def test_after_a_crash_only_the_parts_chatwoot_did_not_accept_are_sent(
         return chatwoot.pending_webhooks == 0
 
     await wait_for(quiet, "the stand-in's webhooks delivered")
+
+
+TOO_OLD = {**LEASE, "BRAIN": "echo", "REVIEW_AFTER_S": "600"}
+
+
+async def _kill_while(fleet: WorkerFleet, chatwoot: ChatwootApiStandIn, kind: str) -> None:
+    """Until a `kind` call hangs at the stand-in, then SIGKILL the one worker holding it."""
+    (victim,) = fleet.procs
+    await chatwoot.await_for(lambda: any(r.fault for r in chatwoot.calls(kind)), timeout=10)
+    victim.send_signal(signal.SIGKILL)
+    await wait_exit(victim, 5)
+
+
+async def test_a_worker_killed_after_the_note_does_not_hand_over_twice(
+    redis: Redis,
+    prefix: str,
+    env: dict[str, str],
+    fleet: WorkerFleet,
+    receiver_url: str,
+    chatwoot: ChatwootApiStandIn,
+) -> None:
+    """The note is posted, the worker dies while setting the status, before the finish. The
+    worker that resumes the batch finds the note done in the batch's journal: it sets the
+    status (idempotent) and stores the review item, with no second note."""
+    chatwoot.hang_next(1, 30.0, kinds=["status"])
+    await fleet.start(1, **{**env, **TOO_OLD})
+    await post_message(receiver_url, 1401, "hola", created_at=time.time() - 3600)
+    await _kill_while(fleet, chatwoot, "status")
+    journal = orjson.loads(
+        (await hash_of(redis, Keys(prefix).tenant("cw-1-3").batch("42")))["handoff"]
+    )
+    assert journal["reason"] == "too_old" and journal["steps"] == {"note": "done"}
+
+    await fleet.start(1, **{**env, **TOO_OLD})
+    (item,) = await wait_for(lambda: review_items(redis, prefix, "cw-1-3"), "the review item")
+    assert item["reason"] == "too_old" and item["handoff"] == "done"
+    assert item["handoff_steps"] == {"note": "done", "status": "open"}
+    assert len(chatwoot.notes(42)) == 1, "one note, whatever the crashes"
+    assert chatwoot.status_of(42) == "open"
+    counts = await stats(redis, prefix, "cw-1-3")
+    assert counts["leases_expired"] == 1 and counts["review:too_old"] == 1
+    assert not any(k.startswith("unknown:") for k in counts)
+
+
+async def test_a_worker_killed_while_posting_the_note_leaves_it_unknown_not_repeated(
+    redis: Redis,
+    prefix: str,
+    env: dict[str, str],
+    fleet: WorkerFleet,
+    receiver_url: str,
+    chatwoot: ChatwootApiStandIn,
+) -> None:
+    """The worker dies with the note's request in flight: it may be in the conversation or
+    not. The resumed hand-off posts no note, opens the conversation, and the item says the
+    note's outcome is unknown (counted as unknown:note)."""
+    chatwoot.hang_next(1, 30.0, kinds=["note"])
+    await fleet.start(1, **{**env, **TOO_OLD})
+    await post_message(receiver_url, 1501, "hola", created_at=time.time() - 3600)
+    await _kill_while(fleet, chatwoot, "note")
+
+    await fleet.start(1, **{**env, **TOO_OLD})
+    (item,) = await wait_for(lambda: review_items(redis, prefix, "cw-1-3"), "the review item")
+    assert item["reason"] == "too_old"
+    assert item["handoff"] == (
+        "unknown: the worker posting it stopped before Chatwoot answered; status set to open"
+    )
+    assert len(chatwoot.calls("note")) == 1, "the note was not posted a second time"
+    assert chatwoot.status_of(42) == "open"
+    counts = await stats(redis, prefix, "cw-1-3")
+    assert counts["leases_expired"] == 1 and counts["unknown:note"] == 1

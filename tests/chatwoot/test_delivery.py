@@ -12,7 +12,7 @@ import httpx
 import orjson
 from redis.asyncio import Redis
 
-from scripts.standins import ChatwootApiStandIn, chatwoot_headers, message_created
+from scripts.standins import ChatwootApiStandIn, ChatwootFault, chatwoot_headers, message_created
 from shared.keys import Keys
 from tests.chatwoot import brains
 from tests.chatwoot.conftest import WEBHOOK_SECRET
@@ -302,3 +302,62 @@ async def test_a_retried_turn_never_resends_a_part_chatwoot_accepted(
     assert [m.content for m in chatwoot.replies()] == list(brains.parts_of("hola"))
     assert counts["turns"] == 1 and counts["retries"] == 1 and counts["parts_out"] == 2
     assert len(brains.CALLS) == 1, "the stored reply was sent on, the AI not asked again"
+
+
+async def test_a_reply_chatwoot_may_have_created_is_not_posted_again_and_the_agent_is_told(
+    redis: Redis,
+    prefix: str,
+    workers: InProcessWorkers,
+    receiver_url: str,
+    chatwoot: ChatwootApiStandIn,
+) -> None:
+    """Chatwoot creates the reply but its answer is lost (a timeout, then a connection cut
+    mid-answer, one conversation each): a second POST would be a second message, so none is
+    made. Each batch is in review as delivery_unknown, and the hand-off note asks the agent
+    to look for that message in the conversation."""
+    await workers.start(CHATWOOT_TIMEOUT_S=0.5)
+    chatwoot.add_fault(ChatwootFault(delay=2.0, conversation=42, kinds=frozenset({"reply"})))
+    chatwoot.add_fault(ChatwootFault(drop=True, conversation=43, kinds=frozenset({"reply"})))
+    await post_message(receiver_url, 1201, "hola", conversation=42)
+    await post_message(receiver_url, 1202, "buenas", conversation=43)
+
+    counts = await ended(redis, prefix, 2)
+    items = {i["person"]: i for i in await review_items(redis, prefix, TENANT)}
+    for conversation, error, text in (
+        (42, "ReadTimeout", "Got 1 message: hola"),
+        (43, "RemoteProtocolError", "Got 1 message: buenas"),
+    ):
+        item = items[str(conversation)]
+        assert item["reason"] == "delivery_unknown" and item["handoff"] == "done"
+        assert item["delivery_unknown"]["text"] == text
+        assert error in item["delivery_unknown"]["error"]
+        assert len(chatwoot.calls("reply", conversation)) == 1, "not posted again"
+        (note,) = chatwoot.notes(conversation)
+        assert f'Check whether the bot\'s part 1 of 1, starting "{text}"' in note.content
+        assert chatwoot.status_of(conversation) == "open"
+    assert counts["review:delivery_unknown"] == 2 and counts["unknown:part"] == 2
+    assert "retries" not in counts and "turns" not in counts
+    # Both replies did reach the conversation: what nobody could know.
+    await chatwoot.await_for(lambda: len(chatwoot.replies()) == 2, timeout=5)
+
+
+async def test_a_hand_off_note_chatwoot_did_not_answer_is_not_posted_again(
+    redis: Redis,
+    prefix: str,
+    workers: InProcessWorkers,
+    receiver_url: str,
+    chatwoot: ChatwootApiStandIn,
+) -> None:
+    await workers.start(REVIEW_AFTER_S=600, CHATWOOT_TIMEOUT_S=0.5)
+    chatwoot.hang_next(1, 2.0, kinds=["note"])
+    await post_message(receiver_url, 1301, "hola", created_at=time.time() - 3600)
+
+    item = await reviewed(redis, prefix)
+    assert item["reason"] == "too_old"
+    assert item["handoff"].startswith("unknown: Chatwoot did not answer: ReadTimeout")
+    assert item["handoff"].endswith("; status set to open")
+    assert item["handoff_steps"]["status"] == "open"
+    assert len(chatwoot.calls("note")) == 1 and chatwoot.status_of(CONVERSATION) == "open"
+    assert (await stats(redis, prefix, TENANT))["unknown:note"] == 1
+    await chatwoot.await_for(lambda: chatwoot.notes(CONVERSATION), timeout=5)  # the hung one
+    assert len(chatwoot.notes(CONVERSATION)) == 1

@@ -8,12 +8,14 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from scripts.standins import ChatwootApiStandIn
+from scripts.standins import ChatwootApiStandIn, free_port
 from shared.settings import Settings, TenantConfig
 from tests.chatwoot.conftest import API_TOKEN, TENANT_API_TOKEN
 from worker.batch import Batch, Message
 from worker.chatwoot_sender import ChatwootError, ChatwootSender
-from worker.errors import NeedsReview, RetryLater
+from worker.errors import DeliveryUnknown, NeedsReview, RetryLater
+from worker.handoff import SENDING, HandOff
+from worker.unknowns import UnknownDelivery
 
 TENANT = "cw-1-3"
 OTHER_TENANT = "cw-7-9"
@@ -92,22 +94,36 @@ async def test_rate_limits_and_server_errors_are_retried_later(
     assert chatwoot.replies() == []
 
 
-async def test_a_proxy_error_page_a_timeout_and_no_connection_are_retried_later(
+async def test_a_proxy_error_page_and_no_connection_are_retried_later(
     sender: ChatwootSender, chatwoot: ChatwootApiStandIn
 ) -> None:
     chatwoot.fail_raw(1, 502, "<h1>502 Bad Gateway</h1>")
     with pytest.raises(RetryLater, match="502: <h1>502 Bad Gateway</h1>"):
         await sender.send(batch(), "hola", 0)
-    chatwoot.hang_next(1, 1.0, kinds=["reply"])
-    with pytest.raises(RetryLater, match="timeout"):
-        await sender.send(batch(), "hola", 0)
     gone = ChatwootSender(
         Settings(chatwoot_api_access_token=API_TOKEN),
-        client=httpx.AsyncClient(base_url="http://127.0.0.1:9", timeout=0.3),
+        client=httpx.AsyncClient(base_url=f"http://127.0.0.1:{free_port()}", timeout=0.3),
     )
     with pytest.raises(RetryLater, match="unreachable"):
         await gone.send(batch(), "hola", 0)
     await gone.aclose()
+    assert chatwoot.replies() == []
+
+
+async def test_a_part_chatwoot_may_have_created_is_an_unknown_delivery_not_a_retry(
+    sender: ChatwootSender, chatwoot: ChatwootApiStandIn
+) -> None:
+    """A timeout and a connection dropped before the answer: Chatwoot created the message
+    each time, and the sender says it cannot know, instead of asking for a retry."""
+    chatwoot.hang_next(1, 1.0, kinds=["reply"])
+    with pytest.raises(DeliveryUnknown, match="ReadTimeout") as timed_out:
+        await sender.send(batch(), "hola", 0)
+    chatwoot.drop_next(1, kinds=["reply"])
+    with pytest.raises(DeliveryUnknown, match="RemoteProtocolError"):
+        await sender.send(batch(), "chau", 1)
+    assert timed_out.value.reason == "delivery_unknown" and timed_out.value.what == "part"
+    await chatwoot.await_for(lambda: len(chatwoot.replies()) == 2, timeout=5)
+    assert [m.content for m in chatwoot.replies()] == ["hola", "chau"]
 
 
 @pytest.mark.parametrize(
@@ -178,3 +194,86 @@ async def test_hand_over_retries_transient_errors_and_gives_up_on_the_rest(
     with pytest.raises(NeedsReview):
         await sender.hand_over(batch(), "max_attempts", "boom")
     assert len(chatwoot.calls("note")) == 1 and chatwoot.calls("status") == []
+
+
+def journaled(steps: dict[str, str] | None = None) -> Batch:
+    """A batch whose review journal holds these hand-off steps (as a resumed one would)."""
+    b = batch()
+    b.handoff = HandOff("too_old", "oldest message 1000s old", 0, steps=dict(steps or {}))
+    return b
+
+
+async def test_a_note_chatwoot_did_not_answer_is_not_posted_again(
+    sender: ChatwootSender, chatwoot: ChatwootApiStandIn
+) -> None:
+    """The note's request times out: retrying could post a second note, so the outcome is
+    recorded as unknown and the hand-off goes on to open the conversation."""
+    chatwoot.hang_next(1, 1.0, kinds=["note"])
+    b = journaled()
+    outcome = await sender.hand_over(b, "too_old", "oldest message 1000s old")
+    assert isinstance(outcome, str) and outcome.startswith("unknown: Chatwoot did not answer")
+    assert outcome.endswith("; status set to open")
+    assert b.handoff is not None and b.handoff.steps["note"].startswith("unknown: ")
+    assert b.handoff.unknown_steps == ["note"]
+    assert len(chatwoot.calls("note")) == 1, "not retried"
+    assert chatwoot.status_of(42) == "open"
+    await chatwoot.await_for(lambda: chatwoot.notes(42), timeout=5)  # the hung one, once
+
+
+async def test_setting_open_is_retried_even_when_its_answer_was_lost(
+    sender: ChatwootSender, chatwoot: ChatwootApiStandIn
+) -> None:
+    """`open` twice is `open`: a lost answer is retried, unlike a note's."""
+    chatwoot.hang_next(1, 1.0, kinds=["status"])
+    assert await sender.hand_over(batch(), "too_old", "old") is True
+    assert len(chatwoot.calls("status")) == 2 and chatwoot.status_of(42) == "open"
+    assert len(chatwoot.calls("note")) == 1
+
+
+@pytest.mark.parametrize(
+    ("note", "outcome"),
+    [
+        ("done", True),
+        (SENDING, "unknown: the worker posting it stopped before Chatwoot answered"),
+        ("unknown: Chatwoot did not answer: ReadTimeout", "unknown: Chatwoot did not answer"),
+    ],
+)
+async def test_a_resumed_hand_off_never_posts_a_note_that_was_begun(
+    sender: ChatwootSender, chatwoot: ChatwootApiStandIn, note: str, outcome: bool | str
+) -> None:
+    """What a worker finds on a batch whose earlier worker died mid-hand-off: the note done,
+    in flight, or unanswered. None of them is posted again; the conversation is opened."""
+    b = journaled({"note": note})
+    told = await sender.hand_over(b, "too_old", "oldest message 1000s old")
+    if isinstance(outcome, str):
+        assert isinstance(told, str) and told.startswith(outcome), told
+        assert told.endswith("; status set to open")
+    else:
+        assert told is outcome
+    assert chatwoot.calls("note") == [], "no second note"
+    assert chatwoot.status_of(42) == "open"
+    assert b.handoff is not None and b.handoff.steps["status"] == "open"
+
+
+async def test_a_refused_note_leaves_no_trace_so_a_resumed_hand_off_may_post_it(
+    sender: ChatwootSender, chatwoot: ChatwootApiStandIn
+) -> None:
+    chatwoot.fail_always(403, kinds=["note"])
+    b = journaled()
+    with pytest.raises(NeedsReview):
+        await sender.hand_over(b, "too_old", "old")
+    assert b.handoff is not None and "note" not in b.handoff.steps
+
+
+async def test_the_note_of_an_unknown_delivery_tells_the_agent_what_to_look_for(
+    sender: ChatwootSender, chatwoot: ChatwootApiStandIn
+) -> None:
+    b = batch()
+    b.delivery_unknown = UnknownDelivery(
+        what="part", part=1, parts_total=2, at_ms=0, error="ReadTimeout", text="B" * 200
+    )
+    assert await sender.hand_over(b, "delivery_unknown", "part 2 of 2: no answer") is True
+    (note,) = chatwoot.notes(42)
+    assert "delivery_unknown: part 2 of 2: no answer" in note.content
+    assert f'the bot\'s part 2 of 2, starting "{"B" * 80}", appears above' in note.content
+    assert "B" * 81 not in note.content

@@ -18,11 +18,12 @@ import orjson
 from redis.asyncio import Redis
 
 from scripts.standins import GraphApiStandIn, MessagesApiStandIn
+from scripts.webhooks import inbound_webhook, meta_headers
 from shared import events
 from shared.keys import Keys
 from shared.scripts import Scripts
 from shared.settings import Settings
-from tests.conftest import sign
+from tests.conftest import APP_SECRET
 from tests.worker.support import listening, wait_for, wake_up
 from worker.runner import Worker
 from worker.senders import Sender
@@ -121,16 +122,6 @@ class InProcessWorkers:
 
 
 # --- webhooks as Meta sends them ---------------------------------------------------------------
-def text(message_id: str, body: str, person: str, ts: int | None = None) -> dict[str, Any]:
-    return {
-        "from": person,
-        "id": message_id,
-        "timestamp": str(int(time.time()) if ts is None else ts),
-        "type": "text",
-        "text": {"body": body},
-    }
-
-
 def image(message_id: str, caption: str, person: str) -> dict[str, Any]:
     return {
         "from": person,
@@ -142,40 +133,13 @@ def image(message_id: str, caption: str, person: str) -> dict[str, Any]:
 
 
 def inbound(tenant: str, person: str, *messages: dict[str, Any]) -> bytes:
-    return orjson.dumps(
-        {
-            "object": "whatsapp_business_account",
-            "entry": [
-                {
-                    "id": "102200000000001",
-                    "changes": [
-                        {
-                            "field": "messages",
-                            "value": {
-                                "messaging_product": "whatsapp",
-                                "metadata": {
-                                    "display_phone_number": "15550001001",
-                                    "phone_number_id": tenant,
-                                },
-                                "contacts": [{"profile": {"name": "Ana"}, "wa_id": person}],
-                                "messages": list(messages),
-                            },
-                        }
-                    ],
-                }
-            ],
-        }
-    )
+    return orjson.dumps(inbound_webhook(tenant, person, messages))
 
 
 async def post_webhook(url: str, body: bytes) -> None:
     """POST a signed webhook to the receiver, as Meta does; it must answer 200."""
     async with httpx.AsyncClient() as client:
-        response = await client.post(
-            url,
-            content=body,
-            headers={"Content-Type": "application/json", "X-Hub-Signature-256": sign(body)},
-        )
+        response = await client.post(url, content=body, headers=meta_headers(APP_SECRET, body))
     assert response.status_code == 200, response.text
 
 

@@ -12,6 +12,7 @@ import pytest
 from redis.asyncio import Redis
 
 from scripts.standins import GraphApiStandIn, MessagesApiStandIn, last_user_text
+from scripts.webhooks import text_message
 from shared.keys import Keys
 from tests.delivery.support import (
     DEFAULT_PROMPT,
@@ -26,7 +27,6 @@ from tests.delivery.support import (
     image,
     inbound,
     post_webhook,
-    text,
 )
 from tests.worker.support import push_message, review_items, stats, wait_for
 
@@ -50,13 +50,14 @@ async def test_a_burst_is_one_ai_request_and_one_reply_after_read_and_typing(
         inbound(
             TENANT,
             PERSON,
-            text("wamid.t1", "hola", PERSON),
-            text("wamid.t2", "una consulta", PERSON),
+            text_message("wamid.t1", "hola", PERSON),
+            text_message("wamid.t2", "una consulta", PERSON),
             image("wamid.t3", "así está la canilla", PERSON),
         ),
     )
     await post_webhook(
-        receiver_url, inbound(TENANT, PERSON, text("wamid.t4", "¿tienen turno el sábado?", PERSON))
+        receiver_url,
+        inbound(TENANT, PERSON, text_message("wamid.t4", "¿tienen turno el sábado?", PERSON)),
     )
 
     (reply,) = await graph.await_for(lambda: graph.sent_texts(to=PERSON), timeout=10)

@@ -182,28 +182,35 @@ def _text_requests(graph: GraphApiStandIn, person: str) -> list[Any]:
     return [r for r in graph.requests if r.kind == "text" and r.extra.get("to") == person]
 
 
-async def test_a_retry_after_the_template_went_out_never_sends_it_again(
+async def test_a_template_whose_answer_never_came_is_not_sent_again_and_a_person_is_told(
     redis: Redis,
     prefix: str,
     workers: InProcessWorkers,
     graph: GraphApiStandIn,
     ai: MessagesApiStandIn,
 ) -> None:
-    """Meta accepts the template but its answer never comes (the client times out): the turn
-    is retried, and the retry must not send a second template. What went out is noted on the
-    batch before the request, so a worker that resumes it knows too."""
+    """Meta accepts the template but its answer never comes (the client times out): it may
+    have gone out, so no attempt sends it again, and the batch does not end as answered
+    either: it is in review as delivery_unknown, saying which template, when and why."""
     await workers.start(WHATSAPP_TIMEOUT_S=0.5, **PATIENT)
     graph.hang_next(1, 2.0, kinds=["template"])  # accepted after 2 s, the client gone by then
     ai.queue_reply("Hola, ¿seguimos?")
+    before_ms = int(time.time() * 1000)
     await push_message(redis, prefix, PERSON, "wamid.w8", "hola", ts=int(time.time()) - DAY_S - 600)
     await _turns(redis, prefix, 1)
 
+    (item,) = await review_items(redis, prefix)
+    assert item["reason"] == "delivery_unknown" and item["attempts"] == 0
+    unknown = item["delivery_unknown"]
+    assert (unknown["what"], unknown["text"], unknown["part"]) == ("template", TEMPLATE, 0)
+    assert "ReadTimeout" in unknown["error"]
+    assert before_ms <= unknown["at_ms"] <= int(time.time() * 1000)
+    assert item["error"].startswith(f"template {TEMPLATE} (in place of part 1 of 1): no answer")
     counts = await stats(redis, prefix)
-    assert counts["retries"] == 1, counts  # the timeout, then the retry that ended the turn
+    assert counts["unknown:template"] == 1 and "retries" not in counts and "turns" not in counts
     await graph.await_for(lambda: graph.sent_templates(PERSON), timeout=10)  # the hung one
     assert len(_template_requests(graph, PERSON)) == 1
     assert graph.sent_texts() == [] and len(ai_requests(ai)) == 1
-    assert await review_items(redis, prefix) == []
 
 
 def _first_text_then_131047(graph: GraphApiStandIn, person: str) -> None:

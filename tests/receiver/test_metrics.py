@@ -19,7 +19,9 @@ from shared.settings import Settings
 from tests.conftest import fixture_bytes
 from tests.receiver.conftest import TENANT, counts, dumps, payload, post, running, text_message
 from tests.worker.support import push_message
+from worker.handoff import HandOff
 from worker.store import ConversationStore
+from worker.unknowns import UnknownDelivery
 
 TEXT = fixture_bytes("whatsapp/text.json")
 PERSON = "5491155550001"
@@ -140,6 +142,31 @@ async def test_dispatch_lag_moves_as_turns_are_claimed(
     assert value(after, bucket, tenant=TENANT, le="2.5") == 1  # 0.3 s (a noisy machine: ≤ 2.5)
     assert value(after, bucket, tenant=TENANT, le="1") <= 1
     assert 3.3 <= value(after, "wa_dispatch_lag_seconds_sum", tenant=TENANT) < 3.3 + 10
+
+
+async def test_sends_nobody_can_confirm_are_counted_by_kind(
+    client: httpx.AsyncClient, redis: Redis, settings: Settings
+) -> None:
+    """finish.lua counts what of a parked batch has an unknown outcome (a part, a template,
+    a hand-off note); /metrics shows it as wa_deliveries_unknown_total{kind}."""
+    scripts = Scripts()
+    store = ConversationStore(settings, scripts, GroupCommitter(redis, scripts))
+    k = Keys(settings.key_prefix).tenant(TENANT)
+    await push_message(redis, settings.key_prefix, PERSON, "wamid.u1", "hola", tenant=TENANT)
+    await store.claim(TENANT, 0, "intake")
+    await redis.zadd(k.due, {PERSON: 0})
+    (batch,) = (await store.claim(TENANT, 1, "t")).batches
+    batch.delivery_unknown = UnknownDelivery("part", 0, 1, 0, "ReadTimeout", "Hola")
+    note = "unknown: Chatwoot did not answer"
+    batch.handoff = HandOff("delivery_unknown", "x", 0, batch.delivery_unknown, {"note": note})
+    assert await store.finish_review(batch, "delivery_unknown", "x", 0, f"{note}; status open")
+
+    samples = await scrape(client)
+    assert value(samples, "wa_deliveries_unknown_total", tenant=TENANT, kind="part") == 1
+    assert value(samples, "wa_deliveries_unknown_total", tenant=TENANT, kind="note") == 1
+    assert value(samples, "wa_deliveries_unknown_total", tenant=TENANT, kind="template") == 0
+    assert value(samples, "wa_review_total", tenant=TENANT, reason="delivery_unknown") == 1
+    assert value(samples, "wa_review_items", tenant=TENANT) == 1
 
 
 async def test_redis_down_still_serves_receiver_figures(

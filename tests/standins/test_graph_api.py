@@ -17,6 +17,9 @@ PHONE_NUMBER_ID = "106500000000001"
 PERSON = "5491155550001"
 OTHER = "5491155550002"
 PATH = f"/v23.0/{PHONE_NUMBER_ID}/messages"
+# Only the answer is waited for briefly: a connect slowed by a loaded machine is not the
+# ReadTimeout these tests expect.
+READ_TIMEOUT = httpx.Timeout(5.0, read=0.1)
 
 
 def text(body: str = "hola", to: str = PERSON, **extra: Any) -> dict[str, Any]:
@@ -311,13 +314,30 @@ async def test_hang_times_out_but_the_message_is_accepted(
 ) -> None:
     graph.hang_next(1, seconds=0.5)
     with pytest.raises(httpx.ReadTimeout):
-        await client.post(PATH, json=text("slow"), timeout=0.1)
+        await client.post(PATH, json=text("slow"), timeout=READ_TIMEOUT)
     assert graph.sent_texts() == []  # still "in flight" at Meta
     record = graph.requests[0]
     assert record.status is None
     sent = await graph.await_for(graph.sent_texts, timeout=2)
     assert [m.body for m in sent] == ["slow"]  # Meta did accept it: a blind retry duplicates
     assert record.status == 200
+
+
+async def test_a_dropped_answer_after_the_send_was_accepted(
+    graph: GraphApiStandIn, client: httpx.AsyncClient
+) -> None:
+    """Sends only, by default; `kinds` takes read receipts too. Each is carried out."""
+    graph.drop_next(1)
+    assert (await client.post(PATH, json=READ)).status_code == 200
+    with pytest.raises(httpx.RemoteProtocolError):
+        await client.post(PATH, json=text("cut"))
+    assert [m.body for m in graph.sent_texts()] == ["cut"]
+
+    graph.drop_next(1, kinds=["read"])
+    with pytest.raises(httpx.RemoteProtocolError):
+        await client.post(PATH, json=READ)
+    assert len(graph.read_receipts()) == 2
+    assert [r.status for r in graph.requests] == [200, 200, 200]
 
 
 async def test_hang_then_error(graph: GraphApiStandIn, client: httpx.AsyncClient) -> None:
@@ -334,7 +354,7 @@ async def test_stop_interrupts_a_hang() -> None:
     async with httpx.AsyncClient(base_url=standin.url) as c:
         headers = {"Authorization": "Bearer test-token"}
         with pytest.raises(httpx.ReadTimeout):
-            await c.post(PATH, json=text(), headers=headers, timeout=0.1)
+            await c.post(PATH, json=text(), headers=headers, timeout=READ_TIMEOUT)
     started = time.monotonic()
     standin.stop()
     assert time.monotonic() - started < 3
@@ -379,7 +399,7 @@ async def test_control_over_http(graph: GraphApiStandIn, client: httpx.AsyncClie
     assert time.monotonic() - started >= 0.2
     await control({"op": "hang", "seconds": 0.3, "count": 1})
     with pytest.raises(httpx.ReadTimeout):
-        await client.post(PATH, json=text(), timeout=0.1)
+        await client.post(PATH, json=text(), timeout=READ_TIMEOUT)
     await control({"op": "reset"})
 
     dump = (await client.get("/_requests")).json()
@@ -403,7 +423,7 @@ async def test_a_send_hung_across_reset_is_dropped(
 ) -> None:
     graph.hang_next(1, seconds=0.3)
     with pytest.raises(httpx.ReadTimeout):
-        await client.post(PATH, json=text("old"), timeout=0.1)
+        await client.post(PATH, json=text("old"), timeout=READ_TIMEOUT)
     graph.reset()
     await asyncio.sleep(0.4)
     assert graph.requests == [] and graph.sent_texts() == []

@@ -301,6 +301,27 @@ async def test_sdk_retries_by_default(ai: MessagesApiStandIn) -> None:
     assert [r.headers["x-stainless-retry-count"] for r in ai.requests] == ["0", "1", "2"]
 
 
+async def test_a_dropped_answer_is_a_connection_error_the_sdk_retries(
+    ai: MessagesApiStandIn, client: anthropic.AsyncAnthropic
+) -> None:
+    """The reply was generated (recorded 200), the answer cut: without retries the SDK raises
+    APIConnectionError; with them it asks again, so the model is called twice."""
+    ai.queue_reply("primera", "segunda")
+    ai.drop_next(1)
+    with pytest.raises(anthropic.APIConnectionError):
+        await create(client)
+    assert ai.replies_sent() == ["primera"]
+
+    ai.drop_next(1)
+    retrying = anthropic.AsyncAnthropic(base_url=ai.url, api_key=API_KEY, max_retries=1)
+    try:
+        message = await create(retrying)
+    finally:
+        await retrying.close()
+    assert message.content[0].text.startswith("stand-in reply to:")
+    assert ai.replies_sent() == ["primera", "segunda", message.content[0].text]
+
+
 async def test_fail_fraction_seeded(
     ai: MessagesApiStandIn, client: anthropic.AsyncAnthropic
 ) -> None:

@@ -116,5 +116,6 @@ async def test_a_turn_whose_lock_is_lost_is_cancelled_before_it_sends(
     turns = await records.wait_turns(person, 1, outcome="end")
     cancelled, resumed = turns
     assert resumed.batch == cancelled.batch and resumed.ids == ["wamid.lost"]
-    (reply,) = await outbox(redis, prefix)
+    # The brain's "end" record comes before the sender's reply: wait for the reply itself.
+    (reply,) = await wait_for(lambda: outbox(redis, prefix), "the resumed turn's reply")
     assert reply["batch_id"] == resumed.batch and reply["sent_ms"] >= resumed.start["ms"]
