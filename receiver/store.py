@@ -8,12 +8,14 @@ sends, in one pipeline and in this order:
 2. one `ingest` script call per tenant (chunks of `MAX_ITEMS_PER_CALL`) holding the items of
    every request of the round: each item's dedupe marker and its LPUSH, atomically;
 3. `LPUSH deadletter <body…>` for bodies (or parts) that could not be understood;
-4. one `PUBLISH wake <tenant,tenant,…>`, so idle workers look at those tenants at once (on a
-   Redis Cluster, right after the pipeline: redis-py's cluster pipeline refuses PUBLISH).
+4. one `ZADD wake NX <tenant…>` (shared/wake.py), so one worker takes those tenants in at once
+   (on a Redis Cluster right after the pipeline, as a command of its own: see below).
 
 On a cluster the pipeline is split per node and the nodes run their parts in parallel, so the
 registry's `SADD` may land after the tenant's items. That is safe: the wake-up naming the
 tenant follows the whole pipeline, and a sweep that missed the tenant sees it at the next one.
+The wake-up must follow it: inside the pipeline it could reach its node before the items
+reach theirs, and the worker taking it would find nothing yet.
 
 Merging is what makes this fast: the Redis client's cost is per command, so one script call
 for 32 requests' items costs a fraction of 32 calls. Each request still learns its own
@@ -39,6 +41,7 @@ from shared.keys import Keys, TenantKeys
 from shared.raw_pipeline import RawPipeline
 from shared.redis_client import is_cluster
 from shared.scripts import Scripts, is_noscript
+from shared.wake import now_ms, wake_command
 
 MAX_ITEMS_PER_CALL = 500  # bounds how long one script call holds Redis
 ROUNDS_IN_FLIGHT = 1  # rounds sent and not yet answered, at most (one connection each)
@@ -212,9 +215,9 @@ class InboxWriter:
             commands.append(ingest.command(script_keys, script_args))
         if round_.deadletters:
             commands.append(("LPUSH", keys.deadletter, *round_.deadletters))
-        wake = ",".join(round_.seen)
+        wake = wake_command(keys, round_.seen, now_ms()) if round_.seen else None
         if wake and not self._cluster:
-            commands.append(("PUBLISH", keys.wake_channel, wake))
+            commands.append(wake)
         if self._cluster:
             results = await self._send_pipeline(commands)
         else:
@@ -222,8 +225,11 @@ class InboxWriter:
             results = await self._wire.exchange(commands)
         offset = 1 if unregistered else 0
         replies = list(results[offset : offset + len(calls)])
+        wake_after = self._cluster
         if any(is_noscript(r) for r in replies):
             # Redis lost its script cache (restart, failover): nothing ran; load and repeat.
+            # The pipeline's wake-up went before these items: wake again once they are in.
+            wake_after = True
             await self._scripts.load(self._redis)
             for i, reply in enumerate(replies):
                 if is_noscript(reply):
@@ -233,10 +239,9 @@ class InboxWriter:
         for result in results:
             if isinstance(result, Exception):
                 raise result
-        if wake and self._cluster:
-            # A cluster pipeline refuses PUBLISH (redis-py), so it follows the round's writes
-            # as a command of its own; the cluster bus carries it to every node's subscribers.
-            await self._redis.publish(keys.wake_channel, wake)
+        if wake and wake_after:
+            # After every node confirmed the round's items (see the module docstring).
+            await self._redis.execute_command(*wake)
         self._registered.update(unregistered)
         per_tenant: dict[str, list[int]] = {}
         for (tenant, _, _), reply in zip(calls, replies, strict=True):

@@ -2,13 +2,14 @@
 
 All keys of one tenant carry the tenant id as a Redis Cluster hash tag (`{tenant}`), so every
 Lua script touches one slot and the same code runs on one Redis or on a cluster. The few
-fleet-wide keys (the tenant registry, the wake-up channel, the dead-letter list, the sweep
+fleet-wide keys (the tenant registry, the two wake-up queues, the dead-letter list, the sweep
 guard) are never used together with a tenant's keys inside one script.
 
 Layout (prefix `wa`, tenant 106540352242922, person 16505551234):
 
     wa:tenants                          SET     tenants that ever received traffic (registry)
-    wa:wake                             PUBSUB  channel: "tenant,tenant,…" that got new work
+    wa:wake                             ZSET    tenant -> ms first woken: new work to take in
+    wa:handoff                          ZSET    tenant -> ms: due, for a worker with a free slot
     wa:deadletter                       LIST    signed bodies that could not be parsed, whole
     wa:sweep                            STRING  id of the worker sweeping this interval (PX)
     wa:{106540352242922}:inbox          LIST    events from the receiver (LPUSH; worker RPOPs)
@@ -54,8 +55,24 @@ class Keys:
         return f"{self.prefix}:tenants"
 
     @property
-    def wake_channel(self) -> str:
+    def wake_queue(self) -> str:
+        """Tenants with new events to take in; every worker takes from it (shared/wake.py)."""
         return f"{self.prefix}:wake"
+
+    @property
+    def handoff_queue(self) -> str:
+        """Tenants with a conversation due that their worker could not start (no free slot,
+        shutting down); only workers with a free slot take from it."""
+        return f"{self.prefix}:handoff"
+
+    @property
+    def worker_client_prefix(self) -> str:
+        """What the names of the workers' wake-up connections start with (`CLIENT LIST`)."""
+        return f"{self.prefix}:worker:"
+
+    def worker_client_name(self, worker_id: str) -> str:
+        """The name of a worker's wake-up connections: spaces and newlines are not allowed."""
+        return self.worker_client_prefix + "".join("_" if ch.isspace() else ch for ch in worker_id)
 
     @property
     def deadletter(self) -> str:

@@ -1,8 +1,8 @@
 """The product on a real local Redis Cluster (three masters, `REDIS_CLUSTER=true`).
 
 Tenants are chosen so their hash slots fall on every node, and the key prefix so the wake-up
-channel lives on a node the workers do not subscribe to (they listen on `REDIS_URL`'s node): a
-wake-up then reaches them only through the cluster bus. The end-to-end test runs the real
+queues live on nodes other than the one `REDIS_URL` names: the workers' blocking pops reach
+them only by the slot map. The end-to-end test runs the real
 receiver (`uvicorn`) and worker processes; a SIGKILLed worker's batch comes back after its
 lease. The scenarios of the single-Redis suites marked `cluster` also run here (conftest.py).
 """
@@ -60,17 +60,20 @@ def tenants_on_every_node(cluster: RedisCluster) -> list[str]:
     return [found[i] for i in sorted(found)]
 
 
-def prefix_waking_through_the_bus(cluster: RedisCluster) -> str:
-    """A key prefix whose wake-up channel hashes to a node other than the first one."""
+def prefix_queueing_on_other_nodes(cluster: RedisCluster) -> str:
+    """A key prefix whose two wake-up queues hash to nodes other than the first one (the one
+    `REDIS_URL` names), so the workers' blocking pops must follow the slot map."""
     while True:
         prefix = f"cl{uuid.uuid4().hex[:8]}"
-        if cluster.node_for_slot(key_slot(Keys(prefix).wake_channel.encode())) != 0:
+        keys = Keys(prefix)
+        queues = (keys.wake_queue, keys.handoff_queue)
+        if all(cluster.node_for_slot(key_slot(q.encode())) != 0 for q in queues):
             return prefix
 
 
 @pytest.fixture
 def prefix(redis_cluster: RedisCluster) -> str:
-    return prefix_waking_through_the_bus(redis_cluster)
+    return prefix_queueing_on_other_nodes(redis_cluster)
 
 
 @pytest.fixture

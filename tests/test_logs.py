@@ -22,7 +22,7 @@ from shared.redis_server import RedisServer
 from shared.settings import ConfigError, Settings
 from tests.conftest import APP_SECRET
 from tests.receiver.conftest import running
-from tests.worker.support import REPO, TENANT, push_message, subscribers, wait_for
+from tests.worker.support import REPO, TENANT, listening, push_message, wait_for
 from worker.runner import Worker
 
 PERSON = "5491155550042"
@@ -98,10 +98,10 @@ async def test_a_worker_turn_logs_no_message_text_at_info(
     task = asyncio.create_task(worker.run())
     try:
 
-        async def subscribed() -> bool:
-            return await subscribers(redis, prefix) == 1
+        async def up() -> bool:
+            return await listening(redis, prefix) == 1
 
-        await wait_for(subscribed, "the worker listening")
+        await wait_for(up, "the worker listening")
         await push_message(redis, prefix, PERSON, "wamid.logs1", SECRET_TEXT)
 
         async def replied() -> list[bytes]:

@@ -66,6 +66,10 @@ def render_fleet(state: dict[str, Any]) -> list[str]:
             + (f" unknown={t['unknown']}" if t.get("unknown") else "")
         )
     lines.append(f"  dead-letter list: {state['deadletter']} bodies")
+    lines.append(
+        f"  workers listening: {state['workers_listening']}; tenants waiting for a worker: "
+        f"{state['wake_queue']} with new work, {state['handoff_queue']} handed off"
+    )
     return lines
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from shared import dispatch_lag
+from shared import dispatch_lag, wake
 from shared.keys import PENDING, Keys
 from worker.handoff import HandOff
 from worker.unknowns import describe
@@ -33,7 +33,8 @@ async def redis_now_ms(redis: Any) -> int:
 
 
 async def fleet(redis: Any, keys: Keys) -> dict[str, Any]:
-    """Every registered tenant's queue sizes and main counters, and the dead-letter list."""
+    """Every registered tenant's queue sizes and main counters, the dead-letter list, the
+    wake-up queues and how many workers are connected to them."""
     tenants = sorted(_text(t) for t in await redis.smembers(keys.tenants))
     rows = []
     for tenant in tenants:
@@ -62,6 +63,9 @@ async def fleet(redis: Any, keys: Keys) -> dict[str, Any]:
         "now_ms": await redis_now_ms(redis),
         "tenants": rows,
         "deadletter": int(await redis.llen(keys.deadletter)),
+        "workers_listening": await wake.listening_workers(redis, keys),
+        "wake_queue": int(await redis.zcard(keys.wake_queue)),
+        "handoff_queue": int(await redis.zcard(keys.handoff_queue)),
     }
 
 

@@ -23,6 +23,7 @@ from typing import Any
 
 import orjson
 
+from shared import wake
 from shared.keys import Keys
 from shared.redis_client import make_redis
 from shared.scripts import Scripts
@@ -70,8 +71,9 @@ class ReviewList:
             raise ReviewError(
                 f"person {item['person']} has a batch in flight; requeue again once it ended"
             )
-        # The batch is due now: wake the fleet rather than wait for its safety sweep.
-        await self._redis.publish(self._keys.wake_channel, tenant)
+        # The batch is due now: hand it to a worker with a free slot rather than wait for
+        # the safety sweep.
+        await wake.add(self._redis, self._keys.handoff_queue, [tenant])
 
     async def drop(self, tenant: str, item_id: str) -> None:
         if not await self._redis.hdel(self._keys.tenant(tenant).review, item_id):

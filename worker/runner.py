@@ -1,11 +1,13 @@
 """The worker process: `Worker(settings).run()` = startup, main loop, graceful shutdown.
 
 One process runs at most `WORKER_CONCURRENCY` turns at once. It learns about new work from
-the receiver's wake-up channel (pub/sub) and about due times from the claim script's answer,
-so a conversation's turn starts within milliseconds of its due time; the `POLL_INTERVAL_S`
-sweep over the tenant registry is only a safety net (a missed wake-up, a restarted Redis, a
-dead worker's lease or due time), done by one worker of the fleet per interval and by each
-worker when it (re)subscribes (worker/sweep.py).
+the wake-up queues (shared/wake.py, worker/wakeups.py: each wake-up reaches one worker) and
+about due times from the claim script's answer, so a conversation's turn starts within
+milliseconds of its due time. A due time it holds but cannot serve (no free slot, shutting
+down) it hands off to a worker that can. The `POLL_INTERVAL_S` sweep over the tenant registry
+is only a safety net (a lost wake-up, a restarted Redis, a dead worker's lease or due time),
+done by one worker of the fleet per interval and by each worker when its wake-up connection
+(re)connects (worker/sweep.py).
 
 Every running turn holds its person's lock; one renewal loop extends all of this process's
 leases every `LEASE_RENEW_S`. A turn whose lease cannot be proven any more (lost, or Redis
@@ -32,7 +34,6 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import orjson
-from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisClusterException, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -43,6 +44,7 @@ from shared.logs import log_startup, redact_person, warn_if_not_persistent
 from shared.redis_client import make_redis
 from shared.scripts import Scripts
 from shared.settings import Settings
+from shared.wake import add as add_to_queue
 from worker.batch import Batch
 from worker.brains import Brain, load_brain
 from worker.errors import DELIVERY_UNKNOWN, DeliveryUnknown, LeaseLost, NeedsReview
@@ -52,6 +54,7 @@ from worker.split import WHATSAPP_MAX_CHARS, split_reply
 from worker.store import Claim, ConversationStore
 from worker.sweep import Sweep
 from worker.unknowns import UnknownDelivery, utc
+from worker.wakeups import WakeListener
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -97,19 +100,21 @@ class Worker:
         self._force_exit = asyncio.Event()
         self._stopping = False
         self._next_sweep = 0.0  # loop time of this worker's next try at the fleet's sweep
-        # A sweep of its own, whoever sweeps for the fleet: set on every subscription, the
-        # first included, since wake-ups published before it never reached this worker.
+        # A sweep of its own, whoever sweeps for the fleet: set whenever the wake-up
+        # connection (re)connects, the first time included, to learn every due time and
+        # lease end that no worker may hold (and what a lost connection may have missed).
         self._sweep_forced = False
-        self._subscribed = asyncio.Event()  # first subscription done: start-up waits for it
+        self._listening = asyncio.Event()  # wake-up connection up: start-up waits for it
         self._slow_sweep_warned = -math.inf  # loop time of the last "sweep too slow" warning
-        # While the wake-up channel is lost this worker hears nothing, not even the sweeper's
-        # wake-ups: it then sweeps every interval on its own, as every worker once did.
+        # While the wake-up connection is lost this worker is told nothing, not even the
+        # sweeper's hand-offs: it then sweeps every interval on its own.
         self._deaf = True
         self._background: list[asyncio.Task[None]] = []
-        self._farewells: list[asyncio.Task[None]] = []  # wake-ups sent while shutting down
+        self._listeners: list[asyncio.Task[None]] = []  # stopped first at shutdown
+        self._farewells: list[asyncio.Task[None]] = []  # hand-offs sent while shutting down
         self.redis: Any = None
         self._commit_redis: Any = None
-        self._pubsub_redis: Redis | None = None
+        self._listen_redis: Any = None
 
     # --- lifecycle ------------------------------------------------------------------------
     async def run(self) -> None:
@@ -165,19 +170,31 @@ class Worker:
         for sender in {id(x): x for x in self._senders.values()}.values():
             if not any(sender is g for g in given):
                 self._owned.append(sender)
-        # Pub/sub holds its connection open waiting, so no read timeout on it. PUBLISH reaches
-        # every node of a cluster, so one node's connection is enough there too.
-        self._pubsub_redis = Redis.from_url(s.redis_url, socket_timeout=None)
-        self._background = [
-            asyncio.create_task(self._listen_for_wakeups(), name="wakeups"),
-            asyncio.create_task(self._renew_leases(), name="renew"),
+        # The listeners block waiting, so no read timeout on their connections (each wait is
+        # bounded by WakeListener instead); named, so `CLIENT LIST` shows the worker.
+        self._listen_redis = make_redis(
+            s, socket_timeout=None, client_name=self.keys.worker_client_name(self.worker_id)
+        )
+        self.wakeups = WakeListener(
+            self._listen_redis,
+            self.keys,
+            free_slots=lambda: self.free_slots,
+            deliver=self._woken,
+            connected=self._wake_connected,
+            lost=self._wake_lost,
+            timeout_s=s.redis_timeout_s,
+        )
+        self._listeners = [
+            asyncio.create_task(self.wakeups.new_work(), name="new-work"),
+            asyncio.create_task(self.wakeups.handoffs(), name="handoffs"),
         ]
-        # Subscribed first, then one sweep of its own (set by the listener) covers everything
-        # published before; without the wait the first sweep would run twice.
+        self._background = [asyncio.create_task(self._renew_leases(), name="renew")]
+        # Connected first, then one sweep of its own (set by the listener) covers everything
+        # from before; without the wait the first sweep would run twice.
         try:
-            await asyncio.wait_for(self._subscribed.wait(), s.redis_timeout_s)
+            await asyncio.wait_for(self._listening.wait(), s.redis_timeout_s)
         except TimeoutError:
-            log.info("not subscribed to the wake-up channel yet; sweeping every interval")
+            log.info("wake-up queue not reachable yet; sweeping every interval")
         log.info(
             "worker %s started: concurrency=%d brain=%s senders=%s",
             self.worker_id,
@@ -215,6 +232,7 @@ class Worker:
                 return True
 
     async def shutdown(self) -> None:
+        await self._hand_back()
         running = [t.task for t in self._turns.values() if t.task]
         if running:
             force = asyncio.create_task(self._force_exit.wait())
@@ -236,10 +254,10 @@ class Worker:
         log.info("worker %s stopped", self.worker_id)
 
     async def _close_clients(self) -> None:
-        for client in (self._pubsub_redis, self.redis, self._commit_redis):
+        for client in (self._listen_redis, self.redis, self._commit_redis):
             if client is not None:
                 await client.aclose()
-        self._pubsub_redis = self.redis = self._commit_redis = None
+        self._listen_redis = self.redis = self._commit_redis = None
 
     async def _close_owned(self) -> None:
         """Close the HTTP clients of the brain and sender this worker loaded (`aclose()`)."""
@@ -279,6 +297,7 @@ class Worker:
             self._wake.clear()
             now = loop.time()
             todo: set[str] = set()
+            unserved: set[str] = set()
             try:
                 if self._sweep_forced or now >= self._next_sweep:
                     # Both set before the await: a sweep asked for meanwhile must survive it.
@@ -286,15 +305,26 @@ class Worker:
                     self._sweep_forced = False
                     self._next_sweep = now + self.settings.poll_interval_s
                     await self._safety_sweep(forced)
-                todo = self._dirty | {t for t, at in self._next_wake.items() if at <= now}
-                self._dirty = set()
+                due = {t for t, at in self._next_wake.items() if at <= now}
+                todo, self._dirty = self._dirty, set()
+                if self.free_slots > 0:
+                    todo |= due
+                else:
+                    # No slot: still take new events in (intake sets their due times), but
+                    # give what is due to a worker that can start it.
+                    unserved = due - todo
                 if todo:
-                    await self._visit(todo)
+                    unserved |= self._unserved(await self._visit(todo))
+                if unserved:
+                    await self._hand_off(unserved)
             except (RedisError, OSError) as exc:
                 log.warning("redis unavailable in main loop: %s", exc)
-                self._dirty |= todo  # look at them again, not only at the next sweep
+                self._dirty |= todo | unserved  # look at them again, not only at the next sweep
                 await self._sleep(min(1.0, self.settings.poll_interval_s))
                 continue
+            if self.free_slots > 0:
+                # After the claims, so that a hand-off is taken for a slot still free.
+                self.wakeups.slots_free()
             await self._sleep(self._sleep_time(self._next_sweep))
 
     async def _sleep(self, seconds: float) -> None:
@@ -310,7 +340,7 @@ class Worker:
         if self._dirty:
             return 0.0
         until = next_sweep
-        if self.free_slots > 0 and self._next_wake:
+        if self._next_wake:  # with no free slot too: it is then handed off
             until = min(until, min(self._next_wake.values()))
         return until - asyncio.get_running_loop().time()
 
@@ -335,9 +365,9 @@ class Worker:
         if not tenants:
             return
         log.debug("sweep: %d tenants need a look", len(tenants))
-        still_due = await self._visit(tenants)
-        if still_due:
-            await self.sweep.wake(still_due)
+        unserved = self._unserved(await self._visit(tenants))
+        if unserved:
+            await self._hand_off(unserved)
 
     def _warn_if_slow(self, took_s: float, tenants: int) -> None:
         """A probe taking much of the interval makes sweeps overlap: say so, once a minute."""
@@ -361,10 +391,13 @@ class Worker:
             claim = await self._claim(tenant, self.free_slots)
             self._apply(tenant, claim)
             return {tenant} if _still_due(claim) else set()
-        # Many tenants: one pipelined intake-only pass tells which of them have work due now,
-        # then claim from those until the slots are full.
+        # Many tenants: one pipelined pass takes their events in and claims an equal share
+        # of the free slots each (none when there are fewer slots than tenants: it is then
+        # intake only), then the slots left go to those still due, earliest first. The
+        # share saves a second claim per tenant whenever the slots suffice, the usual case.
         ordered = sorted(tenants)
-        claims = await asyncio.gather(*(self._claim(t, 0) for t in ordered))
+        share = self.free_slots // len(ordered)
+        claims = await asyncio.gather(*(self._claim(t, share) for t in ordered))
         ready = []
         for tenant, claim in zip(ordered, claims, strict=True):
             self._apply(tenant, claim)
@@ -424,15 +457,9 @@ class Worker:
             self._dirty.add(batch.tenant)
             self._wake.set()
             if self._stopping:
-                # This process claims nothing more: tell the fleet, in case the finish made
-                # the person's next batch due.
-                self._farewells.append(asyncio.create_task(self._publish_wake(batch.tenant)))
-
-    async def _publish_wake(self, tenant: str) -> None:
-        try:
-            await self.redis.publish(self.keys.wake_channel, tenant)
-        except (RedisError, OSError) as exc:
-            log.info("could not wake the fleet for tenant=%s: %s", tenant, exc)
+                # This process claims nothing more: hand the tenant off, in case the finish
+                # made the person's next batch due (now or later).
+                self._farewells.append(asyncio.create_task(self._farewell(batch.tenant)))
 
     async def _execute(self, batch: Batch) -> None:
         s = self.settings
@@ -682,33 +709,66 @@ class Worker:
         """How long before its lease can end in Redis a turn is stopped."""
         return min(1.0, self.settings.lease_s * 0.1)
 
-    # --- background loops -----------------------------------------------------------------
-    async def _listen_for_wakeups(self) -> None:
-        assert self._pubsub_redis is not None
-        channel = self.keys.wake_channel
-        while True:
-            try:
-                async with self._pubsub_redis.pubsub(ignore_subscribe_messages=True) as pubsub:
-                    await pubsub.subscribe(channel)
-                    # Anything published before we listened: sweep the registry now.
-                    self._deaf = False
-                    self._sweep_forced = True
-                    self._subscribed.set()
-                    self._wake.set()
-                    async for message in pubsub.listen():
-                        if message.get("type") != "message":
-                            continue
-                        data = message["data"]
-                        text = data.decode() if isinstance(data, bytes) else str(data)
-                        # The receiver publishes the tenants of one write round, comma-separated.
-                        tenants = set(text.split(",")) - {""}
-                        self._dirty |= tenants
-                        self._wake.set()
-            except (RedisError, OSError) as exc:
-                self._deaf = True
-                log.warning("wake-up channel lost (%s); polling until it is back", exc)
-                await asyncio.sleep(1.0)
+    # --- wake-ups -------------------------------------------------------------------------
+    def _woken(self, tenants: list[str]) -> None:
+        """WakeListener: these tenants were taken off a wake-up queue for this worker."""
+        self._dirty.update(tenants)
+        self._wake.set()
 
+    def _wake_connected(self) -> None:
+        # Anything this worker may have missed while it was not connected: sweep now.
+        self._deaf = False
+        self._sweep_forced = True
+        self._listening.set()
+        self._wake.set()
+
+    def _wake_lost(self) -> None:
+        self._deaf = True
+
+    def _unserved(self, still_due: set[str]) -> set[str]:
+        """Of the tenants still due after a visit, those to hand off: all of them once every
+        slot is taken. With a slot still free a due conversation could not be claimed for
+        another reason (its lock was held); this worker looks again shortly (see `_apply`),
+        as handing it on would only move that wait elsewhere."""
+        return still_due if self.free_slots <= 0 else set()
+
+    async def _hand_off(self, tenants: set[str]) -> None:
+        """Give due conversations this worker cannot start to a worker with a free slot; it
+        then holds their due times, so this one forgets them."""
+        async with asyncio.timeout(self.settings.redis_timeout_s):
+            await add_to_queue(self.redis, self.keys.handoff_queue, tenants)
+        for tenant in tenants:
+            self._next_wake.pop(tenant, None)
+        log.debug("handed off %d tenant(s)", len(tenants))
+
+    async def _hand_back(self) -> None:
+        """At shutdown: stop taking wake-ups, and give the fleet what this worker held, the
+        tenants it was woken for and not yet visited (new work: any worker takes their events
+        in) and those whose due times it alone may know (another worker claims when due)."""
+        for task in self._listeners:
+            task.cancel()
+        await asyncio.gather(*self._listeners, return_exceptions=True)
+        self._listeners = []
+        if self.redis is None:
+            return
+        woken, held = set(self._dirty), set(self._next_wake) - self._dirty
+        try:
+            async with asyncio.timeout(self.settings.redis_timeout_s):
+                if woken:
+                    await add_to_queue(self.redis, self.keys.wake_queue, woken)
+                if held:
+                    await add_to_queue(self.redis, self.keys.handoff_queue, held)
+        except (RedisError, OSError, TimeoutError) as exc:
+            log.warning("could not hand %d tenant(s) back: %r", len(woken | held), exc)
+
+    async def _farewell(self, tenant: str) -> None:
+        try:
+            async with asyncio.timeout(self.settings.redis_timeout_s):
+                await add_to_queue(self.redis, self.keys.handoff_queue, [tenant])
+        except (RedisError, OSError, TimeoutError) as exc:
+            log.info("could not hand tenant=%s off: %r", tenant, exc)
+
+    # --- background loops -----------------------------------------------------------------
     async def _renew_leases(self) -> None:
         s = self.settings
         loop = asyncio.get_running_loop()

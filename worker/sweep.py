@@ -1,21 +1,22 @@
 """The safety sweep: which worker looks at every registered tenant, and how cheaply.
 
-Wake-ups (pub/sub) and the due times that claims return start every turn; the sweep only
-catches what they missed: a wake-up lost while a worker was disconnected, a crashed worker's
-expired lease, a due time or retry delay that the worker holding it died with. It therefore
-needs neither to run on every worker nor to run the claim script on every tenant:
+Wake-ups (shared/wake.py) and the due times that claims return start every turn; the sweep
+only catches what they missed: a wake-up taken by a worker that died before its claim (or lost
+with a Redis that restarted without it), a crashed worker's expired lease, a due time or retry
+delay that the worker holding it died with. It therefore needs neither to run on every worker
+nor to run the claim script on every tenant:
 
 - **One sweeper per interval, fleet-wide.** Each worker tries `SET <prefix>:sweep <worker id>
   NX PX <0.9 x POLL_INTERVAL_S>` once per interval; the one that sets it sweeps (the guard of
   BullMQ's stalled-job checker). Nobody renews or deletes the guard: it expires, so a sweeper
   that dies is replaced by the next worker to try, at most about two intervals later. Each
-  worker also sweeps on its own when it (re)subscribes to the wake-up channel, and every
-  interval while that channel is lost (it would not hear the sweeper's wake-ups).
+  worker also sweeps on its own when its wake-up connection (re)connects, and every interval
+  while that connection is lost (it would not get the sweeper's hand-offs).
 - **A probe of plain reads, pipelined.** One `EXISTS inbox due running` per tenant: a quiet
   tenant has none of these keys (Redis deletes an empty list or sorted set). For the few that
   have any, `LLEN inbox`, `ZCOUNT due -inf <now>` and `ZCOUNT running -inf <now>` on Redis's
   clock tell whether there is something to take in, a conversation due, or a lease that ended.
-  Only those tenants get a claim. A worker's own sweep (start-up, resubscription) claims for
+  Only those tenants get a claim. A worker's own sweep (start-up, reconnection) claims for
   every tenant with any of these keys instead: the claim's answer gives it their next due
   times and lease ends, which the worker that held them may have taken with it. Each
   command names one tenant's keys (one slot), so the probe runs unchanged on a cluster,
@@ -39,8 +40,6 @@ log = logging.getLogger(__name__)
 PROBE_CHUNK = 1000
 # The guard lives this share of POLL_INTERVAL_S (see Sweep.__init__).
 GUARD_SHARE = 0.9
-# Tenants per wake-up message the sweeper publishes (the receiver's format: "t1,t2,...").
-WAKE_CHUNK = 500
 
 
 class Sweep:
@@ -108,14 +107,6 @@ class Sweep:
             if inbox or due or expired:
                 found.add(tenant)
         return found
-
-    async def wake(self, tenants: Iterable[str]) -> None:
-        """Tell the fleet about these tenants, as the receiver does for new work."""
-        ordered = sorted(tenants)
-        for start in range(0, len(ordered), WAKE_CHUNK):
-            chunk = ordered[start : start + WAKE_CHUNK]
-            async with asyncio.timeout(self._timeout_s):
-                await self._redis.publish(self._keys.wake_channel, ",".join(chunk))
 
     async def _exists(self, tenants: Sequence[str]) -> list[int]:
         def queue(pipe: Any, tenant: str) -> None:

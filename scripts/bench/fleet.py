@@ -59,6 +59,7 @@ BENCH_DIR = Path(__file__).resolve().parent
 sys.path[:0] = [str(BENCH_DIR), str(ROOT)]
 
 from scripts.webhooks import inbound_webhook, sign_body, text_message  # noqa: E402
+from shared import dispatch_lag, wake  # noqa: E402
 from shared.events import dedupe_id, encode, message_event  # noqa: E402
 from shared.keys import Keys  # noqa: E402
 from shared.redis_server import (  # noqa: E402
@@ -152,6 +153,17 @@ def script_calls(backend: Backend) -> int:
     return total
 
 
+def listening_workers(backend: Backend) -> int:
+    """Workers with their wake-up connection open (named; `CLIENT LIST` of every node)."""
+    prefix = Keys(PREFIX).worker_client_prefix
+    names = set()
+    for url in backend.node_urls:
+        client = redis.Redis.from_url(url)
+        names |= {c["name"] for c in client.client_list() if c["name"].startswith(prefix)}
+        client.close()
+    return len(names)
+
+
 def used_memory(backend: Backend) -> int:
     total = 0
     for url in backend.node_urls:
@@ -227,18 +239,13 @@ class Fleet:
 
     def _wait_ready(self, timeout_s: float = 30.0) -> None:
         deadline = time.monotonic() + timeout_s
-        node = redis.Redis.from_url(self.backend.url)  # workers subscribe on REDIS_URL's node
-        try:
-            while time.monotonic() < deadline:
-                for proc in self.procs:
-                    if proc.poll() is not None:
-                        raise RuntimeError(f"a process exited at start-up: see {self.out}/logs")
-                ((_, listening),) = node.pubsub_numsub(Keys(PREFIX).wake_channel)
-                if int(listening) >= self.workers and all(map(_healthy, self.ports)):
-                    return
-                time.sleep(0.1)
-        finally:
-            node.close()
+        while time.monotonic() < deadline:
+            for proc in self.procs:
+                if proc.poll() is not None:
+                    raise RuntimeError(f"a process exited at start-up: see {self.out}/logs")
+            if listening_workers(self.backend) >= self.workers and all(map(_healthy, self.ports)):
+                return
+            time.sleep(0.1)
         raise RuntimeError(f"the fleet did not come up in {timeout_s}s: see {self.out}/logs")
 
     def cpu(self) -> dict[str, float]:
@@ -296,15 +303,22 @@ def requests_for(count: int, tenants: list[str], tag: str) -> list[bytes]:
     ]
 
 
-async def post_all(ports: list[int], requests: list[bytes], connections: int) -> Counter[int]:
-    """POST every request once over `connections` keep-alive connections; status counts."""
+async def post_all(
+    ports: list[int], requests: list[bytes], connections: int, rate: float = 0.0
+) -> Counter[int]:
+    """POST every request once over `connections` keep-alive connections; status counts.
+    `rate` > 0: request i goes out no sooner than i / rate seconds after the first."""
     statuses: Counter[int] = Counter()
-    todo: Iterator[bytes] = iter(requests)
+    todo: Iterator[tuple[int, bytes]] = enumerate(requests)
+    loop = asyncio.get_running_loop()
+    start = loop.time()
 
     async def one_connection(port: int) -> None:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         try:
-            for request in todo:
+            for i, request in todo:
+                if rate > 0 and (wait := start + i / rate - loop.time()) > 0:
+                    await asyncio.sleep(wait)
                 writer.write(request)
                 head = await reader.readuntil(b"\r\n\r\n")
                 statuses[int(head[9:12])] += 1
@@ -326,6 +340,43 @@ async def turns_done(client: Any, tenants: list[str]) -> int:
     for tenant in tenants:
         pipe.hget(keys.tenant(tenant).stats, "turns")
     return sum(int(v or 0) for v in await pipe.execute())
+
+
+async def lag_counts(client: Any, tenants: list[str]) -> Counter[str]:
+    """The dispatch-lag fields (due -> claim, recorded by claim.lua) of every tenant, summed."""
+    keys = Keys(PREFIX)
+    total: Counter[str] = Counter()
+    for start in range(0, len(tenants), 1000):
+        pipe = client.pipeline(transaction=False)
+        for tenant in tenants[start : start + 1000]:
+            pipe.hgetall(keys.tenant(tenant).stats)
+        for stats in await pipe.execute():
+            for name, value in stats.items():
+                name = name.decode()
+                if name.startswith(dispatch_lag.BUCKET_PREFIX) or name in (
+                    dispatch_lag.SUM_FIELD,
+                    dispatch_lag.COUNT_FIELD,
+                ):
+                    total[name] += int(value)
+    return total
+
+
+def lag_summary(before: Counter[str], after: Counter[str]) -> dict[str, float]:
+    """Mean and p50/p99 of the claims between two readings (a percentile is the upper bound
+    of the histogram bucket it falls in: 1, 5, 10, 25, 50 ms ...)."""
+    count = after[dispatch_lag.COUNT_FIELD] - before[dispatch_lag.COUNT_FIELD]
+    if count <= 0:
+        return {"lag_mean_ms": float("nan"), "lag_p50_ms": float("nan"), "lag_p99_ms": float("nan")}
+    mean = (after[dispatch_lag.SUM_FIELD] - before[dispatch_lag.SUM_FIELD]) / count
+    bounds = [str(b) for b in dispatch_lag.BUCKETS_MS] + [dispatch_lag.INF]
+    cumulative, found = 0, {}
+    for bound in bounds:
+        name = dispatch_lag.BUCKET_PREFIX + bound
+        cumulative += after[name] - before[name]
+        for q in (0.5, 0.99):
+            if q not in found and cumulative >= q * count:
+                found[q] = float(bound) if bound != dispatch_lag.INF else float("inf")
+    return {"lag_mean_ms": mean, "lag_p50_ms": found[0.5], "lag_p99_ms": found[0.99]}
 
 
 async def wait_turns(client: Any, tenants: list[str], expected: int, timeout_s: float) -> None:
@@ -352,6 +403,8 @@ class Run:
     others_share: float  # machine CPU used by other processes during the run (cores)
     non_200: int
     script_calls: float = 0.0  # EVALSHA calls per message (every node)
+    lag_ms: dict[str, float] = field(default_factory=dict)  # dispatch lag: mean, p50, p99
+    latency_ms: dict[str, float] = field(default_factory=dict)  # webhook in -> reply: p50, p99
     extra: dict[str, float] = field(default_factory=dict)
 
 
@@ -362,6 +415,7 @@ async def measure(
     connections: int,
     tag: str,
     label: str,
+    rate: float = 0.0,
 ) -> Run:
     client = fleet.backend.client()
     try:
@@ -371,12 +425,14 @@ async def measure(
         load = requests_for(messages, tenants, tag)
         cpu0, busy0, own0 = fleet.cpu(), machine_busy(), time.process_time()
         calls0 = script_calls(fleet.backend)
+        lag0 = await lag_counts(client, tenants)
         t0_ms = time.time() * 1000
-        statuses = await post_all(fleet.ports, load, connections)
+        statuses = await post_all(fleet.ports, load, connections, rate)
         posted_ms = time.time() * 1000
         await wait_turns(client, tenants, len(warm) + messages, 120 + messages / 100)
         cpu1, busy1, own1 = fleet.cpu(), machine_busy(), time.process_time()
         calls1 = script_calls(fleet.backend)
+        lag1 = await lag_counts(client, tenants)
     finally:
         await client.aclose()
     fleet.stop()
@@ -384,6 +440,7 @@ async def measure(
     if len(sends) != messages:
         raise RuntimeError(f"{label}: {len(sends)} replies recorded for {messages} messages")
     last_ms = max(s[0] for s in sends)
+    latencies = sorted(s[0] - s[1] for s in sends)
     cpu_us = {k: (cpu1[k] - cpu0[k]) / messages * 1e6 for k in cpu0}
     cpu_us["load generator"] = (own1 - own0) / messages * 1e6
     ours = sum(cpu1[k] - cpu0[k] for k in cpu0) + (own1 - own0)
@@ -401,6 +458,11 @@ async def measure(
         others_share=max(0.0, (busy1 - busy0) - ours) / elapsed_s,
         non_200=sum(n for s, n in statuses.items() if s != 200),
         script_calls=(calls1 - calls0) / messages,
+        lag_ms=lag_summary(lag0, lag1),
+        latency_ms={
+            "p50": latencies[len(latencies) // 2],
+            "p99": latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))],
+        },
     )
 
 
@@ -409,6 +471,9 @@ def describe(run: Run) -> str:
     return (
         f"  {run.label}: {run.rate:,.0f} msg/s end to end (ingest {run.ingest_rate:,.0f}/s), "
         f"CPU µs/msg: {cpu}; {run.script_calls:.2f} script calls/msg; "
+        f"dispatch lag mean {run.lag_ms['lag_mean_ms']:.1f} ms, p50 <= "
+        f"{run.lag_ms['lag_p50_ms']:g} ms, p99 <= {run.lag_ms['lag_p99_ms']:g} ms; "
+        f"webhook to reply p50 {run.latency_ms['p50']:.1f} ms, p99 {run.latency_ms['p99']:.1f} ms; "
         f"other load {run.others_share:.2f} cores"
         + ("" if not run.non_200 else f"; NON-200: {run.non_200}")
     )
@@ -433,7 +498,7 @@ async def run_fleet(
     fleet = Fleet(backend, receivers, workers, out, **fleet_options).start()
     try:
         tag = f"{label}.{time.monotonic_ns()}".replace(" ", "")
-        run = await measure(fleet, tenants, args.messages, args.connections, tag, label)
+        run = await measure(fleet, tenants, args.messages, args.connections, tag, label, args.rate)
     finally:
         fleet.stop()
         shutil.rmtree(out, ignore_errors=True)
@@ -649,7 +714,7 @@ async def park_conversations(
         out = Path(tempfile.mkdtemp(prefix="bench-fleet-park-"))
         fleet = Fleet(backend, 0, 1, out, tenants_file=tenants_file).start()
         try:
-            await client.publish(keys.wake_channel, ",".join(tenants))
+            await wake.add(client, keys.wake_queue, tenants)
             deadline = time.monotonic() + 120
             while True:
                 pipe = client.pipeline(transaction=False)
@@ -690,6 +755,7 @@ def report(rounds: list[dict[str, list[Any]]], args: argparse.Namespace, started
         lines.append(
             f"- load: {args.messages} one-message webhooks per run (+200 warm-up), "
             f"{args.connections} keep-alive connections, {args.tenants} tenants unless stated"
+            + (f", paced at {args.rate:g} webhooks/s" if args.rate else ", as fast as answered")
         )
     lines.append("")
     baseline = median([r.rate for rnd in rounds for r in rnd.get("scaling", [])[:1]])
@@ -702,8 +768,9 @@ def report(rounds: list[dict[str, list[Any]]], args: argparse.Namespace, started
             "",
             "| run | msg/s end to end | × first row | ingest msg/s | CPU µs/msg "
             "(receivers + workers + Redis) | CPU × first row | script calls/msg "
+            "| dispatch lag mean / p99 (ms) | webhook to reply p50 / p99 (ms) "
             "| load generator µs/msg | other load (cores) |",
-            "| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: |",
+            "| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
         ]
         for i, first in enumerate(table[0]):
             same = [rnd[i] for rnd in table]
@@ -718,6 +785,10 @@ def report(rounds: list[dict[str, list[Any]]], args: argparse.Namespace, started
                 f"{cpu['receivers'] + cpu['workers'] + cpu['redis']:.0f} | "
                 f"{median([total_cpu(r) for r in same]) / cpu_base:.2f} | "
                 f"{median([r.script_calls for r in same]):.2f} | "
+                f"{median([r.lag_ms['lag_mean_ms'] for r in same]):.1f} / "
+                f"≤ {median([r.lag_ms['lag_p99_ms'] for r in same]):g} | "
+                f"{median([r.latency_ms['p50'] for r in same]):.1f} / "
+                f"{median([r.latency_ms['p99'] for r in same]):.1f} | "
                 f"{cpu['load generator']:.0f} | {median([r.others_share for r in same]):.2f} |"
             )
         lines.append("")
@@ -790,6 +861,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=1, help="alternating rounds of each run")
     parser.add_argument("--messages", type=int, default=6000, help="webhooks per run")
     parser.add_argument("--connections", type=int, default=32)
+    parser.add_argument(
+        "--rate",
+        type=float,
+        default=0.0,
+        help="webhooks/s to pace the load at (default: as fast as the receivers answer); "
+        "below capacity, the dispatch lag and latency columns show the fleet's reaction time",
+    )
     parser.add_argument("--shapes", default=SHAPES, help="receivers x workers of the scaling runs")
     parser.add_argument("--tenants", type=int, default=10, help="tenants of the scaling runs")
     parser.add_argument("--tenant-counts", default="10,1000,10000")

@@ -100,7 +100,7 @@ async def run(args: argparse.Namespace, redis_url: str) -> None:
     async with app.router.lifespan_context(app):
         await drive(app, bodies, args)
         stats = await app.state.receiver.redis.info("commandstats")
-        rounds = stats.get("cmdstat_publish", {}).get("calls", 0)  # one PUBLISH per round
+        rounds = stats.get("cmdstat_zadd", {}).get("calls", 0)  # one wake-up ZADD per round
         served = args.requests * args.reps
         print(f"group-commit rounds: {rounds:,}, {served / max(rounds, 1):.1f} requests each")
 

@@ -25,6 +25,7 @@ from redis.asyncio import Redis
 from shared.events import dedupe_id, encode, message_event
 from shared.keys import Keys
 from shared.scripts import Scripts
+from shared.wake import listening_workers, now_ms, wake_command
 
 BENCH_DIR = Path(__file__).resolve().parent
 # The product code the workers run: the repository, or a revision exported by bench_worker.
@@ -114,7 +115,10 @@ class Bench:
             pipe, [tk.inbox, tk.seen(dedupe_id(event))], [DEDUPE_TTL_S, encode(event)]
         )
         if publish:
-            pipe.publish(self.keys.wake_channel, TENANT)
+            pipe.execute_command(*wake_command(self.keys, [TENANT], now_ms()))
+            # Revisions before the wake-up queues (`bench_worker --at`) listened on a pub/sub
+            # channel of this name; no subscriber, no cost.
+            pipe.publish(self.keys.wake_queue, TENANT)
 
     async def ingest_live(self, event: dict[str, Any]) -> None:
         pipe = self.redis.pipeline(transaction=False)
@@ -186,14 +190,14 @@ class Bench:
             await asyncio.sleep(poll_s)
         raise TimeoutError(f"only {await self.turns()} of {n} turns after {timeout_s}s")
 
-    async def wait_subscribers(self, n: int, timeout_s: float = 20.0) -> None:
+    async def wait_listening(self, n: int, timeout_s: float = 20.0) -> None:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            (_, count), *_ = await self.redis.pubsub_numsub(self.keys.wake_channel)
-            if count >= n:
+            (_, subscribed), *_ = await self.redis.pubsub_numsub(self.keys.wake_queue)  # --at
+            if max(subscribed, await listening_workers(self.redis, self.keys)) >= n:
                 return
             await asyncio.sleep(0.01)
-        raise TimeoutError(f"{n} workers did not subscribe within {timeout_s}s")
+        raise TimeoutError(f"{n} workers did not come up within {timeout_s}s")
 
 
 @dataclass

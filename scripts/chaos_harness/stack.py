@@ -32,6 +32,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from shared.keys import Keys
 from shared.redis_server import RedisServer, free_port
+from shared.wake import listening_workers
 
 REPO = Path(__file__).resolve().parents[2]
 PREFIX = "chaos"
@@ -203,7 +204,7 @@ class Stack:
         await self._wait_http(
             self.receiver_url.replace("/webhooks/whatsapp", "/readyz"), "receiver"
         )
-        await self.wait_workers_subscribed()
+        await self.wait_workers_listening()
 
     def _child(self, name: str, argv: list[str], env: dict[str, str]) -> Child:
         return Child(name, argv, env, self.run_dir / f"{name}.log")
@@ -231,16 +232,15 @@ class Stack:
             await asyncio.sleep(0.05)
         raise RuntimeError(f"{what} did not come up within {timeout_s}s:\n{self.dump()}")
 
-    async def wait_workers_subscribed(self, timeout_s: float = 30.0) -> None:
-        """Until every live worker listens on the wake-up channel (it is up and ready)."""
+    async def wait_workers_listening(self, timeout_s: float = 30.0) -> None:
+        """Until every live worker has its wake-up connection open (it is up and ready)."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             self._check_children()
-            ((_, count),) = await self.redis.pubsub_numsub(self.keys.wake_channel)
-            if int(count) >= len(self.live_workers):
+            if await listening_workers(self.redis, self.keys) >= len(self.live_workers):
                 return
             await asyncio.sleep(0.05)
-        raise RuntimeError(f"workers did not subscribe within {timeout_s}s:\n{self.dump()}")
+        raise RuntimeError(f"workers did not come up within {timeout_s}s:\n{self.dump()}")
 
     def _check_children(self) -> None:
         for child in self.others:

@@ -24,7 +24,7 @@ from shared.keys import Keys
 from shared.scripts import Scripts
 from shared.settings import Settings
 from tests.conftest import APP_SECRET
-from tests.worker.support import subscribers, wait_for
+from tests.worker.support import listening, wait_for, wake_up
 from worker.runner import Worker
 from worker.senders import Sender
 
@@ -101,13 +101,13 @@ class InProcessWorkers:
         self._running.append((worker, asyncio.create_task(worker.run())))
         count = len(self._running)
 
-        async def listening() -> bool:
+        async def up() -> bool:
             for _, task in self._running:
                 if task.done():
                     task.result()  # a worker that died at start-up: show why
-            return await subscribers(self._redis, self._prefix) >= count
+            return await listening(self._redis, self._prefix) >= count
 
-        await wait_for(listening, "the worker listening for wake-ups")
+        await wait_for(up, "the worker listening for wake-ups")
         return worker
 
     async def stop(self) -> None:
@@ -164,7 +164,7 @@ async def push_failed_status(
     await Scripts().ingest(
         redis, [k.inbox, k.seen(events.dedupe_id(event))], [60, events.encode(event)]
     )
-    await redis.publish(keys.wake_channel, tenant)
+    await wake_up(redis, prefix, tenant)
 
 
 # --- what the product wrote --------------------------------------------------------------------

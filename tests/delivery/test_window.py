@@ -165,8 +165,6 @@ async def test_a_day_old_batch_requeued_from_review_gets_the_template(
     (item,) = await wait_for(parked, "the old batch in review")
     assert item["reason"] == "too_old" and graph.requests == []
     await ReviewList(redis, Keys(prefix), Scripts()).requeue(TENANT, str(item["id"]))
-    # The review CLI does not publish a wake-up (the safety sweep would find the batch).
-    await redis.publish(Keys(prefix).wake_channel, TENANT)
 
     (template,) = await graph.await_for(lambda: graph.sent_templates(PERSON), timeout=10)
     assert template.template_name == TEMPLATE

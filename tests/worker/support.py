@@ -1,8 +1,9 @@
 """Helpers for the worker tests: inject messages as the receiver does, run and watch workers.
 
 `push_message` is the one way the tests put messages in: the same three steps as the receiver
-(SADD the tenant into the registry, the `ingest` script's atomic dedupe + LPUSH, PUBLISH on the
-wake-up channel). `WorkerFleet` starts real `python -m worker` processes and always kills them.
+(SADD the tenant into the registry, the `ingest` script's atomic dedupe + LPUSH, the tenant
+added to the new-work wake-up queue). `WorkerFleet` starts real `python -m worker` processes and
+always kills them.
 The recording brain (tests/worker/brains.py) writes one JSON record per turn event to
 `record_key(prefix)`; `Records` reads them back.
 """
@@ -21,11 +22,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from redis.asyncio import Redis
-from redis.asyncio.cluster import RedisCluster as ClusterClient
 
 from shared import events
+from shared import wake as shared_wake
 from shared.keys import Keys
-from shared.redis_client import is_cluster
 from shared.scripts import Scripts
 from shared.settings import env_names
 
@@ -66,7 +66,7 @@ async def push_message(
 ) -> bool:
     """Store one inbound message like the receiver; True if stored, False if a duplicate.
 
-    `wake=False` leaves out the PUBLISH: a lost wake-up, which only the sweep can catch."""
+    `wake=False` leaves out the wake-up: a lost one, which only the sweep can catch."""
     event = events.message_event(
         channel=channel,
         tenant=tenant,
@@ -119,8 +119,13 @@ async def _store(
         redis, [k.inbox, k.seen(events.dedupe_id(event))], [dedupe_ttl_s, events.encode(event)]
     )
     if wake:
-        await redis.publish(keys.wake_channel, tenant)
+        await wake_up(redis, prefix, tenant)
     return bool(int(stored))
+
+
+async def wake_up(redis: Redis, prefix: str, tenant: str = TENANT) -> None:
+    """Tell the fleet a tenant has new work, as the receiver does after a round."""
+    await shared_wake.add(redis, Keys(prefix).wake_queue, [tenant])
 
 
 # --- waiting ----------------------------------------------------------------------------------
@@ -228,14 +233,9 @@ async def stats(redis: Redis, prefix: str, tenant: str = TENANT) -> dict[str, in
     return {_text(k): int(v) for k, v in raw.items()}
 
 
-async def subscribers(redis: Redis, prefix: str) -> int:
-    """How many connections listen on the wake-up channel (one per running worker)."""
-    channel = Keys(prefix).wake_channel
-    if is_cluster(redis):  # each node counts its own subscribers: ask them all
-        ((_, count),) = await redis.pubsub_numsub(channel, target_nodes=ClusterClient.ALL_NODES)
-    else:
-        ((_, count),) = await redis.pubsub_numsub(channel)
-    return int(count)
+async def listening(redis: Redis, prefix: str) -> int:
+    """How many workers have their wake-up connection open (i.e. are up)."""
+    return await shared_wake.listening_workers(redis, Keys(prefix))
 
 
 async def scan_keys(redis: Redis, prefix: str) -> list[str]:
@@ -285,9 +285,9 @@ class WorkerFleet:
         return env
 
     async def start(self, count: int = 1, **overrides: object) -> list[subprocess.Popen[bytes]]:
-        """Start `count` workers (env overrides by variable name) and wait until subscribed."""
+        """Start `count` workers (env overrides by variable name) and wait until listening."""
         started = [self._spawn(self.env(**overrides)) for _ in range(count)]
-        await self.wait_subscribed(sum(1 for p in self.procs if p.poll() is None))
+        await self.wait_listening(sum(1 for p in self.procs if p.poll() is None))
         return started
 
     def launch(self, **overrides: object) -> subprocess.Popen[bytes]:
@@ -308,16 +308,16 @@ class WorkerFleet:
         self.logs.append(log)
         return proc
 
-    async def wait_subscribed(self, count: int) -> None:
-        """Until `count` processes listen on the wake-up channel (i.e. they are up)."""
+    async def wait_listening(self, count: int) -> None:
+        """Until `count` processes have their wake-up connection open (i.e. they are up)."""
 
         async def probe() -> bool:
             for proc in self.procs:
                 if proc.poll() is not None and proc.returncode not in (0, -9, -15):
                     raise AssertionError(f"worker exited with {proc.returncode}: {self.dump()}")
-            return await subscribers(self.redis, self.prefix) >= count
+            return await listening(self.redis, self.prefix) >= count
 
-        await wait_for(probe, f"{count} worker(s) subscribed", timeout_s=15)
+        await wait_for(probe, f"{count} worker(s) listening", timeout_s=15)
 
     def dump(self) -> str:
         return "\n".join(f"--- {p.name}\n{p.read_text()[-6000:]}" for p in self.logs if p.exists())

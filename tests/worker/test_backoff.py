@@ -12,7 +12,14 @@ from redis.asyncio import Redis
 
 from shared.keys import Keys
 from shared.settings import Settings
-from tests.worker.support import TENANT, push_message, review_items, subscribers, wait_for
+from tests.worker.support import (
+    TENANT,
+    listening,
+    push_message,
+    review_items,
+    wait_for,
+    wake_up,
+)
 from worker.batch import Batch
 from worker.runner import Worker
 
@@ -56,10 +63,10 @@ async def test_delays_double_from_the_base_then_review(
     _, brain = failing_worker
     k = Keys(prefix).tenant(TENANT)
 
-    async def subscribed() -> bool:
-        return await subscribers(redis, prefix) == 1
+    async def up() -> bool:
+        return await listening(redis, prefix) == 1
 
-    await wait_for(subscribed, "the worker listening")
+    await wait_for(up, "the worker listening")
     await push_message(redis, prefix, PERSON, "wamid.b", "hola")
 
     for attempt, delay_ms in [(1, 5000), (2, 10000), (3, 20000)]:
@@ -77,7 +84,7 @@ async def test_delays_double_from_the_base_then_review(
         assert error == f"ConnectionError: provider down ({attempt - 1})".encode()
         # Make the retry due now and tell the worker, instead of waiting the delay.
         await redis.zadd(k.due, {PERSON: 0})
-        await redis.publish(Keys(prefix).wake_channel, TENANT)
+        await wake_up(redis, prefix)
 
     async def parked() -> list[dict[str, object]]:
         return await review_items(redis, prefix)

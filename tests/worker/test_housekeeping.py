@@ -22,6 +22,7 @@ from tests.worker.support import (
     scan_keys,
     stats,
     wait_for,
+    wake_up,
 )
 
 pytestmark = pytest.mark.slow
@@ -100,7 +101,7 @@ async def test_statuses_are_consumed_and_counted(
     k = Keys(prefix).tenant(TENANT)
     odd = events.encode({"v": 1, "kind": "typing", "person": recipient, "id": "x"})
     await Scripts().ingest(redis, [k.inbox, k.seen("whatsapp:typing:x")], [60, odd])
-    await redis.publish(Keys(prefix).wake_channel, TENANT)
+    await wake_up(redis, prefix)
 
     async def counted() -> dict[str, int] | None:
         counts = await stats(redis, prefix)

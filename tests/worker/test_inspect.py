@@ -143,6 +143,8 @@ async def test_the_command_prints_text_and_json(
     fleet = run_cli(redis_server, prefix)
     assert fleet.returncode == 0, fleet.stderr
     assert f"{TENANT}  inbox=1 waiting=2 running=1 review=1 messages=6" in fleet.stdout
+    # No worker runs: the tenant's wake-up waits for one, once however often it was woken.
+    assert "workers listening: 0; tenants waiting for a worker: 1 with new work" in fleet.stdout
 
     text = run_cli(redis_server, prefix, TENANT)
     assert text.returncode == 0, text.stderr

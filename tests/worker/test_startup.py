@@ -67,7 +67,7 @@ async def test_a_worker_waits_for_redis_then_answers(
     assert "Traceback" not in late_fleet.dump()
 
     with RedisServer(port=port, directory=tmp_path / "redis"):
-        await late_fleet.wait_subscribed(1)
+        await late_fleet.wait_listening(1)
         person = "5491100000041"
         await push_message(late_redis, prefix, person, "wamid.late", "hola")
         (reply,) = await wait_for(lambda: outbox(late_redis, prefix), "the reply", timeout_s=15)
