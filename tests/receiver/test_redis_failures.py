@@ -41,7 +41,7 @@ async def test_redis_stopped_then_restarted(settings: Settings, own_server: Redi
 
         response, elapsed = await timed_post(client, BURST)
         assert response.status_code == 503
-        assert elapsed < 1.0
+        assert elapsed < 2.5  # REDIS_TIMEOUT_S=0.5, with room for a loaded machine
         assert (await client.get("/readyz")).status_code == 503
         assert (await client.get("/healthz")).status_code == 200
 
@@ -79,7 +79,7 @@ async def test_redis_paused_is_503_within_the_timeout(
             await admin.execute_command("CLIENT", "PAUSE", "3000", "WRITE")
             response, elapsed = await timed_post(client, BURST)
             assert response.status_code == 503
-            assert elapsed < 1.5
+            assert elapsed < 2.5  # well inside the 3 s pause: the timeout answered
             await admin.execute_command("CLIENT", "UNPAUSE")
             response = await post(client, BURST)
             assert response.status_code == 200
