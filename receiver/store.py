@@ -28,6 +28,16 @@ every slot is busy the next round gathers, so a request waits at most for the ro
 flight and its own. One is the default because it measured best: with two, requests that
 arrive while a round is out go out at once, but the receiver used less of its core, not more
 (0.78-0.84 vs 0.86-0.89, same CPU per request; docs/benchmarks/receiver.md).
+
+Under load the flusher spins while a large round is at Redis (`SPIN_MIN_REQUESTS`,
+`SPIN_MAX_S`): it yields to the event loop once per turn instead of letting the loop sleep.
+With a round out, every request the client has sent is often already parsed and waiting for
+that round, so the process would sleep until Redis answers; on a virtual machine a sleeping
+vCPU is halted, and waking it for the answer took long enough that the receiver sat idle
+12-14 % of the time at full load (voluntary context switches ~270/s, ~0.5 ms each). Yielding
+keeps it on its CPU (docs/benchmarks/receiver.md has the figures). Small rounds (light
+traffic) never spin, so an idle receiver stays idle, and a spin never outlasts `SPIN_MAX_S`
+(a slow Redis then gets the usual sleep).
 """
 
 from __future__ import annotations
@@ -48,6 +58,8 @@ ROUNDS_IN_FLIGHT = 1  # rounds sent and not yet answered, at most (one connectio
 ANSWER_FIRST = True  # answer a round's requests before sending the next round
 MAX_CACHED_TENANTS = 10_000  # bounds the per-tenant key cache (signed bodies name tenants)
 REGISTRY_REFRESH_S = 60.0  # re-add known tenants this often, in case the registry was reset
+SPIN_MIN_REQUESTS = 8  # rounds this large keep the loop awake while Redis works (see above)
+SPIN_MAX_S = 0.002  # ...for at most this long per round; 0 turns spinning off
 
 
 class StoreUnavailable(Exception):
@@ -167,7 +179,10 @@ class InboxWriter:
             # One deadline per round rather than per request (a timer per request cost ~5 us
             # of ~100): a request waits for at most the round in flight and its own.
             async with asyncio.timeout(self._timeout_s):
-                per_tenant = await self._write(round_)
+                if SPIN_MAX_S > 0 and len(round_.waiters) >= SPIN_MIN_REQUESTS:
+                    per_tenant = await self._write_spinning(round_)
+                else:
+                    per_tenant = await self._write(round_)
         except Exception as exc:
             for future, _ in round_.waiters:
                 if not future.done():
@@ -179,6 +194,22 @@ class InboxWriter:
                 future.set_result(
                     [r for t, start, n in places for r in per_tenant[t][start : start + n]]
                 )
+
+    async def _write_spinning(self, round_: _Round) -> dict[str, list[int]]:
+        """`_write`, with this task yielding once per loop turn until Redis answers (or for
+        `SPIN_MAX_S`): every other ready callback still runs each turn, the loop just never
+        blocks in its poll while the round is out."""
+        loop = self._loop or asyncio.get_running_loop()
+        write = loop.create_task(self._write(round_))
+        try:
+            deadline = loop.time() + SPIN_MAX_S
+            # Polling, not an Event, is the point: waiting on one would let the loop sleep.
+            while not write.done() and loop.time() < deadline:  # noqa: ASYNC110
+                await asyncio.sleep(0)
+            return await write
+        except BaseException:
+            write.cancel()  # a timeout while spinning must not leave the write running
+            raise
 
     def _tenant_keys(self, tenant: str) -> TenantKeys:
         # Built once per tenant, not per request (a frozen dataclass and a key check each).

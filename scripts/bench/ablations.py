@@ -15,6 +15,8 @@
   (`receiver.store.ROUNDS_IN_FLIGHT`; the receiver as committed uses 1);
 - `nextfirst`: send the next group-commit round before the answered requests respond (the
   order before `receiver.store.ANSWER_FIRST`);
+- `nospin`: let the loop sleep while a round is at Redis (`receiver.store.SPIN_MAX_S = 0`, the
+  receiver before spinning was added);
 - `fast`: POST /webhooks/whatsapp handled by a plain ASGI function in front of Starlette (no
   Request object, router, middleware or exception wrappers; the request task suspends while
   Redis works and every resume unwinds through those frames), empty body, same checks
@@ -42,7 +44,7 @@ from receiver.whatsapp import parse_body
 
 VARIANT = set(os.environ.get("VARIANT", "").split("+")) - {""}
 ROUNDS = {f"rounds{n}": n for n in (1, 2, 3)}
-UNKNOWN = VARIANT - {"gc", "notimeout", "empty", "fast", "nextfirst", *ROUNDS}
+UNKNOWN = VARIANT - {"gc", "notimeout", "empty", "fast", "nextfirst", "nospin", *ROUNDS}
 if UNKNOWN:
     raise SystemExit(f"ablations: unknown VARIANT piece(s) {sorted(UNKNOWN)}")
 
@@ -51,6 +53,9 @@ for piece in VARIANT & ROUNDS.keys():
 
 if "nextfirst" in VARIANT:
     receiver_store.ANSWER_FIRST = False
+
+if "nospin" in VARIANT:
+    receiver_store.SPIN_MAX_S = 0
 
 if "empty" in VARIANT:
     _EMPTY = Response(status_code=200)
