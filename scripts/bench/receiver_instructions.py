@@ -12,7 +12,9 @@ Why: on a shared 2-core machine wall-clock and even CPU-time figures move by 30 
 minute to the next; instruction counts repeat to well under 1 %. Use it to decide whether a
 change saves work; use bench_receiver (wrk) for what a user sees. Round sizes under valgrind
 differ from a real run (the traced process is ~50x slower, Redis is not), so per-round costs
-weigh less here than under wrk. Needs valgrind (apt-get install valgrind).
+weigh less here than under wrk. The flusher's spin while a round is at Redis
+(`receiver.store.SPIN_MAX_S`) is turned off here: its iterations count waiting, not work, and
+under valgrind they would vary with Redis's speed. Needs valgrind (apt-get install valgrind).
 """
 
 from __future__ import annotations
@@ -45,6 +47,8 @@ def instructions(requests: int, pool: int, extra: list[str]) -> int:
                 "1",
                 "--pool",
                 str(pool),
+                "--spin-max-s",
+                "0",
                 *extra,
             ],
             capture_output=True,
