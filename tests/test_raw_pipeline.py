@@ -45,13 +45,15 @@ async def test_replies_come_back_in_order_with_error_replies_in_place(redis: Red
 async def test_a_batch_cancelled_while_redis_stalls_leaves_no_stale_reply(redis: Redis) -> None:
     wire = RawPipeline(redis)
     await wire.exchange([("SET", "rp:key", "before")])
-    await redis.execute_command("CLIENT", "PAUSE", "600", "ALL")
+    # A 2 s pause against the 0.2 s timeout: on a loaded machine too the GET is still stalled
+    # when it is cancelled.
+    await redis.execute_command("CLIENT", "PAUSE", "2000", "ALL")
     try:
         with pytest.raises(TimeoutError):
             async with asyncio.timeout(0.2):
                 await wire.exchange([("GET", "rp:key")])
     finally:
-        await asyncio.sleep(0.6)  # the pause ends; the stalled GET's reply would arrive now
+        await asyncio.sleep(2.0)  # the pause ends; the stalled GET's reply would arrive now
     await redis.set("rp:key", "after")
     assert await wire.exchange([("GET", "rp:key")]) == [b"after"]
 

@@ -315,8 +315,10 @@ async def test_a_reply_chatwoot_may_have_created_is_not_posted_again_and_the_age
     mid-answer, one conversation each): a second POST would be a second message, so none is
     made. Each batch is in review as delivery_unknown, and the hand-off note asks the agent
     to look for that message in the conversation."""
-    await workers.start(CHATWOOT_TIMEOUT_S=0.5)
-    chatwoot.add_fault(ChatwootFault(delay=2.0, conversation=42, kinds=frozenset({"reply"})))
+    # A 1 s timeout: the other calls (typing, note, status) answer within it even on a loaded
+    # machine, while the 3 s delay always outlasts it.
+    await workers.start(CHATWOOT_TIMEOUT_S=1.0)
+    chatwoot.add_fault(ChatwootFault(delay=3.0, conversation=42, kinds=frozenset({"reply"})))
     chatwoot.add_fault(ChatwootFault(drop=True, conversation=43, kinds=frozenset({"reply"})))
     await post_message(receiver_url, 1201, "hola", conversation=42)
     await post_message(receiver_url, 1202, "buenas", conversation=43)
@@ -338,7 +340,7 @@ async def test_a_reply_chatwoot_may_have_created_is_not_posted_again_and_the_age
     assert counts["review:delivery_unknown"] == 2 and counts["unknown:part"] == 2
     assert "retries" not in counts and "turns" not in counts
     # Both replies did reach the conversation: what nobody could know.
-    await chatwoot.await_for(lambda: len(chatwoot.replies()) == 2, timeout=5)
+    await chatwoot.await_for(lambda: len(chatwoot.replies()) == 2, timeout=15)
 
 
 async def test_a_hand_off_note_chatwoot_did_not_answer_is_not_posted_again(
@@ -348,8 +350,8 @@ async def test_a_hand_off_note_chatwoot_did_not_answer_is_not_posted_again(
     receiver_url: str,
     chatwoot: ChatwootApiStandIn,
 ) -> None:
-    await workers.start(REVIEW_AFTER_S=600, CHATWOOT_TIMEOUT_S=0.5)
-    chatwoot.hang_next(1, 2.0, kinds=["note"])
+    await workers.start(REVIEW_AFTER_S=600, CHATWOOT_TIMEOUT_S=1.0)  # see above
+    chatwoot.hang_next(1, 3.0, kinds=["note"])
     await post_message(receiver_url, 1301, "hola", created_at=time.time() - 3600)
 
     item = await reviewed(redis, prefix)
@@ -359,5 +361,5 @@ async def test_a_hand_off_note_chatwoot_did_not_answer_is_not_posted_again(
     assert item["handoff_steps"]["status"] == "open"
     assert len(chatwoot.calls("note")) == 1 and chatwoot.status_of(CONVERSATION) == "open"
     assert (await stats(redis, prefix, TENANT))["unknown:note"] == 1
-    await chatwoot.await_for(lambda: chatwoot.notes(CONVERSATION), timeout=5)  # the hung one
+    await chatwoot.await_for(lambda: chatwoot.notes(CONVERSATION), timeout=15)  # the hung one
     assert len(chatwoot.notes(CONVERSATION)) == 1

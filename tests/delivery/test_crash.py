@@ -29,19 +29,21 @@ async def test_parts_after_a_crash_are_sent_once_and_the_ai_is_not_asked_again(
     parts = [" ".join(f"Parte {p}, frase {i}." for i in range(200)) for p in (1, 2, 3)]
     assert all(3000 < len(p) <= 4096 for p in parts)
     ai.queue_reply("\n\n".join(parts))
-    # Every Graph request waits a little: enough to see part 1 recorded and part 2 on its way.
-    graph.set_latency(0.6)
+    # Every Graph request waits a while: enough to see part 1 recorded and to add the fault
+    # below while part 2 still waits, even on a loaded machine (the fault is looked up after
+    # the latency).
+    graph.set_latency(2.0)
     (victim,) = await fleet.start(1, **{**env, **LEASE})
     await push_message(redis, prefix, PERSON, "wamid.c1", "contame todo")
 
     async def part_one_recorded() -> bool:
         return "part:0" in await batch_hash(redis, prefix, PERSON)
 
-    await wait_for(part_one_recorded, "part 1 recorded on the batch", timeout_s=10, every_s=0.01)
+    await wait_for(part_one_recorded, "part 1 recorded on the batch", timeout_s=20, every_s=0.01)
     # Part 2 is now waiting in the stand-in: make it fail, so Meta never accepts it, and kill
     # the worker while it waits for the answer.
     graph.add_fault(GraphFault(code=131000, delay=30, count=1))
-    await graph.await_for(lambda: any(r.fault for r in graph.requests), timeout=2)
+    await graph.await_for(lambda: any(r.fault for r in graph.requests), timeout=10)
     victim.send_signal(signal.SIGKILL)
     await wait_exit(victim, 5)
     graph.set_latency(0)

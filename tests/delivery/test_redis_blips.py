@@ -31,15 +31,16 @@ async def test_a_finish_during_a_redis_stall_is_retried_and_nothing_is_sent_twic
     graph: GraphApiStandIn,
     ai: MessagesApiStandIn,
 ) -> None:
-    # The send waits 0.3 s in the stand-in: time to stall Redis before its answer comes back,
-    # so the finish that records it meets a Redis that does not answer for 1.5 s (three times
-    # the worker's Redis timeout, well within its lease).
-    graph.set_latency(0.3)
+    # The send waits 1 s in the stand-in: time to stall Redis before its answer comes back, even
+    # on a loaded machine, so the finish that records it meets a Redis that does not answer
+    # for the rest of the 2.5 s pause (three times the worker's Redis timeout or more, well
+    # within its lease).
+    graph.set_latency(1.0)
     overrides = {"REDIS_TIMEOUT_S": "0.5", "LEASE_S": "4", "LEASE_RENEW_S": "0.5"}
     await fleet.start(1, **{**env, **overrides})
     await push_message(redis, prefix, PERSON, "wamid.blip1", "hola")
     await graph.await_for(lambda: text_send_arrived(graph), timeout=10)
-    await redis.execute_command("CLIENT", "PAUSE", "1500", "ALL")
+    await redis.execute_command("CLIENT", "PAUSE", "2500", "ALL")
 
     async def finished() -> bool:
         return (await stats(redis, prefix)).get("turns") == 1

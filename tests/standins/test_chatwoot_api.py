@@ -98,7 +98,7 @@ def test_created_messages_come_back_as_signed_outgoing_webhooks() -> None:
         ) as chatwoot,
     ):
         created = call(chatwoot, "messages", {"content": "hola"}).json()
-        chatwoot.wait_for(lambda: chatwoot.webhook_deliveries, timeout=5)
+        chatwoot.wait_for(lambda: chatwoot.webhook_deliveries, timeout=15)
         # Over HTTP too (what scripts/simulate reads): the delivery and the receiver's answer.
         (listed,) = httpx.get(f"{chatwoot.url}/_requests").json()["webhooks"]
     assert (listed["message_id"], listed["response_status"]) == (created["id"], 200)

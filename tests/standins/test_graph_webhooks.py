@@ -110,7 +110,7 @@ async def test_sent_delivered_read_signed_in_meta_shape(
     rx, url = receiver
     graph.configure(webhook_url=url, app_secret=SECRET, status_delays=[0.01])
     wamid = await send(graph)
-    await graph.await_webhooks(timeout=5)
+    await graph.await_webhooks(timeout=15)
     statuses = rx.statuses()
     assert [s["status"] for s in statuses] == ["sent", "delivered", "read"]
     assert {s["id"] for s in statuses} == {wamid}

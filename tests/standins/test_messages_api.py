@@ -350,7 +350,7 @@ async def test_timeout_and_latency(
     started = time.monotonic()
     with pytest.raises(anthropic.APITimeoutError):
         await create(impatient)
-    assert time.monotonic() - started < 1.5
+    assert time.monotonic() - started < 1.8, "the 0.2 s timeout, not the 2 s hang"
     ai.set_latency(0.25)
     started = time.monotonic()
     await create(client)

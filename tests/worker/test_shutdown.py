@@ -19,6 +19,7 @@ from tests.worker.support import (
     outbox,
     push_message,
     wait_exit,
+    wait_for,
 )
 
 pytestmark = pytest.mark.slow
@@ -27,11 +28,12 @@ pytestmark = pytest.mark.slow
 async def test_sigterm_lets_the_running_turn_finish_holding_its_lease(
     redis: Redis, prefix: str, fleet: WorkerFleet, records: Records
 ) -> None:
-    env = {"LEASE_S": "1.5", "LEASE_RENEW_S": "0.3", "SHUTDOWN_GRACE_S": "8"}
+    # Renewed every 0.4 s, the 2 s lease survives a loaded machine's stalls (up to 1.6 s).
+    env = {"LEASE_S": "2", "LEASE_RENEW_S": "0.4", "SHUTDOWN_GRACE_S": "8"}
     (stopping,) = await fleet.start(1, **env)
     person = "5491100000031"
     lock = Keys(prefix).tenant(TENANT).lock(person)
-    await push_message(redis, prefix, person, "wamid.term", "hola !sleep=3")
+    await push_message(redis, prefix, person, "wamid.term", "hola !sleep=4")
     await records.wait_turns(person, 1, outcome=None)
     token = await redis.get(lock)
     assert token
@@ -40,7 +42,7 @@ async def test_sigterm_lets_the_running_turn_finish_holding_its_lease(
     stopping.send_signal(signal.SIGTERM)
     signalled = time.monotonic()
 
-    # The turn runs 3 s, twice the lease: renewal must go on while the process drains.
+    # The turn runs 4 s, twice the lease: renewal must go on while the process drains.
     while stopping.poll() is None:
         held = await redis.get(lock)
         if held != token:
@@ -84,7 +86,8 @@ async def test_a_turn_outliving_the_grace_keeps_its_lock_and_resumes_after_the_l
     assert resumed.batch == cut.batch and resumed.ids == ["wamid.grace"]
     assert resumed.start["attempt"] == cut.start["attempt"] == 0
     assert resumed.start["ms"] >= exited_ms + pttl - 100, "not before the lease ended"
-    (reply,) = await outbox(redis, prefix)
+    # The brain's "end" record comes before the sender's reply: wait for the reply itself.
+    (reply,) = await wait_for(lambda: outbox(redis, prefix), "the resumed turn's reply")
     assert reply["batch_id"] == cut.batch
 
 
