@@ -82,32 +82,30 @@ async def test_a_large_round_spins_and_other_tasks_still_run(
     assert len(await inbox(redis)) == 5
 
 
-async def test_a_small_round_sleeps(
-    untimed: Redis, redis: Redis, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("min_requests", "max_s", "requests", "why"),
+    [
+        (4, 5.0, 3, "a small round spun"),
+        (1, 0.05, 4, "the spin outlasted SPIN_MAX_S"),
+        (1, 0, 4, "SPIN_MAX_S=0 still spun"),
+    ],
+    ids=["small-round-sleeps", "spin-ends-after-spin-max-s", "spin-max-s-0-is-off"],
+)
+async def test_the_loop_sleeps_while_paused(
+    untimed: Redis,
+    redis: Redis,
+    monkeypatch: pytest.MonkeyPatch,
+    min_requests: int,
+    max_s: float,
+    requests: int,
+    why: str,
 ) -> None:
-    monkeypatch.setattr(receiver.store, "SPIN_MIN_REQUESTS", 4)
-    monkeypatch.setattr(receiver.store, "SPIN_MAX_S", 5.0)
+    """Redis holds the round for PAUSE_S; without a spin (or once it ended) the process sleeps."""
+    monkeypatch.setattr(receiver.store, "SPIN_MIN_REQUESTS", min_requests)
+    monkeypatch.setattr(receiver.store, "SPIN_MAX_S", max_s)
     w = await warm_writer(untimed)
-    cpu, _ = await cpu_while_paused(redis, w, 3)
-    assert cpu < 0.2 * PAUSE_S, f"a small round spun ({cpu:.3f}s of CPU)"
-
-
-async def test_a_spin_ends_after_spin_max_s(
-    untimed: Redis, redis: Redis, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(receiver.store, "SPIN_MIN_REQUESTS", 1)
-    monkeypatch.setattr(receiver.store, "SPIN_MAX_S", 0.05)
-    w = await warm_writer(untimed)
-    cpu, _ = await cpu_while_paused(redis, w, 4)
-    assert cpu < 0.2 * PAUSE_S, f"the spin outlasted SPIN_MAX_S ({cpu:.3f}s of CPU)"
-
-
-async def test_spinning_off(untimed: Redis, redis: Redis, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(receiver.store, "SPIN_MIN_REQUESTS", 1)
-    monkeypatch.setattr(receiver.store, "SPIN_MAX_S", 0)
-    w = await warm_writer(untimed)
-    cpu, _ = await cpu_while_paused(redis, w, 4)
-    assert cpu < 0.2 * PAUSE_S, f"SPIN_MAX_S=0 still spun ({cpu:.3f}s of CPU)"
+    cpu, _ = await cpu_while_paused(redis, w, requests)
+    assert cpu < 0.2 * PAUSE_S, f"{why} ({cpu:.3f}s of CPU)"
 
 
 async def test_a_deadline_mid_spin_fails_the_round_and_leaves_no_write_running(
