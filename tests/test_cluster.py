@@ -2,9 +2,10 @@
 
 Tenants are chosen so their hash slots fall on every node, and the key prefix so the wake-up
 queues live on nodes other than the one `REDIS_URL` names: the workers' blocking pops reach
-them only by the slot map. The end-to-end test runs the real
-receiver (`uvicorn`) and worker processes; a SIGKILLed worker's batch comes back after its
-lease. The scenarios of the single-Redis suites marked `cluster` also run here (conftest.py).
+them only by the slot map. The end-to-end test runs the real receiver (`uvicorn`) and worker
+processes; a SIGKILLed worker's batch comes back after its lease, found by the survivor's
+safety sweep. The scenarios of the single-Redis suites marked `cluster` also run here
+(conftest.py).
 """
 
 from __future__ import annotations
@@ -137,7 +138,14 @@ async def test_bursts_dedupe_and_a_killed_worker_across_tenants_on_three_nodes(
     fleet: WorkerFleet,
     receiver: Uvicorn,
 ) -> None:
-    procs = await fleet.start(2, DEBOUNCE_WINDOW_S="0.4", MAX_WAIT_S="3", **LEASE)
+    # The safety sweep at its default interval: it is what finds a dead worker's expired lease.
+    # The survivor learns that lease's end by itself only if it happened to claim for the
+    # victim's tenant after the victim's batch was claimed; with the sweep off (the fleet's
+    # default in tests) the batch then waited for it, a flake seen in CI. Wake-ups across the
+    # nodes without any sweep are tests/worker/test_wakeups.py's, which also runs here.
+    procs = await fleet.start(
+        2, DEBOUNCE_WINDOW_S="0.4", MAX_WAIT_S="3", POLL_INTERVAL_S="1", **LEASE
+    )
     records = Records(redis, prefix)
     people = {t: [f"54911{t[-4:]}{p:04d}" for p in range(PEOPLE_PER_TENANT)] for t in tenants}
     victim_tenant, victim = tenants[2], people[tenants[2]][0]
