@@ -77,6 +77,11 @@ def configure_logging(level: str = "INFO", fmt: str = "json") -> None:
     if fmt == "json":
         for name in SERVER_LOGGERS:
             server = logging.getLogger(name)
+            if not server.handlers and not server.propagate:
+                # uvicorn turned this one off (`--no-access-log` leaves uvicorn.access with
+                # no handler and no propagation). Routing it to the root would turn it back
+                # on: uvicorn logs access lines whenever the logger `hasHandlers()`.
+                continue
             server.handlers.clear()
             server.propagate = True
 

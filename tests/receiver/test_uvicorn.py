@@ -25,7 +25,7 @@ MAX_BODY = 65536
 
 
 class Uvicorn:
-    def __init__(self, redis_url: str, **env: str) -> None:
+    def __init__(self, redis_url: str, access_log: bool = False, **env: str) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.env = {
@@ -38,8 +38,11 @@ class Uvicorn:
             **env,
         }
         command = [sys.executable, "-m", "uvicorn", "receiver.app:app", "--port", str(self.port)]
+        command += ["--loop", "uvloop", "--http", "httptools"]
+        if not access_log:
+            command.append("--no-access-log")  # as the Procfile runs it
         self.process = subprocess.Popen(
-            [*command, "--loop", "uvloop", "--http", "httptools", "--no-access-log"],
+            command,
             cwd=ROOT,
             env=self.env,
             # Every log line goes to stdout, one JSON object per line (uvicorn's too).
@@ -160,3 +163,25 @@ def test_starts_without_redis_and_stops_cleanly() -> None:
     (last_of_ours,) = [line for line in ours if line["logger"] == "receiver.app"][-1:]
     assert last_of_ours["msg"] == "receiver stopped", output
     assert ours[-1]["msg"].startswith("Finished server process"), output
+
+
+@pytest.mark.parametrize("access_log", [False, True])
+def test_uvicorns_access_log_flag_holds_under_our_json_logging(
+    redis_server: RedisServer, access_log: bool
+) -> None:
+    """`--no-access-log` (the Procfile's) means no line per request, though every other uvicorn
+    logger is routed through our JSON handler; without the flag, access lines are JSON too."""
+    process = Uvicorn(redis_server.url, access_log=access_log)
+    try:
+        for _ in range(3):
+            assert httpx.get(f"{process.url}/healthz").status_code == 200
+    finally:
+        code, output = process.terminate()
+    assert code in (0, -signal.SIGTERM)
+    lines = [json.loads(line) for line in output.splitlines()]
+    access = [line for line in lines if line["logger"] == "uvicorn.access"]
+    assert any(line["logger"] == "uvicorn.error" for line in lines), output
+    if access_log:
+        assert len(access) >= 3 and all("GET /healthz" in line["msg"] for line in access), output
+    else:
+        assert access == [], output
