@@ -120,9 +120,9 @@ class Server:
             "uvloop",
             "--http",
             "httptools",
+            # The Procfile's flags, log level included (uvicorn's default, info): a logging
+            # setting that costs per request must show here as it would in production.
             "--no-access-log",
-            "--log-level",
-            "warning",
         ]
         self.command = prefix + self.args
         self.env = env
