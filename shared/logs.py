@@ -29,6 +29,10 @@ _STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
 }
 # uvicorn configures these with text handlers of their own (not propagating to the root).
 SERVER_LOGGERS = ("uvicorn", "uvicorn.error", "uvicorn.access")
+# Libraries that log every request they make at INFO: httpx writes a line per Graph API,
+# Anthropic and Chatwoot call, three or four per turn, more than the worker's own lines (which
+# already say how each send ended). Shown at LOG_LEVEL=DEBUG; their warnings always.
+CHATTY_AT_INFO = ("httpx",)
 
 
 class JsonFormatter(logging.Formatter):
@@ -71,6 +75,9 @@ def configure_logging(level: str = "INFO", fmt: str = "json") -> None:
     if root.handlers:
         return
     root.setLevel(level.upper())
+    if root.level > logging.DEBUG:
+        for name in CHATTY_AT_INFO:
+            logging.getLogger(name).setLevel(max(root.level, logging.WARNING))
     handler = logging.StreamHandler(sys.stdout)
     handler.setFormatter(make_formatter(fmt))
     root.addHandler(handler)

@@ -183,3 +183,25 @@ def test_python_m_worker_writes_json_lines_on_stdout(redis_server: RedisServer) 
     assert APP_SECRET not in out.decode() and all(APP_SECRET not in line["msg"] for line in lines)
     assert any(line["level"] == "WARNING" and "appendonly" in line["msg"] for line in lines)
     assert lines[-1]["msg"].endswith("stopped")
+
+
+@pytest.mark.parametrize("level", ["INFO", "DEBUG"])
+def test_httpx_request_lines_show_only_at_debug(level: str) -> None:
+    """A fresh process, as each entry point configures it: httpx's line per request stays out
+    at INFO, where ours and httpx's warnings stay in."""
+    script = (
+        "import logging\n"
+        "from shared.logs import configure_logging\n"
+        f"configure_logging({level!r}, 'json')\n"
+        "logging.getLogger('httpx').info('HTTP Request: POST http://graph/messages 200')\n"
+        "logging.getLogger('httpx').warning('httpx warning')\n"
+        "logging.getLogger('worker.runner').info('ours')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO, capture_output=True, timeout=30, check=True
+    )
+    messages = [orjson.loads(line)["msg"] for line in done.stdout.splitlines()]
+    expected = ["httpx warning", "ours"]
+    if level == "DEBUG":
+        expected.insert(0, "HTTP Request: POST http://graph/messages 200")
+    assert messages == expected, done.stdout
