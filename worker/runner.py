@@ -479,6 +479,12 @@ class Worker:
             return
         age_ms = batch.claimed_ms - batch.oldest_ts * 1000
         if not batch.requeued and batch.oldest_ts and age_ms > s.review_after_s * 1000:
+            log.info(
+                "batch to review tenant=%s batch=%s reason=too_old",
+                batch.tenant,
+                batch.id,
+                extra=_fields(batch, "review"),
+            )
             await self._review(batch, "too_old", f"oldest message {age_ms / 1000:.0f}s old")
             return
         try:

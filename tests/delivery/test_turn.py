@@ -5,6 +5,7 @@ API stand-in with httpx. Then memory: later turns carry the earlier exchanges.""
 from __future__ import annotations
 
 import gc
+import logging
 import time
 import warnings
 
@@ -119,7 +120,9 @@ async def test_a_batch_too_old_for_a_reply_gets_no_read_typing_ai_or_send(
     workers: InProcessWorkers,
     graph: GraphApiStandIn,
     ai: MessagesApiStandIn,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
+    caplog.set_level(logging.INFO, logger="worker.runner")
     await workers.start(REVIEW_AFTER_S=600)
     late, fresh = "5491155550002", "5491155550003"
     await push_message(redis, prefix, late, "wamid.old", "hola", ts=int(time.time()) - 3600)
@@ -134,6 +137,9 @@ async def test_a_batch_too_old_for_a_reply_gets_no_read_typing_ai_or_send(
     assert [r.message_id for r in graph.read_receipts()] == ["wamid.new"]
     assert graph.sent_texts(to=late) == []
     assert [last_user_text(r.body) for r in ai_requests(ai)] == ["hola"]  # only the fresh one
+    # An operator reading the logs at INFO learns of it too, as of every other review.
+    (line,) = [r for r in caplog.records if "reason=too_old" in r.getMessage()]
+    assert line.levelno == logging.INFO and getattr(line, "outcome", None) == "review"
 
 
 async def test_memory_carries_earlier_exchanges_capped_and_expiring(
