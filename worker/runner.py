@@ -479,26 +479,13 @@ class Worker:
             return
         age_ms = batch.claimed_ms - batch.oldest_ts * 1000
         if not batch.requeued and batch.oldest_ts and age_ms > s.review_after_s * 1000:
-            log.info(
-                "batch to review tenant=%s batch=%s reason=too_old",
-                batch.tenant,
-                batch.id,
-                extra=_fields(batch, "review"),
-            )
+            _log_review(batch, "too_old")
             await self._review(batch, "too_old", f"oldest message {age_ms / 1000:.0f}s old")
             return
         try:
             reply = await self._reply(batch)
         except NeedsReview as exc:
-            # A send nobody can confirm is what a person must act on: above INFO.
-            log.log(
-                logging.WARNING if exc.reason == DELIVERY_UNKNOWN else logging.INFO,
-                "batch to review tenant=%s batch=%s reason=%s",
-                batch.tenant,
-                batch.id,
-                exc.reason,
-                extra=_fields(batch, "review"),
-            )
+            _log_review(batch, exc.reason)
             await self._review(batch, exc.reason, exc.detail)
         except LeaseLost:
             log.warning("lease lost mid-turn tenant=%s batch=%s", batch.tenant, batch.id)
@@ -831,6 +818,19 @@ class Worker:
 def _still_due(claim: Claim) -> bool:
     """A conversation of the tenant is due now (or a lease ended) and was not claimed."""
     return 0 <= claim.next_ms <= claim.now_ms
+
+
+def _log_review(batch: Batch, reason: str) -> None:
+    """The line of a batch going to review (a failed-too-often batch logs its own error)."""
+    # A send nobody can confirm is what a person must act on: above INFO.
+    log.log(
+        logging.WARNING if reason == DELIVERY_UNKNOWN else logging.INFO,
+        "batch to review tenant=%s batch=%s reason=%s",
+        batch.tenant,
+        batch.id,
+        reason,
+        extra=_fields(batch, "review"),
+    )
 
 
 def _fields(batch: Batch, outcome: str) -> dict[str, str]:

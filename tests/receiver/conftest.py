@@ -15,6 +15,7 @@ from starlette.applications import Starlette
 from receiver.app import create_app
 from shared.events import decode
 from shared.keys import Keys
+from shared.redis_server import RedisServer
 from shared.settings import Settings
 from tests.conftest import sign
 
@@ -31,6 +32,16 @@ async def running(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://receiver") as client:
             yield client
+
+
+@pytest.fixture
+async def untimed(redis_server: RedisServer, redis: Redis) -> AsyncIterator[Redis]:
+    """A client without socket timeouts: only the writer's own deadline can end a wait."""
+    client = Redis.from_url(redis_server.url)
+    try:
+        yield client
+    finally:
+        await client.aclose()
 
 
 @pytest.fixture

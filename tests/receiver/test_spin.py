@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
 
 import pytest
 from redis.asyncio import Redis
@@ -21,21 +20,10 @@ from receiver.parsing import Item
 from receiver.store import InboxWriter, StoreUnavailable
 from receiver.whatsapp import parse_body
 from shared.keys import Keys
-from shared.redis_server import RedisServer
 from shared.scripts import Scripts
 from tests.receiver.conftest import TENANT, dumps, inbox, payload, text_message
 
 PAUSE_S = 0.6
-
-
-@pytest.fixture
-async def untimed(redis_server: RedisServer, redis: Redis) -> AsyncIterator[Redis]:
-    """A client without socket timeouts: only the writer's own deadline can end a wait."""
-    client = Redis.from_url(redis_server.url)
-    try:
-        yield client
-    finally:
-        await client.aclose()
 
 
 def one_message(message_id: str) -> dict[str, list[Item]]:
