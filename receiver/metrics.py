@@ -220,8 +220,8 @@ def _counters(snapshot: FleetSnapshot) -> Iterator[Metric]:
     unknown = CounterMetricFamily(
         "wa_deliveries_unknown",
         "Sends that may or may not have reached the person (no answer to the request; never "
-        "sent again, each in a review item), by kind: part, template, note (hand-off note), "
-        "hand_over (a custom hand-off interrupted by a crash)",
+        "sent again, each in a review item), by kind: part, template, note (hand-over note), "
+        "hand_over (a custom hand-over interrupted by a crash)",
         labels=["tenant", "kind"],
     )
     for tenant, figures in snapshot.items():

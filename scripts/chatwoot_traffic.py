@@ -232,7 +232,7 @@ class ChatwootTraffic:
             self.handled.add(message_id)
             burst = self.by_conversation.get(int(created["conversation"]))
             if burst is None or created.get("private"):
-                continue  # another conversation's, or a hand-off note (the review list has it)
+                continue  # another conversation's, or a hand-over note (the review list has it)
             reply = CreatedReply(id=message_id, text=str(created.get("content", "")))
             burst.replies.append(reply)
             self.echoes.append(reply)

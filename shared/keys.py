@@ -2,14 +2,15 @@
 
 All keys of one tenant carry the tenant id as a Redis Cluster hash tag (`{tenant}`), so every
 Lua script touches one slot and the same code runs on one Redis or on a cluster. The few
-fleet-wide keys (the tenant registry, the two wake-up queues, the dead-letter list, the sweep
+fleet-wide keys (the tenant registry, the wake-up queues, the dead-letter list, the sweep
 guard) are never used together with a tenant's keys inside one script.
 
 Layout (prefix `wa`, tenant 106540352242922, person 16505551234):
 
     wa:tenants                          SET     tenants that ever received traffic (registry)
     wa:wake                             ZSET    tenant -> ms first woken: new work to take in
-    wa:handoff                          ZSET    tenant -> ms: due, for a worker with a free slot
+    wa:relay                            ZSET    tenant -> ms: due, for a worker with a free slot
+    wa:handoff                          ZSET    the relay queue of the previous release (drained)
     wa:deadletter                       LIST    signed bodies that could not be parsed, whole
     wa:sweep                            STRING  id of the worker sweeping this interval (PX)
     wa:{106540352242922}:inbox          LIST    events from the receiver (LPUSH; worker RPOPs)
@@ -60,9 +61,16 @@ class Keys:
         return f"{self.prefix}:wake"
 
     @property
-    def handoff_queue(self) -> str:
+    def relay_queue(self) -> str:
         """Tenants with a conversation due that their worker could not start (no free slot,
-        shutting down); only workers with a free slot take from it."""
+        shutting down), relayed to the fleet; only workers with a free slot take from it."""
+        return f"{self.prefix}:relay"
+
+    @property
+    def legacy_relay_queue(self) -> str:
+        """The relay queue's name before the release that renamed it: workers of that
+        release still relay there during a rolling deploy, so new workers drain it too
+        (shared/wake.py). Remove after one release."""
         return f"{self.prefix}:handoff"
 
     @property

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, NamedTuple, Protocol
 if TYPE_CHECKING:  # types only: shared/ imports nothing of the processes at run time
     from receiver.parsing import Parsed
     from worker.batch import Batch
+    from worker.turn_state import Delivery
 
 
 class WebhookRequest(NamedTuple):
@@ -73,6 +74,8 @@ class OutboundProvider(Protocol):
 
     async def send(self, batch: Batch, text: str, part: int) -> str | None:
         """Send part `part` of the reply; the provider's message id (None if it gives none).
+        A sender that needs what the turn did so far (the template noted) declares a keyword
+        parameter `delivery: Delivery | None = None` (worker/turn_state.py) and gets it.
 
         Raise `worker.errors.RetryLater` for what a retry can fix, `NeedsReview` for what a
         person must handle, `DeliveryUnknown` when the request may have reached the provider
@@ -80,15 +83,18 @@ class OutboundProvider(Protocol):
         """
         ...
 
-    # True: `hand_over` may be called again for a batch whose earlier hand-off a worker's
-    # death interrupted; it then reads `batch.handoff.steps` and repeats no step it began
-    # (worker/handoff.py). Otherwise a hand-off is never called twice for one batch.
+    # True: `hand_over` may be called again for a batch whose earlier hand-over a worker's
+    # death interrupted; it then reads `delivery.state.journal.steps` and repeats no step it
+    # began (worker/review_journal.py). Otherwise a hand-over is never called twice for one
+    # batch.
     resumes_hand_over: bool
 
-    async def hand_over(self, batch: Batch, reason: str, detail: str) -> bool | str:
+    async def hand_over(
+        self, batch: Batch, reason: str, detail: str, *, delivery: Delivery | None = None
+    ) -> bool | str:
         """The batch was parked for review: give the conversation to a human. True once the
         provider was told, False where it has no such thing (WhatsApp), a text when the
         outcome is not that simple (it goes on the review item: "unknown: ..." when a step
         got no answer); raise on failure. Before each step that tells someone something,
-        mark it in `batch.handoff.steps` and `await batch.save_handoff()`."""
+        mark it in `delivery.state.journal.steps` and `await delivery.save_journal()`."""
         ...

@@ -11,10 +11,20 @@ client at a time (the one waiting longest): each wake-up reaches one worker, not
   from it, busy or not: the claim that follows takes the events in, and intake is what sets a
   conversation's due time (claim.lua, on Redis's clock), so it must not wait for a free slot.
   The worker that took the tenant in holds its next due time and claims then.
-- `wa:handoff`, **due, needs a free slot**: a worker adds a tenant whose conversation is due
+- `wa:relay`, **due, needs a free slot**: a worker relays a tenant whose conversation is due
   (or will be, as far as it knows) when it cannot start it: its slots are full, it is
   shutting down, or it is the sweeper and found more than it can take. Only a worker with a
   free slot takes from it, so a busy worker never swallows one another could serve.
+
+**Rolling deploy of the rename** (`wa:handoff` -> `wa:relay`; remove after one release).
+Workers of the previous release relay to `wa:handoff` and read only it. New workers relay to
+`wa:relay` and listen on both (worker/wakeups.py), so a tenant an old worker relayed is served
+by a new worker as soon as one has a free slot. The other way round, a tenant a new worker
+relayed while only old workers have free slots waits on `wa:relay` for the first new worker
+with a free slot, or for the safety sweep (which old workers run too) to find it due: late by
+at most an interval during the deploy, never lost, since the queue is kept in Redis. A tenant
+taken from either queue is only a hint to claim: the claim script decides, so one relayed
+twice is claimed once.
 
 A worker that takes a wake-up and dies before its claim loses it: the safety sweep
 (worker/sweep.py) finds that tenant's inbox, due time or lease end within an interval or two,

@@ -67,7 +67,7 @@ def prefix_queueing_on_other_nodes(cluster: RedisCluster) -> str:
     while True:
         prefix = f"cl{uuid.uuid4().hex[:8]}"
         keys = Keys(prefix)
-        queues = (keys.wake_queue, keys.handoff_queue)
+        queues = (keys.wake_queue, keys.relay_queue)
         if all(cluster.node_for_slot(key_slot(q.encode())) != 0 for q in queues):
             return prefix
 

@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-
-from worker.handoff import HandOff
-from worker.unknowns import UnknownDelivery
 
 SERVICE_WINDOW_S = 24 * 3600  # WhatsApp's customer-service window
 
@@ -41,9 +37,11 @@ class Message:
         )
 
 
-@dataclass
+@dataclass(frozen=True)
 class Batch:
-    """A claimed batch. `token` proves this worker holds the person's lock."""
+    """A claimed batch, as a brain and a sender read it; frozen, since what a turn changes
+    (the reply, the parts sent, the template noted, the review journal) is the turn's own
+    state (worker/turn_state.py). `token` proves this worker holds the person's lock."""
 
     tenant: str
     person: str
@@ -55,39 +53,14 @@ class Batch:
     requeued: bool
     messages: list[Message]
     messages_json: bytes = b"[]"
+    # The batch hash as claimed, besides the messages: what earlier attempts recorded (the
+    # reply, `part:<i>`, the template note, the review journal) is read from here by
+    # `TurnState.resumed`.
     fields: dict[str, str] = field(default_factory=dict)
     # Earlier exchanges with this person, oldest first: [{"user": ..., "assistant": ...}]
     history: list[dict[str, Any]] = field(default_factory=list)
     # Provider ts of the person's latest message (0: unknown, or the window has closed).
     last_inbound_ts: int = 0
-    # The reply stored by an earlier attempt (never ask the AI twice) and the parts of it the
-    # provider already accepted: part index -> provider message id ("" = deliberately skipped).
-    reply: str | None = None
-    sent_parts: dict[int, str] = field(default_factory=dict)
-    # How many parts the reply was split into (0 until the turn splits it).
-    parts_total: int = 0
-    # The tenant's template went out (or was about to: see `mark_template`) for this batch,
-    # in this attempt or an earlier one: no second template, no more parts.
-    template_sent: bool = False
-    # Which part the template replaced, and when it was noted (Redis clock): a resumed turn
-    # that finds that part unrecorded cannot know whether the template went out.
-    template_part: int | None = None
-    template_ms: int = 0
-    # Set by the worker for the turn: `await note_template(True, part)` notes on the batch in
-    # Redis, under the lease, that the template goes out in place of `part` and sets
-    # `template_sent`; `(False, part)` undoes both (Meta refused it). Raises LeaseLost if the
-    # lease is gone. A sender calls it before the template request (None outside a worker's
-    # turn: then only the flags are kept).
-    note_template: Callable[[bool, int], Awaitable[None]] | None = field(default=None, repr=False)
-    # A send of this turn whose outcome is unknown (it goes on the review item).
-    delivery_unknown: UnknownDelivery | None = None
-    # The review decided for this batch and how far its hand-off got (worker/handoff.py):
-    # read back from Redis on a resumed batch. `await save_handoff()` writes it, under the
-    # lease (set by the worker for the review; raises LeaseLost if the lease is gone).
-    handoff: HandOff | None = None
-    save_handoff: Callable[[], Awaitable[None]] | None = field(default=None, repr=False)
-    # The last part, sent but left for the finish to record: (index, provider id).
-    unrecorded_part: tuple[int, str] | None = None
 
     @classmethod
     def from_claim(cls, tenant: str, row: list[Any]) -> Batch:
@@ -97,11 +70,6 @@ class Batch:
         fields = dict(zip(flat[::2], flat[1::2], strict=True))
         raw_messages = fields.pop("messages", "[]")
         events = orjson.loads(raw_messages)
-        sent_parts = {
-            int(name[5:]): value for name, value in fields.items() if name.startswith("part:")
-        }
-        journal = fields.pop("handoff", None)
-        template_part = fields.get("template_part")
         return cls(
             tenant=tenant,
             person=person,
@@ -116,12 +84,6 @@ class Batch:
             fields=fields,
             history=orjson.loads(fields.pop("history", "[]")),
             last_inbound_ts=int(fields.pop("last_inbound", 0) or 0),
-            reply=fields.get("reply"),
-            sent_parts=sent_parts,
-            template_sent=fields.get("template") == "1",
-            template_part=int(template_part) if template_part else None,
-            template_ms=int(fields.get("template_ms") or 0),
-            handoff=None if journal is None else HandOff.read(journal),
         )
 
     def window_closed(self, now_s: float, window_s: float = SERVICE_WINDOW_S) -> bool:

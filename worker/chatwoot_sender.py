@@ -7,17 +7,17 @@
 - `begin_turn` shows the typing indicator (`toggle_typing_status`), best effort.
 - `hand_over` gives the conversation to a human when its batch is parked for review: a private
   note saying why, then status `open` (`toggle_status`). Each call is retried a few times on
-  transient errors; a hand-off that still fails raises, and the worker records that on the
+  transient errors; a hand-over that still fails raises, and the worker records that on the
   review item (the review item itself is never at risk). At most one note per batch, even
   across a worker's death: the note's step is journaled on the batch before its request and
-  after its answer (worker/handoff.py); a note whose request got no answer is never posted
+  after its answer (worker/review_journal.py); a note whose request got no answer is never posted
   again (recorded as unknown). Setting `open` is idempotent, so it is always (re)done.
 - Errors: 429, 5xx and failures to connect are retried with backoff (`RetryLater`); 401,
   403, 404 and 422 go to review with the status and Chatwoot's message (`NeedsReview`);
   anything else is retried, then reviewed after MAX_ATTEMPTS. A reply part Chatwoot may have
   created without our hearing of it (a read timeout, a connection dropped after the request
   was written) is never posted again: `DeliveryUnknown`, review as "delivery_unknown", and
-  the hand-off note asks the agent to check whether it is in the conversation.
+  the hand-over note asks the agent to check whether it is in the conversation.
 
 Tenant `cw-<account>-<inbox>` gives the account, the person is the conversation id. The token is
 the tenant's `access_token` from TENANTS_FILE, else `CHATWOOT_API_ACCESS_TOKEN`.
@@ -35,8 +35,9 @@ from shared.chatwoot import account_of
 from shared.settings import Settings
 from worker.batch import Batch
 from worker.errors import DeliveryUnknown, NeedsReview, RetryLater
-from worker.handoff import SENDING
+from worker.review_journal import SENDING
 from worker.split import WHATSAPP_MAX_CHARS
+from worker.turn_state import Delivery
 from worker.unknowns import describe, may_have_arrived
 
 log = logging.getLogger(__name__)
@@ -47,8 +48,8 @@ REVIEW_REASONS = {
     404: "not_found",
     422: "invalid_request",
 }
-HANDOFF_ATTEMPTS = 3
-HANDOFF_BACKOFF_S = 0.5  # then 1 s: a hand-off is worth a few seconds, not a retry schedule
+HAND_OVER_ATTEMPTS = 3
+HAND_OVER_BACKOFF_S = 0.5  # then 1 s: a hand-over is worth a few seconds, not a retry schedule
 NOTE_DETAIL_CHARS = 500
 EXCERPT_CHARS = 80  # of a part whose delivery is unknown, for the agent to look for it
 
@@ -65,17 +66,17 @@ class ChatwootError(Exception):
 class ChatwootSender:
     # Chatwoot relays to the channel behind the inbox; WhatsApp's limit is the tightest.
     max_part_chars = WHATSAPP_MAX_CHARS
-    # A resumed hand-off reads the journal and repeats no step that was begun (see hand_over).
+    # A resumed hand-over reads the journal and repeats no step that was begun (see hand_over).
     resumes_hand_over = True
 
     def __init__(
         self,
         settings: Settings,
         client: httpx.AsyncClient | None = None,
-        handoff_backoff_s: float = HANDOFF_BACKOFF_S,
+        hand_over_backoff_s: float = HAND_OVER_BACKOFF_S,
     ) -> None:
         self._settings = settings
-        self._handoff_backoff_s = handoff_backoff_s
+        self._hand_over_backoff_s = hand_over_backoff_s
         self._client = client or httpx.AsyncClient(
             base_url=settings.chatwoot_base_url,
             # Connecting never takes longer than 5 s, however long a call may.
@@ -107,51 +108,51 @@ class ChatwootSender:
             return ""
         return str(message_id)
 
-    async def hand_over(self, batch: Batch, reason: str, detail: str) -> bool | str:
+    async def hand_over(
+        self, batch: Batch, reason: str, detail: str, *, delivery: Delivery | None = None
+    ) -> bool | str:
         """A private note saying why, then status `open`: a human's conversation now.
 
         True when both were done; "unknown: ..." when the note's request got no answer (it
         may or may not be in the conversation; never posted twice). With the worker's journal
-        (`batch.handoff`, `batch.save_handoff`) a resumed hand-off skips a note that was
-        begun: the note is marked before its request and after its answer.
+        (`delivery.state.journal`, `delivery.save_journal`) a resumed hand-over skips a note
+        that was begun: the note is marked before its request and after its answer.
         """
-        steps = batch.handoff.steps if batch.handoff is not None else {}
+        delivery = delivery or Delivery()
+        journal = delivery.state.journal
+        steps = journal.steps if journal is not None else {}
         note = steps.get("note")
         if note is None:
             steps["note"] = SENDING
-            await self._save(batch)
+            await delivery.save_journal()
             try:
-                await self._with_retries(batch, "/messages", self._note(batch, reason, detail))
+                note_body = self._note(delivery, reason, detail)
+                await self._with_retries(batch, "/messages", note_body)
                 steps["note"] = "done"
             except DeliveryUnknown as exc:
                 steps["note"] = f"unknown: {exc.detail}"
             except Exception:
-                # Refused or never reached Chatwoot: no note exists, a resumed hand-off may
+                # Refused or never reached Chatwoot: no note exists, a resumed hand-over may
                 # post it. (If this write fails, the failure is what the item says.)
                 del steps["note"]
-                await self._save(batch)
+                await delivery.save_journal()
                 raise
-            await self._save(batch)
+            await delivery.save_journal()
         elif note == SENDING:
             steps["note"] = "unknown: the worker posting it stopped before Chatwoot answered"
-            await self._save(batch)
+            await delivery.save_journal()
         # Setting `open` twice changes nothing: timeouts are retried too, and a resumed
-        # hand-off sets it again rather than guess whether the first request arrived.
+        # hand-over sets it again rather than guess whether the first request arrived.
         await self._with_retries(batch, "/toggle_status", {"status": "open"}, idempotent=True)
         steps["status"] = "open"
         note = steps["note"]
         return True if note == "done" else f"{note}; status set to open"
 
     @staticmethod
-    async def _save(batch: Batch) -> None:
-        if batch.save_handoff is not None:
-            await batch.save_handoff()
-
-    @staticmethod
-    def _note(batch: Batch, reason: str, detail: str) -> dict[str, Any]:
+    def _note(delivery: Delivery, reason: str, detail: str) -> dict[str, Any]:
         why = f"{reason}: {detail[:NOTE_DETAIL_CHARS]}" if detail else reason
         content = f"The bot handed this conversation over to a person ({why})."
-        unknown = batch.delivery_unknown
+        unknown = delivery.state.delivery_unknown
         if unknown is not None and unknown.what == "part":
             # What the agent needs: whether that message is in the conversation above.
             excerpt = unknown.text[:EXCERPT_CHARS]
@@ -165,18 +166,18 @@ class ChatwootSender:
     async def _with_retries(
         self, batch: Batch, path: str, body: dict[str, Any], *, idempotent: bool = False
     ) -> Any:
-        """A hand-off call, tried up to HANDOFF_ATTEMPTS times while it failed in a way that
+        """A hand-over call, tried up to HAND_OVER_ATTEMPTS times while it failed in a way that
         created nothing; `idempotent` calls also when the outcome is unknown."""
         retry: tuple[type[Exception], ...] = (
             (RetryLater, DeliveryUnknown) if idempotent else (RetryLater,)
         )
-        for attempt in range(1, HANDOFF_ATTEMPTS + 1):
+        for attempt in range(1, HAND_OVER_ATTEMPTS + 1):
             try:
                 return await self._post(batch, path, body)
             except retry:
-                if attempt == HANDOFF_ATTEMPTS:
+                if attempt == HAND_OVER_ATTEMPTS:
                     raise
-            await asyncio.sleep(self._handoff_backoff_s * 2 ** (attempt - 1))
+            await asyncio.sleep(self._hand_over_backoff_s * 2 ** (attempt - 1))
 
     async def _post(self, batch: Batch, path: str, body: dict[str, Any]) -> Any:
         try:

@@ -68,7 +68,7 @@ def render_fleet(state: dict[str, Any]) -> list[str]:
     lines.append(f"  dead-letter list: {state['deadletter']} bodies")
     lines.append(
         f"  workers listening: {state['workers_listening']}; tenants waiting for a worker: "
-        f"{state['wake_queue']} with new work, {state['handoff_queue']} handed off"
+        f"{state['wake_queue']} with new work, {state['relay_queue']} relayed"
     )
     return lines
 
@@ -171,7 +171,7 @@ def render_person(state: dict[str, Any]) -> list[str]:
             decided = _at(journal.get("decided_ms"))
             lines.append(
                 f"    review      decided ({journal.get('reason')}) {decided}, not finished; "
-                f"hand-off: {steps or 'not begun'}"
+                f"hand-over: {steps or 'not begun'}"
             )
     else:
         lines.append("  batch       none")
@@ -211,8 +211,8 @@ def _review_lines(item: dict[str, Any]) -> list[str]:
             f"      delivery unknown: {send}, request made {_at(unknown.get('at_ms'))}: "
             f"{unknown.get('error')}"
         )
-    if item.get("handoff"):
-        lines.append(f"      hand-off: {item['handoff']}")
+    if item.get("hand_over"):
+        lines.append(f"      hand-over: {item['hand_over']}")
     return lines
 
 

@@ -17,7 +17,7 @@ import orjson
 
 from shared import dispatch_lag, wake
 from shared.keys import PENDING, Keys
-from worker.handoff import HandOff
+from worker.review_journal import JOURNAL_FIELD, ReviewJournal, current_names
 from worker.unknowns import describe
 
 SCAN_COUNT = 1000
@@ -65,7 +65,10 @@ async def fleet(redis: Any, keys: Keys) -> dict[str, Any]:
         "deadletter": int(await redis.llen(keys.deadletter)),
         "workers_listening": await wake.listening_workers(redis, keys),
         "wake_queue": int(await redis.zcard(keys.wake_queue)),
-        "handoff_queue": int(await redis.zcard(keys.handoff_queue)),
+        # With the previous release's queue, drained too during a rolling deploy (remove
+        # after one release).
+        "relay_queue": int(await redis.zcard(keys.relay_queue))
+        + int(await redis.zcard(keys.legacy_relay_queue)),
     }
 
 
@@ -229,7 +232,7 @@ async def _review_items(redis: Any, key: str, limit: int | None) -> list[dict[st
             item = orjson.loads(raw)
         except orjson.JSONDecodeError:
             item = {"id": _text(item_id), "reason": "(not JSON)", "raw": _text(raw)[:200]}
-        items.append(item if isinstance(item, dict) else {"id": _text(item_id)})
+        items.append(current_names(item) if isinstance(item, dict) else {"id": _text(item_id)})
         if limit is not None and len(items) >= limit:
             break
     return sorted(items, key=lambda i: (i.get("reviewed_ms") or 0, str(i.get("id"))))
@@ -253,7 +256,7 @@ def _review_summary(item: dict[str, Any]) -> dict[str, Any]:
             "at_ms": unknown.get("at_ms"),
             "error": unknown.get("error"),
         }
-    for name in ("handoff", "handoff_steps", "parts_sent", "parts_total"):
+    for name in ("hand_over", "hand_over_steps", "parts_sent", "parts_total"):
         if name in item:
             summary[name] = item[name]
     return summary
@@ -309,7 +312,7 @@ def _batch(fields: dict[bytes, bytes], now: int, with_text: bool) -> dict[str, A
         "template": {"part": int(f.get("template_part") or 0), "noted_ms": _int(f, "template_ms")}
         if f.get("template") == "1"
         else None,
-        "review_journal": _journal(f.get("handoff")),
+        "review_journal": _journal(f.get(JOURNAL_FIELD)),
     }
     if with_text:
         row["reply"] = f.get("reply")
@@ -318,11 +321,11 @@ def _batch(fields: dict[bytes, bytes], now: int, with_text: bool) -> dict[str, A
 
 
 def _journal(raw: str | None) -> dict[str, Any] | None:
-    """A review decided and a hand-off begun by a worker that has not finished the batch."""
+    """A review decided and a hand-over begun by a worker that has not finished the batch."""
     if raw is None:
         return None
     try:
-        journal = HandOff.from_json(raw)
+        journal = ReviewJournal.from_json(raw)
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
         return {"raw": raw[:200]}
     return {

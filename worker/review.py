@@ -28,6 +28,7 @@ from shared.keys import Keys
 from shared.redis_client import make_redis
 from shared.scripts import Scripts
 from shared.settings import ConfigError, Settings
+from worker.review_journal import current_names
 from worker.unknowns import describe, utc
 
 
@@ -43,7 +44,7 @@ class ReviewList:
 
     async def items(self, tenant: str, reason: str | None = None) -> list[dict[str, Any]]:
         raw = await self._redis.hgetall(self._keys.tenant(tenant).review)
-        items = [orjson.loads(v) for v in raw.values()]
+        items = [current_names(orjson.loads(v)) for v in raw.values()]
         if reason:
             items = [i for i in items if i.get("reason") == reason]
         return sorted(items, key=lambda i: (i.get("reviewed_ms", 0), i.get("id", "")))
@@ -52,8 +53,7 @@ class ReviewList:
         raw = await self._redis.hget(self._keys.tenant(tenant).review, item_id)
         if raw is None:
             raise ReviewError(f"no review item {item_id!r} for tenant {tenant!r}")
-        item: dict[str, Any] = orjson.loads(raw)
-        return item
+        return current_names(orjson.loads(raw))
 
     async def requeue(self, tenant: str, item_id: str) -> None:
         item = await self.get(tenant, item_id)
@@ -71,9 +71,9 @@ class ReviewList:
             raise ReviewError(
                 f"person {item['person']} has a batch in flight; requeue again once it ended"
             )
-        # The batch is due now: hand it to a worker with a free slot rather than wait for
+        # The batch is due now: relay it to a worker with a free slot rather than wait for
         # the safety sweep.
-        await wake.add(self._redis, self._keys.handoff_queue, [tenant])
+        await wake.add(self._redis, self._keys.relay_queue, [tenant])
 
     async def drop(self, tenant: str, item_id: str) -> None:
         if not await self._redis.hdel(self._keys.tenant(tenant).review, item_id):
@@ -89,8 +89,8 @@ def _summary(item: dict[str, Any]) -> str:
     unknown = item.get("delivery_unknown")
     if isinstance(unknown, dict):
         line += f"  unknown={describe(unknown)!r} at {utc(int(unknown.get('at_ms') or 0))}"
-    if item.get("handoff"):
-        line += f"  handoff={item['handoff']!r}"
+    if item.get("hand_over"):
+        line += f"  hand_over={item['hand_over']!r}"
     return line
 
 

@@ -14,11 +14,16 @@ gives none; delivery statuses are tracked by that id). It may also have
 `max_part_chars` (how long one part may be; 4096 if absent), and
 `async def hand_over(self, batch, reason, detail) -> bool | str` (the batch was parked for
 review: give the conversation to a person; True if the provider was told, a text for the
-review item when it is not that simple). A hand-off is called at most once per batch, unless
-the sender sets `resumes_hand_over = True` and itself skips the steps it began, as journaled
-in `batch.handoff` (worker/handoff.py). `send` raises `worker.errors.NeedsReview` for what a
-person must handle, `DeliveryUnknown` when its request may have reached the provider without
-an answer (never retried: worker/unknowns.py), and anything else to be retried.
+review item when it is not that simple). `send` and `hand_over` that declare a keyword
+parameter `delivery` get the turn's `worker.turn_state.Delivery` with it: what the turn has
+done so far (`delivery.state`: the template noted, the review journal, a send nobody can
+confirm) and the writes a sender makes about it (`note_template`, `save_journal`), persisted
+under the lease; senders without it are called as before. A hand-over is called at most once
+per batch, unless the sender sets `resumes_hand_over = True` and itself skips the steps it
+began, as journaled in `delivery.state.journal` (worker/review_journal.py). `send` raises
+`worker.errors.NeedsReview` for what a person must handle, `DeliveryUnknown` when its request
+may have reached the provider without an answer (never retried: worker/unknowns.py), and
+anything else to be retried.
 
 The `outbox` sender records replies on the tenant's outbox list in Redis (capped), for local
 runs and tests: `redis-cli LRANGE 'wa:{<tenant>}:outbox' 0 9`.
@@ -26,9 +31,10 @@ runs and tests: `redis-cli LRANGE 'wa:{<tenant>}:outbox' 0 9`.
 
 from __future__ import annotations
 
+import inspect
 import time
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 
@@ -113,3 +119,22 @@ def load_sender(settings: Settings, keys: Keys, committer: GroupCommitter) -> Se
         return WhatsAppSender(settings)
     sender: Sender = load_object(settings.sender, "SENDER", settings, "send")
     return sender
+
+
+_TAKES_DELIVERY: dict[Any, bool] = {}
+
+
+def takes_delivery(method: Callable[..., Any]) -> bool:
+    """Whether a sender's method declares the `delivery` keyword (or takes any keyword): a
+    sender written before it existed is called as before. Read once per function, since a
+    turn asks at every send."""
+    function = getattr(method, "__func__", method)
+    known = _TAKES_DELIVERY.get(function)
+    if known is None:
+        try:
+            params = list(inspect.signature(method).parameters.values())
+        except (TypeError, ValueError):
+            params = []
+        known = any(p.name == "delivery" or p.kind is p.VAR_KEYWORD for p in params)
+        _TAKES_DELIVERY[function] = known
+    return known

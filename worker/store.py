@@ -16,6 +16,8 @@ from shared.keys import Keys
 from shared.scripts import Scripts
 from shared.settings import Settings
 from worker.batch import SERVICE_WINDOW_S, Batch
+from worker.review_journal import ReviewJournal
+from worker.turn_state import TurnState
 
 MAX_INTAKE_PER_CALL = 1000
 # Outbound records live as long as a provider may still send statuses for them.
@@ -79,12 +81,15 @@ class ConversationStore:
         )
         return [bool(int(x)) for x in result]
 
-    async def finish_done(self, batch: Batch, remember: bytes = b"") -> bool:
+    async def finish_done(
+        self, batch: Batch, remember: bytes = b"", last_part: tuple[int, str] | None = None
+    ) -> bool:
         """End the turn; `remember` is the exchange to add to the person's memory (JSON).
 
-        Also records `batch.unrecorded_part`, the reply's last part, as record_part would.
+        Also records `last_part`, the reply's last part (index, provider id), as record_part
+        would.
         """
-        return await self._finish(batch, "done", "", "", remember, batch.unrecorded_part)
+        return await self._finish(batch, "done", "", "", remember, last_part)
 
     async def save_reply(self, batch: Batch, reply: str) -> str | None:
         """Store the reply before sending; returns the one the batch holds (an earlier
@@ -132,18 +137,17 @@ class ConversationStore:
         )
         return bool(int(result))
 
-    async def save_handoff(self, batch: Batch) -> bool:
-        """Write `batch.handoff`, the review journal, on the batch; False if the lock is lost."""
-        assert batch.handoff is not None
+    async def save_journal(self, batch: Batch, journal: ReviewJournal) -> bool:
+        """Write the review journal on the batch; False if the lock is lost."""
         k = self.keys.tenant(batch.tenant)
         args: list[str | bytes] = [
             k.conversation_prefix,
             batch.person,
             batch.token,
-            batch.handoff.to_json(),
+            journal.to_json(),
         ]
         result = await self._committer.submit(
-            lambda p: self._scripts.mark_handoff.queue(p, [k.stats], args)
+            lambda p: self._scripts.journal_review.queue(p, [k.stats], args)
         )
         return bool(int(result))
 
@@ -151,26 +155,33 @@ class ConversationStore:
         return await self._finish(batch, "retry", int(delay_s * 1000), error[:2000])
 
     async def finish_review(
-        self, batch: Batch, reason: str, error: str, now_ms: int, handoff: str = ""
+        self,
+        batch: Batch,
+        reason: str,
+        error: str,
+        now_ms: int,
+        hand_over: str = "",
+        state: TurnState | None = None,
     ) -> bool:
-        """Park the batch on the review list; `handoff` says whether the provider was told
-        ("done", "failed: ...", "unknown: ..."; "" where it has no hand-off, and then the item
-        has no field). The item also carries the send whose outcome is unknown
-        (`delivery_unknown`) and the hand-off's steps, each of those counted in stats as
-        unknown:<what>."""
-        extra: dict[str, Any] = {"handoff": handoff} if handoff else {}
+        """Park the batch on the review list; `hand_over` says whether the provider was told
+        ("done", "failed: ...", "unknown: ..."; "" where it has no hand-over, and then the
+        item has no field). From the turn's `state` the item also carries the send whose
+        outcome is unknown (`delivery_unknown`) and the hand-over's steps, each of those
+        counted in stats as unknown:<what>, and the parts already sent."""
+        state = state or TurnState()
+        extra: dict[str, Any] = {"hand_over": hand_over} if hand_over else {}
         unknown: list[str] = []
-        if batch.delivery_unknown is not None:
-            extra["delivery_unknown"] = batch.delivery_unknown.to_json()
-            unknown.append(batch.delivery_unknown.what)
-        if batch.handoff is not None and batch.handoff.steps:
-            extra["handoff_steps"] = batch.handoff.steps
-            unknown += batch.handoff.unknown_steps
-        if batch.sent_parts:
+        if state.delivery_unknown is not None:
+            extra["delivery_unknown"] = state.delivery_unknown.to_json()
+            unknown.append(state.delivery_unknown.what)
+        if state.journal is not None and state.journal.steps:
+            extra["hand_over_steps"] = state.journal.steps
+            unknown += state.journal.unknown_steps
+        if state.sent_parts:
             # What the person already has of the reply (part index -> provider id; "" =
             # not sent on purpose), so whoever takes the batch over continues from there.
-            extra["parts_sent"] = {str(i): batch.sent_parts[i] for i in sorted(batch.sent_parts)}
-            extra["parts_total"] = batch.parts_total
+            extra["parts_sent"] = {str(i): state.sent_parts[i] for i in sorted(state.sent_parts)}
+            extra["parts_total"] = state.parts_total
         item = orjson.dumps(
             {
                 **extra,

@@ -11,7 +11,7 @@ nor to run the claim script on every tenant:
   BullMQ's stalled-job checker). Nobody renews or deletes the guard: it expires, so a sweeper
   that dies is replaced by the next worker to try, at most about two intervals later. Each
   worker also sweeps on its own when its wake-up connection (re)connects, and every interval
-  while that connection is lost (it would not get the sweeper's hand-offs).
+  while that connection is lost (it would not get the sweeper's relays).
 - **A probe of plain reads, pipelined.** One `EXISTS inbox due running` per tenant: a quiet
   tenant has none of these keys (Redis deletes an empty list or sorted set). For the few that
   have any, `LLEN inbox`, `ZCOUNT due -inf <now>` and `ZCOUNT running -inf <now>` on Redis's

@@ -1,12 +1,13 @@
-"""One worker's two wake-up listeners: new work (always) and hand-offs (with a free slot).
+"""One worker's wake-up listeners: new work (always) and relays (with a free slot).
 
 Each listener blocks on its queue (shared/wake.py) on a connection of its own, named after the
 worker, and passes what it takes to the main loop, which claims. The new-work listener runs
 whatever the worker's load, because the claim that follows is also the intake that sets due
-times; the hand-off listener waits while every slot is taken, so that a conversation another
-worker could start is left to that worker. Connection state is reported to the worker: while
-the new-work connection is lost it sweeps on its own, and when it is back it sweeps once
-(worker/sweep.py), for whatever it may have missed meanwhile.
+times; the relay listeners wait while every slot is taken, so that a conversation another
+worker could start is left to that worker. During a rolling deploy a second relay listener
+drains the previous release's queue (shared/wake.py says why that is safe). Connection state
+is reported to the worker: while the new-work connection is lost it sweeps on its own, and
+when it is back it sweeps once (worker/sweep.py), for whatever it may have missed meanwhile.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ class WakeListener:
         self._slot_free = asyncio.Event()
 
     def slots_free(self) -> None:
-        """The worker has a free slot after its claims: the hand-off listener may take one."""
+        """The worker has a free slot after its claims: the relay listeners may take one."""
         self._slot_free.set()
 
     async def new_work(self) -> None:
@@ -74,10 +75,17 @@ class WakeListener:
                 log.warning("wake-up queue unreachable (%r); sweeping until it is back", exc)
                 await asyncio.sleep(RETRY_S)
 
-    async def handoffs(self) -> None:
+    async def relays(self) -> None:
         """Take tenants that other workers could not start, while a slot is free; runs until
         cancelled."""
-        queue = self._keys.handoff_queue
+        await self._relays(self._keys.relay_queue)
+
+    async def legacy_relays(self) -> None:
+        """`relays` on the queue workers of the previous release relay to, so that what they
+        relay during a rolling deploy is served. Remove after one release."""
+        await self._relays(self._keys.legacy_relay_queue)
+
+    async def _relays(self, queue: str) -> None:
         while True:
             await self._slot_free.wait()
             free = self._free_slots()
@@ -87,7 +95,7 @@ class WakeListener:
             try:
                 taken = await self._take(queue, free)
             except (RedisError, RedisClusterException, OSError, TimeoutError) as exc:
-                log.warning("hand-off queue unreachable (%r)", exc)
+                log.warning("relay queue %s unreachable (%r)", queue, exc)
                 await asyncio.sleep(RETRY_S)
                 continue
             if taken:

@@ -29,6 +29,7 @@ from shared.settings import Settings
 from worker.batch import Batch
 from worker.errors import DeliveryUnknown, NeedsReview, RetryLater
 from worker.split import WHATSAPP_MAX_CHARS
+from worker.turn_state import Delivery
 from worker.unknowns import may_have_arrived
 
 log = logging.getLogger(__name__)
@@ -56,7 +57,7 @@ class GraphError(Exception):
 
 class WhatsAppSender:
     max_part_chars = WHATSAPP_MAX_CHARS
-    resumes_hand_over = True  # its hand-off tells nobody: calling it again repeats nothing
+    resumes_hand_over = True  # its hand-over tells nobody: calling it again repeats nothing
 
     def __init__(self, settings: Settings, client: httpx.AsyncClient | None = None) -> None:
         self._settings = settings
@@ -99,26 +100,34 @@ class WhatsAppSender:
         except Exception as exc:  # a timeout or garbage answer too (RetryLater, DeliveryUnknown)
             log.info("read/typing failed tenant=%s batch=%s: %r", batch.tenant, batch.id, exc)
 
-    async def hand_over(self, batch: Batch, reason: str, detail: str) -> bool:
+    async def hand_over(
+        self, batch: Batch, reason: str, detail: str, *, delivery: Delivery | None = None
+    ) -> bool:
         """Nothing to tell Meta: WhatsApp's human queue is the review list itself."""
         return False
 
-    async def send(self, batch: Batch, text: str, part: int) -> str:
-        if batch.template_sent:
-            if batch.template_part == part:
+    async def send(
+        self, batch: Batch, text: str, part: int, *, delivery: Delivery | None = None
+    ) -> str:
+        """`delivery`: the turn's template note (see `_outside_window`); without it, as for
+        a batch that has none."""
+        delivery = delivery or Delivery()
+        state = delivery.state
+        if state.template_sent:
+            if state.template_part == part:
                 # Noted before its request, never recorded: the worker sending it stopped (a
                 # crash, a lost lease) before Meta's answer was recorded.
                 raise DeliveryUnknown(
                     "the worker that sent it stopped before Meta's answer was recorded",
                     what="template",
                     label=self._settings.tenant(batch.tenant).template or "",
-                    at_ms=batch.template_ms or None,
+                    at_ms=state.template_ms or None,
                 )
             # The window closed and the template went out (this attempt or an earlier one):
             # no text can follow it, and a second template would only repeat it.
             return ""
         if batch.window_closed(time.time()):
-            return await self._outside_window(batch, part, "last message over 24 h ago")
+            return await self._outside_window(batch, part, "last message over 24 h ago", delivery)
         body = {
             "messaging_product": "whatsapp",
             "recipient_type": "individual",
@@ -133,17 +142,18 @@ class WhatsAppSender:
                 # On a later part too: the earlier parts reached the person, who is outside
                 # the window now. The template tells them; without one a person takes over
                 # (the review item lists the parts already sent).
-                return await self._outside_window(batch, part, f"{exc.code}: {exc.message}")
+                why = f"{exc.code}: {exc.message}"
+                return await self._outside_window(batch, part, why, delivery)
             raise _classify(exc) from exc
 
-    async def _outside_window(self, batch: Batch, part: int, why: str) -> str:
+    async def _outside_window(self, batch: Batch, part: int, why: str, delivery: Delivery) -> str:
         """Send the tenant's template in place of what is left of the reply (once per batch:
         noted on the batch before the request, so no retry sends it again, even one whose
         answer was lost), or park the batch for review when the tenant has none."""
         tenant = self._settings.tenant(batch.tenant)
         if not tenant.template:
             raise NeedsReview("window_closed", why)
-        await self._note_template(batch, True, part)
+        await delivery.note_template(True, part)
         body = {
             "messaging_product": "whatsapp",
             "to": batch.person,
@@ -154,19 +164,11 @@ class WhatsAppSender:
             return await self._send(batch.tenant, body)
         except GraphError as exc:
             # Meta answered with an error: the template did not go out, a retry may send it.
-            await self._note_template(batch, False, part)
+            await delivery.note_template(False, part)
             raise _classify(exc) from exc
         except DeliveryUnknown as exc:
             # The note stays: it may have gone out, so no attempt sends it again.
             raise DeliveryUnknown(exc.detail, what="template", label=tenant.template) from exc
-
-    @staticmethod
-    async def _note_template(batch: Batch, sending: bool, part: int) -> None:
-        if batch.note_template is not None:
-            await batch.note_template(sending, part)
-        else:
-            batch.template_sent = sending
-            batch.template_part = part if sending else None
 
     async def _send(self, tenant: str, body: dict[str, Any]) -> str:
         data = await self._post(tenant, body)

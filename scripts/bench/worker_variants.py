@@ -195,14 +195,14 @@ def _merged_finish() -> None:
 
 
 def _claim_chunk(n: int) -> None:
-    import worker.runner as runner
+    import worker.scheduler as scheduler
 
-    original = runner.Worker._claim
+    original = scheduler.Scheduler._claim
 
     async def _claim(self: Any, tenant: str, max_batches: int) -> Any:
         return await original(self, tenant, min(n, max_batches))
 
-    runner.Worker._claim = _claim  # type: ignore[method-assign]
+    scheduler.Scheduler._claim = _claim  # type: ignore[method-assign]
 
 
 def apply(spec: str) -> None:

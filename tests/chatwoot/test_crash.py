@@ -1,6 +1,6 @@
 """Chatwoot across a crash. A reply is sent once: a worker process killed (SIGKILL) while the
 second part of a reply is in flight leaves the first part recorded; after its lease another
-worker process sends only the second. A hand-off happens at most once: a worker killed after
+worker process sends only the second. A hand-over happens at most once: a worker killed after
 the private note, or while posting it, leaves a journal on the batch, and the worker that
 resumes it finishes that review without a second note. Real `python -m worker` processes,
 the real httpx."""
@@ -20,6 +20,7 @@ from tests.chatwoot.brains import parts_of
 from tests.chatwoot.test_delivery import ended, post_message
 from tests.delivery.support import hash_of
 from tests.worker.support import WorkerFleet, review_items, stats, wait_exit, wait_for
+from worker.review_journal import JOURNAL_FIELD
 
 pytestmark = pytest.mark.slow
 LEASE = {"LEASE_S": "1.5", "LEASE_RENEW_S": "0.3", "BRAIN": "tests.chatwoot.brains:TwoPartBrain"}
@@ -85,14 +86,14 @@ async def test_a_worker_killed_after_the_note_does_not_hand_over_twice(
     await post_message(receiver_url, 1401, "hola", created_at=time.time() - 3600)
     await _kill_while(fleet, chatwoot, "status")
     journal = orjson.loads(
-        (await hash_of(redis, Keys(prefix).tenant("cw-1-3").batch("42")))["handoff"]
+        (await hash_of(redis, Keys(prefix).tenant("cw-1-3").batch("42")))[JOURNAL_FIELD]
     )
     assert journal["reason"] == "too_old" and journal["steps"] == {"note": "done"}
 
     await fleet.start(1, **{**env, **TOO_OLD})
     (item,) = await wait_for(lambda: review_items(redis, prefix, "cw-1-3"), "the review item")
-    assert item["reason"] == "too_old" and item["handoff"] == "done"
-    assert item["handoff_steps"] == {"note": "done", "status": "open"}
+    assert item["reason"] == "too_old" and item["hand_over"] == "done"
+    assert item["hand_over_steps"] == {"note": "done", "status": "open"}
     assert len(chatwoot.notes(42)) == 1, "one note, whatever the crashes"
     assert chatwoot.status_of(42) == "open"
     counts = await stats(redis, prefix, "cw-1-3")
@@ -109,7 +110,7 @@ async def test_a_worker_killed_while_posting_the_note_leaves_it_unknown_not_repe
     chatwoot: ChatwootApiStandIn,
 ) -> None:
     """The worker dies with the note's request in flight: it may be in the conversation or
-    not. The resumed hand-off posts no note, opens the conversation, and the item says the
+    not. The resumed hand-over posts no note, opens the conversation, and the item says the
     note's outcome is unknown (counted as unknown:note)."""
     chatwoot.hang_next(1, 30.0, kinds=["note"])
     await fleet.start(1, **{**env, **TOO_OLD})
@@ -119,7 +120,7 @@ async def test_a_worker_killed_while_posting_the_note_leaves_it_unknown_not_repe
     await fleet.start(1, **{**env, **TOO_OLD})
     (item,) = await wait_for(lambda: review_items(redis, prefix, "cw-1-3"), "the review item")
     assert item["reason"] == "too_old"
-    assert item["handoff"] == (
+    assert item["hand_over"] == (
         "unknown: the worker posting it stopped before Chatwoot answered; status set to open"
     )
     assert len(chatwoot.calls("note")) == 1, "the note was not posted a second time"

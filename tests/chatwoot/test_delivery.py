@@ -1,5 +1,5 @@
 """Chatwoot end to end: signed webhooks into the real receiver, a real worker, replies and
-hand-offs through the real Chatwoot sender (httpx) to the API stand-in, which posts every
+hand-overs through the real Chatwoot sender (httpx) to the API stand-in, which posts every
 message it creates back to the receiver, as Chatwoot does. Same debounce, lock, retry and
 review as WhatsApp; only the provider differs."""
 
@@ -153,7 +153,7 @@ async def test_a_batch_chatwoot_rejects_is_handed_to_a_person_with_a_private_not
     item = await reviewed(redis, prefix)
     assert item["reason"] == "invalid_request" and item["attempts"] == 0
     assert item["error"] == "HTTP 422: Conversation is locked"
-    assert item["handoff"] == "done"
+    assert item["hand_over"] == "done"
     assert [m["text"] for m in item["messages"]] == ["hola"]
     (note,) = chatwoot.notes(CONVERSATION)
     assert "invalid_request: HTTP 422: Conversation is locked" in note.content
@@ -178,7 +178,7 @@ async def test_a_batch_too_old_to_answer_is_handed_over_without_typing_or_reply(
     await post_message(receiver_url, 401, "hola", created_at=time.time() - 3600)
 
     item = await reviewed(redis, prefix)
-    assert item["reason"] == "too_old" and item["handoff"] == "done"
+    assert item["reason"] == "too_old" and item["hand_over"] == "done"
     (note,) = chatwoot.notes(CONVERSATION)
     assert "too_old" in note.content
     assert chatwoot.status_of(CONVERSATION) == "open"
@@ -217,12 +217,12 @@ async def test_a_batch_that_keeps_failing_is_handed_over_after_max_attempts(
 
     item = await reviewed(redis, prefix)
     assert item["reason"] == "max_attempts" and item["attempts"] == 3
-    assert "Chatwoot HTTP 503" in item["error"] and item["handoff"] == "done"
+    assert "Chatwoot HTTP 503" in item["error"] and item["hand_over"] == "done"
     assert len(chatwoot.calls("reply")) == 3
     assert chatwoot.status_of(CONVERSATION) == "open"
 
 
-async def test_a_failed_hand_off_keeps_the_review_item_and_says_so(
+async def test_a_failed_hand_over_keeps_the_review_item_and_says_so(
     redis: Redis,
     prefix: str,
     workers: InProcessWorkers,
@@ -236,9 +236,9 @@ async def test_a_failed_hand_off_keeps_the_review_item_and_says_so(
 
     item = await reviewed(redis, prefix)
     assert item["reason"] == "not_found"
-    assert item["handoff"].startswith("failed: RetryLater: Chatwoot HTTP 503")
+    assert item["hand_over"].startswith("failed: RetryLater: Chatwoot HTTP 503")
     assert [m["text"] for m in item["messages"]] == ["hola"]
-    assert len(chatwoot.calls("note")) == 3, "the hand-off was retried"
+    assert len(chatwoot.calls("note")) == 3, "the hand-over was retried"
     assert chatwoot.status_of(CONVERSATION) is None
 
 
@@ -281,7 +281,7 @@ async def test_without_a_chatwoot_token_a_whatsapp_only_worker_parks_chatwoot_ba
 
     item = await reviewed(redis, prefix)
     assert item["reason"] == "no_sender" and "chatwoot" in item["error"]
-    assert "handoff" not in item
+    assert "hand_over" not in item
     assert chatwoot.requests == []
 
 
@@ -313,7 +313,7 @@ async def test_a_reply_chatwoot_may_have_created_is_not_posted_again_and_the_age
 ) -> None:
     """Chatwoot creates the reply but its answer is lost (a timeout, then a connection cut
     mid-answer, one conversation each): a second POST would be a second message, so none is
-    made. Each batch is in review as delivery_unknown, and the hand-off note asks the agent
+    made. Each batch is in review as delivery_unknown, and the hand-over note asks the agent
     to look for that message in the conversation."""
     # A 1 s timeout: the other calls (typing, note, status) answer within it even on a loaded
     # machine, while the 3 s delay always outlasts it.
@@ -330,7 +330,7 @@ async def test_a_reply_chatwoot_may_have_created_is_not_posted_again_and_the_age
         (43, "RemoteProtocolError", "Got 1 message: buenas"),
     ):
         item = items[str(conversation)]
-        assert item["reason"] == "delivery_unknown" and item["handoff"] == "done"
+        assert item["reason"] == "delivery_unknown" and item["hand_over"] == "done"
         assert item["delivery_unknown"]["text"] == text
         assert error in item["delivery_unknown"]["error"]
         assert len(chatwoot.calls("reply", conversation)) == 1, "not posted again"
@@ -343,7 +343,7 @@ async def test_a_reply_chatwoot_may_have_created_is_not_posted_again_and_the_age
     await chatwoot.await_for(lambda: len(chatwoot.replies()) == 2, timeout=15)
 
 
-async def test_a_hand_off_note_chatwoot_did_not_answer_is_not_posted_again(
+async def test_a_hand_over_note_chatwoot_did_not_answer_is_not_posted_again(
     redis: Redis,
     prefix: str,
     workers: InProcessWorkers,
@@ -356,9 +356,9 @@ async def test_a_hand_off_note_chatwoot_did_not_answer_is_not_posted_again(
 
     item = await reviewed(redis, prefix)
     assert item["reason"] == "too_old"
-    assert item["handoff"].startswith("unknown: Chatwoot did not answer: ReadTimeout")
-    assert item["handoff"].endswith("; status set to open")
-    assert item["handoff_steps"]["status"] == "open"
+    assert item["hand_over"].startswith("unknown: Chatwoot did not answer: ReadTimeout")
+    assert item["hand_over"].endswith("; status set to open")
+    assert item["hand_over_steps"]["status"] == "open"
     assert len(chatwoot.calls("note")) == 1 and chatwoot.status_of(CONVERSATION) == "open"
     assert (await stats(redis, prefix, TENANT))["unknown:note"] == 1
     await chatwoot.await_for(lambda: chatwoot.notes(CONVERSATION), timeout=15)  # the hung one

@@ -14,7 +14,8 @@ from tests.chatwoot.conftest import API_TOKEN, TENANT_API_TOKEN
 from worker.batch import Batch, Message
 from worker.chatwoot_sender import ChatwootError, ChatwootSender
 from worker.errors import DeliveryUnknown, NeedsReview, RetryLater
-from worker.handoff import SENDING, HandOff
+from worker.review_journal import SENDING, ReviewJournal
+from worker.turn_state import Delivery, TurnState
 from worker.unknowns import UnknownDelivery
 
 TENANT = "cw-1-3"
@@ -46,7 +47,7 @@ async def sender(chatwoot: ChatwootApiStandIn) -> AsyncIterator[ChatwootSender]:
     # 1 s: no ordinary answer of the stand-in takes that long, even on a loaded machine; the
     # hangs below (3 s) always outlast it.
     client = httpx.AsyncClient(base_url=chatwoot.url, timeout=1.0)
-    cw = ChatwootSender(settings, client=client, handoff_backoff_s=0.01)
+    cw = ChatwootSender(settings, client=client, hand_over_backoff_s=0.01)
     try:
         yield cw
     finally:
@@ -198,25 +199,25 @@ async def test_hand_over_retries_transient_errors_and_gives_up_on_the_rest(
     assert len(chatwoot.calls("note")) == 1 and chatwoot.calls("status") == []
 
 
-def journaled(steps: dict[str, str] | None = None) -> Batch:
-    """A batch whose review journal holds these hand-off steps (as a resumed one would)."""
-    b = batch()
-    b.handoff = HandOff("too_old", "oldest message 1000s old", 0, steps=dict(steps or {}))
-    return b
+def journaled(steps: dict[str, str] | None = None) -> Delivery:
+    """A turn whose review journal holds these hand-over steps (as a resumed one would)."""
+    journal = ReviewJournal("too_old", "oldest message 1000s old", 0, steps=dict(steps or {}))
+    return Delivery(TurnState(journal=journal))
 
 
 async def test_a_note_chatwoot_did_not_answer_is_not_posted_again(
     sender: ChatwootSender, chatwoot: ChatwootApiStandIn
 ) -> None:
     """The note's request times out: retrying could post a second note, so the outcome is
-    recorded as unknown and the hand-off goes on to open the conversation."""
+    recorded as unknown and the hand-over goes on to open the conversation."""
     chatwoot.hang_next(1, 3.0, kinds=["note"])
-    b = journaled()
-    outcome = await sender.hand_over(b, "too_old", "oldest message 1000s old")
+    d = journaled()
+    outcome = await sender.hand_over(batch(), "too_old", "oldest message 1000s old", delivery=d)
     assert isinstance(outcome, str) and outcome.startswith("unknown: Chatwoot did not answer")
     assert outcome.endswith("; status set to open")
-    assert b.handoff is not None and b.handoff.steps["note"].startswith("unknown: ")
-    assert b.handoff.unknown_steps == ["note"]
+    journal = d.state.journal
+    assert journal is not None and journal.steps["note"].startswith("unknown: ")
+    assert journal.unknown_steps == ["note"]
     assert len(chatwoot.calls("note")) == 1, "not retried"
     assert chatwoot.status_of(42) == "open"
     await chatwoot.await_for(lambda: chatwoot.notes(42), timeout=15)  # the hung one, once
@@ -240,13 +241,13 @@ async def test_setting_open_is_retried_even_when_its_answer_was_lost(
         ("unknown: Chatwoot did not answer: ReadTimeout", "unknown: Chatwoot did not answer"),
     ],
 )
-async def test_a_resumed_hand_off_never_posts_a_note_that_was_begun(
+async def test_a_resumed_hand_over_never_posts_a_note_that_was_begun(
     sender: ChatwootSender, chatwoot: ChatwootApiStandIn, note: str, outcome: bool | str
 ) -> None:
-    """What a worker finds on a batch whose earlier worker died mid-hand-off: the note done,
+    """What a worker finds on a batch whose earlier worker died mid-hand-over: the note done,
     in flight, or unanswered. None of them is posted again; the conversation is opened."""
-    b = journaled({"note": note})
-    told = await sender.hand_over(b, "too_old", "oldest message 1000s old")
+    d = journaled({"note": note})
+    told = await sender.hand_over(batch(), "too_old", "oldest message 1000s old", delivery=d)
     if isinstance(outcome, str):
         assert isinstance(told, str) and told.startswith(outcome), told
         assert told.endswith("; status set to open")
@@ -254,27 +255,28 @@ async def test_a_resumed_hand_off_never_posts_a_note_that_was_begun(
         assert told is outcome
     assert chatwoot.calls("note") == [], "no second note"
     assert chatwoot.status_of(42) == "open"
-    assert b.handoff is not None and b.handoff.steps["status"] == "open"
+    assert d.state.journal is not None and d.state.journal.steps["status"] == "open"
 
 
-async def test_a_refused_note_leaves_no_trace_so_a_resumed_hand_off_may_post_it(
+async def test_a_refused_note_leaves_no_trace_so_a_resumed_hand_over_may_post_it(
     sender: ChatwootSender, chatwoot: ChatwootApiStandIn
 ) -> None:
     chatwoot.fail_always(403, kinds=["note"])
-    b = journaled()
+    d = journaled()
     with pytest.raises(NeedsReview):
-        await sender.hand_over(b, "too_old", "old")
-    assert b.handoff is not None and "note" not in b.handoff.steps
+        await sender.hand_over(batch(), "too_old", "old", delivery=d)
+    assert d.state.journal is not None and "note" not in d.state.journal.steps
 
 
 async def test_the_note_of_an_unknown_delivery_tells_the_agent_what_to_look_for(
     sender: ChatwootSender, chatwoot: ChatwootApiStandIn
 ) -> None:
-    b = batch()
-    b.delivery_unknown = UnknownDelivery(
+    unknown = UnknownDelivery(
         what="part", part=1, parts_total=2, at_ms=0, error="ReadTimeout", text="B" * 200
     )
-    assert await sender.hand_over(b, "delivery_unknown", "part 2 of 2: no answer") is True
+    d = Delivery(TurnState(delivery_unknown=unknown))
+    told = await sender.hand_over(batch(), "delivery_unknown", "part 2 of 2: no answer", delivery=d)
+    assert told is True
     (note,) = chatwoot.notes(42)
     assert "delivery_unknown: part 2 of 2: no answer" in note.content
     assert f'the bot\'s part 2 of 2, starting "{"B" * 80}", appears above' in note.content

@@ -45,9 +45,10 @@ from tests.worker.support import (
 )
 from worker import live_state
 from worker.batch import Batch
-from worker.handoff import HandOff
 from worker.inspect import render_person, render_tenant
+from worker.review_journal import JOURNAL_FIELD, ReviewJournal
 from worker.store import ConversationStore
+from worker.turn_state import TurnState
 from worker.unknowns import UnknownDelivery
 
 PERSON = "5491155550061"
@@ -118,7 +119,7 @@ async def test_a_part_meta_may_have_taken_is_never_sent_again_and_a_person_is_to
         assert before_ms <= unknown["at_ms"] <= int(time.time() * 1000), case
         assert item["error"].startswith("part 1 of 1: no answer to the request made at "), case
         assert item["error"].endswith("the person may or may not have it, and it is not sent again")
-        assert "parts_sent" not in item and "handoff" not in item, case
+        assert "parts_sent" not in item and "hand_over" not in item, case
         assert [m["text"] for m in item["messages"]] == ["¿hay turno?"], case
         assert len(texts_to(graph, person)) == 1, f"{case}: sent again"
         # The batch is gone: nothing is left that could send it again later.
@@ -226,7 +227,7 @@ async def test_inspect_shows_a_review_being_finished_and_a_template_noted(
     redis: Redis, prefix: str, workers: InProcessWorkers
 ) -> None:
     """What a person sees of a batch whose worker is parking it (or died doing so): the
-    journaled review and its hand-off's steps, and the template noted before its request."""
+    journaled review and its hand-over's steps, and the template noted before its request."""
     settings = workers.settings()
     scripts = Scripts()
     store = ConversationStore(settings, scripts, GroupCommitter(redis, scripts))
@@ -235,8 +236,8 @@ async def test_inspect_shows_a_review_being_finished_and_a_template_noted(
     await redis.zadd(Keys(prefix).tenant(TENANT).due, {PERSON: 0})
     (batch,) = (await store.claim(TENANT, 1, "w")).batches
     assert await store.mark_template(batch, True, 0)
-    batch.handoff = HandOff("max_attempts", "boom", 1_700_000_000_000, steps={"note": "sending"})
-    assert await store.save_handoff(batch)
+    journal = ReviewJournal("max_attempts", "boom", 1_700_000_000_000, steps={"note": "sending"})
+    assert await store.save_journal(batch, journal)
 
     state = await live_state.person(redis, Keys(prefix), TENANT, PERSON)
     journal = state["batch"]["review_journal"]
@@ -246,7 +247,7 @@ async def test_inspect_shows_a_review_being_finished_and_a_template_noted(
     text = "\n".join(render_person(state))
     assert (
         "review      decided (max_attempts) at 2023-11-14 22:13:20 UTC, not finished; "
-        "hand-off: note=sending"
+        "hand-over: note=sending"
     ) in text
     assert "template    noted at 20" in text and "in place of part 1" in text
 
@@ -258,7 +259,7 @@ async def test_a_resumed_review_of_an_unknown_delivery_sends_nothing(
     graph: GraphApiStandIn,
     ai: MessagesApiStandIn,
 ) -> None:
-    """WhatsApp's side of the hand-off question. A worker journals its review decision (here:
+    """WhatsApp's side of the hand-over question. A worker journals its review decision (here:
     the part's outcome is unknown) and dies before the finish; the worker that resumes the
     batch finishes that review and sends nothing, where running the turn again would send
     the stored reply a second time. The dead worker's steps are the product's own scripts."""
@@ -271,8 +272,8 @@ async def test_a_resumed_review_of_an_unknown_delivery_sends_nothing(
     (batch,) = (await store.claim(TENANT, 1, "dead")).batches
     assert await store.save_reply(batch, REPLY) == REPLY
     unknown = UnknownDelivery("part", 0, 1, 1_700_000_000_000, "ReadTimeout('timed out')", REPLY)
-    batch.handoff = HandOff("delivery_unknown", unknown.sentence(), 1_700_000_000_000, unknown)
-    assert await store.save_handoff(batch)
+    journal = ReviewJournal("delivery_unknown", unknown.sentence(), 1_700_000_000_000, unknown)
+    assert await store.save_journal(batch, journal)
 
     await workers.start(LEASE_S=0.5, LEASE_RENEW_S=0.1)
     (item,) = await parked(redis, prefix)
@@ -323,8 +324,8 @@ async def test_a_template_in_flight_at_a_crash_is_not_sent_again_and_a_person_is
     assert "turns" not in counts
 
 
-class CountingHandOff:
-    """A custom sender with a hand-off of its own that knows nothing of the journal."""
+class CountingHandOver:
+    """A custom sender with a hand-over of its own that knows nothing of the journal."""
 
     def __init__(self) -> None:
         self.hand_overs: list[str] = []
@@ -340,12 +341,12 @@ class CountingHandOff:
         return None
 
 
-async def test_a_hand_off_that_cannot_resume_is_not_called_twice(
+async def test_a_hand_over_that_cannot_resume_is_not_called_twice(
     redis: Redis, prefix: str, workers: InProcessWorkers
 ) -> None:
     """A sender without `resumes_hand_over`: its worker died after journaling the review, so
     it may have told someone already. The worker that resumes the batch does not call it
-    again; the item says the hand-off's outcome is unknown, and it is counted."""
+    again; the item says the hand-over's outcome is unknown, and it is counted."""
     settings = workers.settings(LEASE_S=0.5, LEASE_RENEW_S=0.1)
     scripts = Scripts()
     store = ConversationStore(settings, scripts, GroupCommitter(redis, scripts))
@@ -353,26 +354,23 @@ async def test_a_hand_off_that_cannot_resume_is_not_called_twice(
     await store.claim(TENANT, 0, "intake")
     await redis.zadd(Keys(prefix).tenant(TENANT).due, {PERSON: 0})
     (batch,) = (await store.claim(TENANT, 1, "dead")).batches
-    batch.handoff = HandOff("too_old", "oldest message 1000s old", 1_700_000_000_000)
-    assert await store.save_handoff(batch)
+    journal = ReviewJournal("too_old", "oldest message 1000s old", 1_700_000_000_000)
+    assert await store.save_journal(batch, journal)
 
-    sender = CountingHandOff()
+    sender = CountingHandOver()
     await workers.start(sender=sender, LEASE_S=0.5, LEASE_RENEW_S=0.1)
     (item,) = await parked(redis, prefix)
     assert item["reason"] == "too_old" and sender.hand_overs == []
-    assert item["handoff"].startswith("unknown: a worker stopped during the hand-off begun at ")
-    assert item["handoff_steps"] == {"hand_over": item["handoff"]}
+    assert item["hand_over"].startswith("unknown: a worker stopped during the hand-over begun at ")
+    assert item["hand_over_steps"] == {"hand_over": item["hand_over"]}
     assert (await stats(redis, prefix))["unknown:hand_over"] == 1
 
 
 def test_a_journal_that_cannot_be_read_still_finishes_as_a_review() -> None:
-    row = [b"549", b"tok", b"id", b"b-1", b"messages", b"[]", b"handoff", b"{not json"]
-    batch = Batch.from_claim(TENANT, row)
-    assert batch.handoff is not None
-    assert (batch.handoff.reason, batch.handoff.detail) == (
-        "review_journal_unreadable",
-        "{not json",
-    )
-    good = HandOff("too_old", "old", 5, steps={"note": "done"})
+    row = [b"549", b"tok", b"id", b"b-1", b"messages", b"[]", JOURNAL_FIELD.encode(), b"{not json"]
+    journal = TurnState.resumed(Batch.from_claim(TENANT, row)).journal
+    assert journal is not None
+    assert (journal.reason, journal.detail) == ("review_journal_unreadable", "{not json")
+    good = ReviewJournal("too_old", "old", 5, steps={"note": "done"})
     row[-1] = good.to_json()
-    assert Batch.from_claim(TENANT, row).handoff == good
+    assert TurnState.resumed(Batch.from_claim(TENANT, row)).journal == good

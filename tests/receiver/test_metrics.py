@@ -19,8 +19,9 @@ from shared.settings import Settings
 from tests.conftest import fixture_bytes
 from tests.receiver.conftest import TENANT, counts, dumps, payload, post, running, text_message
 from tests.worker.support import push_message
-from worker.handoff import HandOff
+from worker.review_journal import ReviewJournal
 from worker.store import ConversationStore
+from worker.turn_state import TurnState
 from worker.unknowns import UnknownDelivery
 
 TEXT = fixture_bytes("whatsapp/text.json")
@@ -148,7 +149,7 @@ async def test_sends_nobody_can_confirm_are_counted_by_kind(
     client: httpx.AsyncClient, redis: Redis, settings: Settings
 ) -> None:
     """finish.lua counts what of a parked batch has an unknown outcome (a part, a template,
-    a hand-off note); /metrics shows it as wa_deliveries_unknown_total{kind}."""
+    a hand-over note); /metrics shows it as wa_deliveries_unknown_total{kind}."""
     scripts = Scripts()
     store = ConversationStore(settings, scripts, GroupCommitter(redis, scripts))
     k = Keys(settings.key_prefix).tenant(TENANT)
@@ -156,10 +157,12 @@ async def test_sends_nobody_can_confirm_are_counted_by_kind(
     await store.claim(TENANT, 0, "intake")
     await redis.zadd(k.due, {PERSON: 0})
     (batch,) = (await store.claim(TENANT, 1, "t")).batches
-    batch.delivery_unknown = UnknownDelivery("part", 0, 1, 0, "ReadTimeout", "Hola")
+    unknown = UnknownDelivery("part", 0, 1, 0, "ReadTimeout", "Hola")
     note = "unknown: Chatwoot did not answer"
-    batch.handoff = HandOff("delivery_unknown", "x", 0, batch.delivery_unknown, {"note": note})
-    assert await store.finish_review(batch, "delivery_unknown", "x", 0, f"{note}; status open")
+    journal = ReviewJournal("delivery_unknown", "x", 0, unknown, {"note": note})
+    state = TurnState(delivery_unknown=unknown, journal=journal)
+    told = f"{note}; status open"
+    assert await store.finish_review(batch, "delivery_unknown", "x", 0, told, state)
 
     samples = await scrape(client)
     assert value(samples, "wa_deliveries_unknown_total", tenant=TENANT, kind="part") == 1

@@ -67,10 +67,10 @@ async def test_list_show_requeue_as_fresh_batch(redis: Redis, settings: Settings
     assert await review.items(TENANT, reason="too_old") == []
     assert (await review.get(TENANT, item_id))["person"] == "5491155550001"
 
-    handoff = Keys(settings.key_prefix).handoff_queue
+    relay = Keys(settings.key_prefix).relay_queue
     await review.requeue(TENANT, item_id)
-    # Due now: handed to a worker with a free slot at once, not left to the sweep.
-    assert [m for m, _ in await redis.zrange(handoff, 0, -1, withscores=True)] == [TENANT.encode()]
+    # Due now: relayed to a worker with a free slot at once, not left to the sweep.
+    assert [m for m, _ in await redis.zrange(relay, 0, -1, withscores=True)] == [TENANT.encode()]
     assert await review.items(TENANT) == []
     claim = await store.claim(TENANT, 5, "t2")
     (batch,) = claim.batches

@@ -188,7 +188,7 @@ async def test_a_stopping_worker_hands_the_due_times_it_holds_to_the_fleet(
         turns = {p: (await records.wait_turns(p, 1, timeout_s=20))[0] for p in people.values()}
     assert second.calls, "the second tenant was taken in too"
     for person, turn in turns.items():
-        # Due 4 s after its message: from the hand-off, not an hour later from a sweep
+        # Due 4 s after its message: from the relay, not an hour later from a sweep
         # (2.5 s of room for a loaded machine).
         assert turn.start["pid"] == survivor.pid
         assert turn.start["ms"] - before_ms[person] >= 4000 - 50, person

@@ -1,0 +1,352 @@
+"""One turn: a claimed batch answered, retried or parked for review, under its lease.
+
+The turn asks the brain (unless an earlier attempt stored a reply), stores the reply before
+the first part goes out, records each part the provider accepted, and finishes: done (the
+exchange remembered), retry (with backoff, until `MAX_ATTEMPTS`) or review. Every Redis call
+is token-checked: a turn whose lease was lost changes nothing, and the renewal loop
+(worker/leases.py) cancels it before another worker may take the batch over. A review is
+journaled on the batch before the provider hears of it (worker/review_journal.py), so a
+resumed batch finishes that same review and hands the conversation over at most once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import orjson
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from shared.logs import redact_person
+from shared.settings import Settings
+from worker.batch import Batch
+from worker.brains import Brain
+from worker.errors import DELIVERY_UNKNOWN, DeliveryUnknown, LeaseLost, NeedsReview
+from worker.leases import Leases
+from worker.review_journal import ReviewJournal
+from worker.senders import Sender, takes_delivery
+from worker.split import WHATSAPP_MAX_CHARS, split_reply
+from worker.store import ConversationStore
+from worker.turn_state import Delivery, TurnState
+from worker.unknowns import UnknownDelivery, utc
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class TurnTools:
+    """What every turn of a worker uses, set up once at start-up."""
+
+    settings: Settings
+    store: ConversationStore
+    brain: Brain
+    senders: Mapping[str, Sender]  # channel -> its sender
+    leases: Leases
+
+
+class Turn:
+    def __init__(self, batch: Batch, tools: TurnTools) -> None:
+        self.batch = batch
+        self.state = TurnState.resumed(batch)
+        self._tools = tools
+        self._store = tools.store
+        self._sender = tools.senders.get(batch.channel)
+        self._delivery = LeasedDelivery(self)
+
+    async def run(self) -> None:
+        batch, state = self.batch, self.state
+        if state.journal is not None:
+            # An earlier attempt decided on review and its worker stopped before the finish:
+            # finish that review. Running the turn again could send what is not to be sent
+            # (a part whose outcome is unknown) or hand the conversation over a second time.
+            log.info(
+                "finishing the review an earlier attempt began tenant=%s batch=%s reason=%s",
+                batch.tenant,
+                batch.id,
+                state.journal.reason,
+                extra=_fields(batch, "review"),
+            )
+            state.delivery_unknown = state.journal.delivery_unknown
+            await self._review(state.journal.reason, state.journal.detail)
+            return
+        age_ms = batch.claimed_ms - batch.oldest_ts * 1000
+        if not batch.requeued and batch.oldest_ts and age_ms > self._settings.review_after_s * 1000:
+            _log_review(batch, "too_old")
+            await self._review("too_old", f"oldest message {age_ms / 1000:.0f}s old")
+            return
+        try:
+            reply = await self._reply()
+        except NeedsReview as exc:
+            _log_review(batch, exc.reason)
+            await self._review(exc.reason, exc.detail)
+        except LeaseLost:
+            log.warning("lease lost mid-turn tenant=%s batch=%s", batch.tenant, batch.id)
+        except Exception as exc:
+            await self._failed(exc)
+        else:
+            remember = b""
+            # A reply replaced by a template never reached the person: not part of the chat.
+            if reply and not state.template_sent:
+                remember = orjson.dumps({"user": batch.user_text, "assistant": reply})
+            last = state.unrecorded_part
+            await self._finish(lambda: self._store.finish_done(batch, remember, last))
+            log.debug("turn done batch=%s", batch.id, extra=_fields(batch, "done"))
+
+    @property
+    def _settings(self) -> Settings:
+        return self._tools.settings
+
+    async def _reply(self) -> str | None:
+        """Ask the brain (unless an earlier attempt stored a reply) and send what is not sent.
+
+        The reply is stored on the batch before the first part goes out, and each part the
+        provider accepted is recorded with its id, so a resumed or retried turn neither asks
+        the AI again nor re-sends an accepted part.
+        """
+        batch, sender = self.batch, self._sender
+        if sender is None:
+            raise NeedsReview("no_sender", f"no sender configured for channel {batch.channel!r}")
+        reply = self.state.reply
+        if reply is None:
+            begin = getattr(sender, "begin_turn", None)
+            if begin is not None:
+                await begin(batch)  # read receipt + typing indicator, where the provider has it
+            answer = await self._tools.brain.reply(batch)
+            if not answer:
+                return None
+            reply = await self._while_leased(
+                lambda: self._store.save_reply(batch, answer), "store the reply"
+            )
+            if reply is None:
+                raise LeaseLost
+            self.state.reply = reply
+        limit = getattr(sender, "max_part_chars", WHATSAPP_MAX_CHARS)
+        await self._send(sender, split_reply(reply, limit))
+        return reply
+
+    async def _send(self, sender: Sender, parts: list[str]) -> None:
+        """Send the parts not sent yet, recording each but the last (the finish does that)."""
+        batch, state = self.batch, self.state
+        state.parts_total = len(parts)
+        for index, part in enumerate(parts):
+            if index in state.sent_parts:
+                continue
+            asked_ms = int(time.time() * 1000)
+            try:
+                provider_id = await self._call(sender.send, batch, part, index) or ""
+            except DeliveryUnknown as exc:
+                # Not retried (it may be a second copy), not counted as sent: a person is told.
+                state.delivery_unknown = UnknownDelivery(
+                    what=exc.what,
+                    part=index,
+                    parts_total=len(parts),
+                    at_ms=exc.at_ms or asked_ms,
+                    error=exc.detail,
+                    text=exc.label if exc.what == "template" else part,
+                )
+                raise NeedsReview(exc.reason, state.delivery_unknown.sentence()) from exc
+            if index == len(parts) - 1:
+                # The finish records the last part in the same script call (one call fewer
+                # per turn; a crash in between re-sends it, exactly as before recording).
+                state.unrecorded_part = (index, provider_id)
+                break
+            recorded = await self._while_leased(
+                functools.partial(self._store.record_part, batch, index, provider_id),
+                "record a part",
+            )
+            if not recorded:
+                raise LeaseLost
+            state.sent_parts[index] = provider_id
+
+    async def _call(self, method: Callable[..., Awaitable[T]], *args: Any) -> T:
+        """A sender's method, given the turn's `Delivery` if it declares that parameter."""
+        if takes_delivery(method):
+            return await method(*args, delivery=self._delivery)
+        return await method(*args)
+
+    async def _failed(self, exc: Exception) -> None:
+        batch, s = self.batch, self._settings
+        attempts = batch.attempt + 1
+        error = f"{type(exc).__name__}: {exc}"
+        if attempts >= s.max_attempts:
+            log.warning(
+                "batch failed %d times, to review tenant=%s batch=%s: %s",
+                attempts,
+                batch.tenant,
+                batch.id,
+                error,
+                extra=_fields(batch, "review"),
+            )
+            await self._review("max_attempts", error)
+        else:
+            delay = s.retry_base_s * 2 ** (attempts - 1)
+            log.warning(
+                "turn failed (attempt %d), retry in %.1fs tenant=%s batch=%s: %s",
+                attempts,
+                delay,
+                batch.tenant,
+                batch.id,
+                error,
+                extra=_fields(batch, "retry"),
+            )
+            await self._finish(lambda: self._store.finish_retry(batch, delay, error))
+
+    async def _review(self, reason: str, detail: str) -> None:
+        """Park the batch for review, after handing the conversation to a person where the
+        provider can (Chatwoot). The decision is journaled on the batch first, still under
+        the lease (worker/review_journal.py): a worker that dies meanwhile leaves the batch to
+        be resumed by another, which finishes this same review and hands over at most once."""
+        batch, state = self.batch, self.state
+        resumed = state.journal is not None
+        try:
+            if state.journal is None:
+                now_ms = int(time.time() * 1000)
+                state.journal = ReviewJournal(reason, detail, now_ms, state.delivery_unknown)
+                await self.save_journal()
+            outcome = await self._hand_over(state.journal, reason, detail, resumed)
+        except LeaseLost:
+            log.warning("lease lost during the review tenant=%s batch=%s", batch.tenant, batch.id)
+            return
+        await self._finish(
+            lambda: self._store.finish_review(
+                batch, reason, detail, batch.claimed_ms, outcome, state
+            )
+        )
+
+    async def _hand_over(
+        self, journal: ReviewJournal, reason: str, detail: str, resumed: bool
+    ) -> str:
+        """What the review item says of the hand-over: "done", "failed: <error>", "unknown:
+        <why>" (best effort: the item is stored either way), or "" where the provider has none
+        (WhatsApp). `resumed`: an earlier attempt's worker died after journaling the review.
+        Raises LeaseLost if the journal cannot be written any more."""
+        batch, sender = self.batch, self._sender
+        hand_over = getattr(sender, "hand_over", None)
+        if hand_over is None:
+            return ""
+        if resumed and not getattr(sender, "resumes_hand_over", False):
+            # It may have told the provider already; at most once, so not again.
+            outcome = (
+                "unknown: a worker stopped during the hand-over begun at "
+                f"{utc(journal.at_ms)}; it is not repeated"
+            )
+            journal.steps["hand_over"] = outcome  # counted with the other unknowns
+            return outcome
+        try:
+            told = await self._call(hand_over, batch, reason, detail)
+        except LeaseLost:
+            raise
+        except Exception as exc:
+            log.warning(
+                "hand-over failed tenant=%s batch=%s: %r",
+                batch.tenant,
+                batch.id,
+                exc,
+                extra=_fields(batch, "review"),
+            )
+            return f"failed: {type(exc).__name__}: {exc}"[:500]
+        if isinstance(told, str):
+            return told[:500]
+        return "done" if told else ""
+
+    async def note_template(self, sending: bool, part: int) -> None:
+        """`Delivery.note_template`: persist, under the lease, whether the template went out."""
+        batch = self.batch
+        noted = await self._while_leased(
+            lambda: self._store.mark_template(batch, sending, part), "note a template"
+        )
+        if not noted:
+            raise LeaseLost
+        self.state.template_sent = sending
+        self.state.template_part = part if sending else None
+
+    async def save_journal(self) -> None:
+        """`Delivery.save_journal`: write the review journal on the batch, under the lease."""
+        batch, journal = self.batch, self.state.journal
+        assert journal is not None
+        saved = await self._while_leased(
+            lambda: self._store.save_journal(batch, journal), "journal the review"
+        )
+        if not saved:
+            raise LeaseLost
+
+    async def _finish(self, call: Callable[[], Awaitable[bool]]) -> None:
+        if not await self._while_leased(call, "finish the turn"):
+            log.warning(
+                "lease lost before finish tenant=%s batch=%s", self.batch.tenant, self.batch.id
+            )
+
+    async def _while_leased(self, call: Callable[[], Awaitable[T]], what: str) -> T:
+        """One of the turn's Redis calls; while Redis does not answer, try again for as long as
+        the turn holds its lease.
+
+        Giving up at the first error would abandon the turn: it would be resumed after the
+        lease and re-send the part the provider accepted but Redis had not recorded yet (the
+        chaos suite found this at Redis stalls and restarts). The calls are token-checked
+        and idempotent, so repeating one that did run, its answer lost, changes nothing. The
+        renewal loop cancels the turn before its lease can end, which also ends the retries.
+        """
+        batch = self.batch
+        delay = 0.05
+        while True:
+            try:
+                return await call()
+            # Redis away or slow; an error answer (a script error) would only repeat itself.
+            except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+                until = self._tools.leases.retry_until(batch)
+                if asyncio.get_running_loop().time() + delay >= until:
+                    raise
+                log.warning(
+                    "redis did not %s, retrying within the lease tenant=%s batch=%s: %r",
+                    what,
+                    batch.tenant,
+                    batch.id,
+                    exc,
+                )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 1.0)
+
+
+class LeasedDelivery(Delivery):
+    """The `Delivery` of a worker's turn: each write goes to the batch in Redis, under the
+    lease, before the state changes."""
+
+    def __init__(self, turn: Turn) -> None:
+        super().__init__(turn.state)
+        self._turn = turn
+
+    async def note_template(self, sending: bool, part: int) -> None:
+        await self._turn.note_template(sending, part)
+
+    async def save_journal(self) -> None:
+        await self._turn.save_journal()
+
+
+def _log_review(batch: Batch, reason: str) -> None:
+    """The line of a batch going to review (a failed-too-often batch logs its own error)."""
+    # A send nobody can confirm is what a person must act on: above INFO.
+    log.log(
+        logging.WARNING if reason == DELIVERY_UNKNOWN else logging.INFO,
+        "batch to review tenant=%s batch=%s reason=%s",
+        batch.tenant,
+        batch.id,
+        reason,
+        extra=_fields(batch, "review"),
+    )
+
+
+def _fields(batch: Batch, outcome: str) -> dict[str, str]:
+    """Structured log fields of a turn; the person only redacted."""
+    return {
+        "tenant": batch.tenant,
+        "person": redact_person(batch.person),
+        "batch": batch.id,
+        "outcome": outcome,
+    }

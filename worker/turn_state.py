@@ -1,0 +1,82 @@
+"""What a running turn has done so far, and what a sender sees of it.
+
+`TurnState` is the mutable half of a turn (the `Batch` a brain reads is frozen): the reply,
+the parts the provider accepted, the template noted, a send nobody can confirm, the review
+journal. A resumed batch starts from what earlier attempts recorded in Redis, so a retried or
+resumed turn neither asks the AI again nor re-sends an accepted part.
+
+`Delivery` is what a sender that declares a `delivery` keyword parameter gets with each call
+(worker/senders.py): the state, and the two writes a sender makes about it. This base keeps
+them in memory, for a sender called outside a worker's turn (its unit tests); in a worker's
+turn they are written on the batch in Redis under the lease first (worker/turn.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from worker.batch import Batch
+from worker.review_journal import JOURNAL_FIELD, ReviewJournal
+from worker.unknowns import UnknownDelivery
+
+
+@dataclass
+class TurnState:
+    # The reply stored by an earlier attempt (never ask the AI twice) and the parts of it the
+    # provider already accepted: part index -> provider message id ("" = deliberately skipped).
+    reply: str | None = None
+    sent_parts: dict[int, str] = field(default_factory=dict)
+    # How many parts the reply was split into (0 until the turn splits it).
+    parts_total: int = 0
+    # The tenant's template went out (or was about to: see `Delivery.note_template`) for this
+    # batch, in this attempt or an earlier one: no second template, no more parts.
+    template_sent: bool = False
+    # Which part the template replaced, and when it was noted (Redis clock): a resumed turn
+    # that finds that part unrecorded cannot know whether the template went out.
+    template_part: int | None = None
+    template_ms: int = 0
+    # A send of this turn whose outcome is unknown (it goes on the review item).
+    delivery_unknown: UnknownDelivery | None = None
+    # The review decided for this batch and how far its hand-over got (read back from Redis
+    # on a resumed batch).
+    journal: ReviewJournal | None = None
+    # The last part, sent but left for the finish to record: (index, provider id).
+    unrecorded_part: tuple[int, str] | None = None
+
+    @classmethod
+    def resumed(cls, batch: Batch) -> TurnState:
+        """What earlier attempts recorded on the batch (nothing, for a fresh one)."""
+        fields = batch.fields
+        sent_parts = {
+            int(name[5:]): value for name, value in fields.items() if name.startswith("part:")
+        }
+        journal = fields.get(JOURNAL_FIELD)
+        template_part = fields.get("template_part")
+        return cls(
+            reply=fields.get("reply"),
+            sent_parts=sent_parts,
+            template_sent=fields.get("template") == "1",
+            template_part=int(template_part) if template_part else None,
+            template_ms=int(fields.get("template_ms") or 0),
+            journal=None if journal is None else ReviewJournal.read(journal),
+        )
+
+
+class Delivery:
+    """A turn as a sender sees it: `state`, and the writes a sender makes about it."""
+
+    def __init__(self, state: TurnState | None = None) -> None:
+        self.state = state if state is not None else TurnState()
+
+    async def note_template(self, sending: bool, part: int) -> None:
+        """`(True, part)`: the template goes out in place of `part` (called before its
+        request, so no retry sends it twice); `(False, part)`: Meta refused it, a retry may
+        send it. Sets `state.template_sent`/`template_part`; in a worker's turn it first
+        writes the note on the batch, under the lease (raises LeaseLost if the lease is gone).
+        """
+        self.state.template_sent = sending
+        self.state.template_part = part if sending else None
+
+    async def save_journal(self) -> None:
+        """Write `state.journal` (the hand-over's steps so far) on the batch, under the lease;
+        raises LeaseLost if the lease is gone. Nothing to write outside a worker's turn."""
