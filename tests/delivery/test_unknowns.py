@@ -46,7 +46,7 @@ from tests.worker.support import (
 from worker import live_state
 from worker.batch import Batch
 from worker.inspect import render_person, render_tenant
-from worker.review_journal import JOURNAL_FIELD, ReviewJournal
+from worker.review_journal import JOURNAL_FIELD, ReviewJournal, current_names
 from worker.store import ConversationStore
 from worker.turn_state import TurnState
 from worker.unknowns import UnknownDelivery
@@ -374,3 +374,15 @@ def test_a_journal_that_cannot_be_read_still_finishes_as_a_review() -> None:
     good = ReviewJournal("too_old", "old", 5, steps={"note": "done"})
     row[-1] = good.to_json()
     assert TurnState.resumed(Batch.from_claim(TENANT, row)).journal == good
+    # Workers of the previous release read the journal only under this name, so a batch
+    # either release journaled is resumed by the other during a rolling deploy.
+    assert JOURNAL_FIELD == "handoff"
+
+
+def test_review_items_stored_before_the_rename_read_with_the_current_names() -> None:
+    old = {"id": "b-1", "handoff": "done", "handoff_steps": {"note": "done"}}
+    assert current_names(old) == {
+        "id": "b-1",
+        "hand_over": "done",
+        "hand_over_steps": {"note": "done"},
+    }

@@ -225,3 +225,28 @@ async def test_one_visit_shares_the_free_slots_among_its_tenants_and_never_overf
     assert most == 4, "never more turns than WORKER_CONCURRENCY, and all four slots used"
     # The first four: a slot for each tenant, then the one left to the earliest due.
     assert {t.start["tenant"] for t in turns[:4]} == set(tenants)
+
+
+async def test_a_tenant_an_old_worker_relayed_is_served_from_the_legacy_queue(
+    redis: Redis, prefix: str, settings: Settings, fleet: WorkerFleet, records: Records
+) -> None:
+    """A rolling deploy of the relay queue's rename (shared/wake.py): a worker of the previous
+    release took a message in and relayed the due tenant to the queue it knows, the legacy
+    one. A new worker serves it from there: no wake-up for it, and no sweep for an hour."""
+    (worker,) = await fleet.start(1, DEBOUNCE_WINDOW_S="0.2", **NO_SWEEP)
+    await asyncio.sleep(SETTLE_S)  # its start-up sweep is over: it found nothing
+    person = "5491155550008"
+    assert await push_message(redis, prefix, person, "wamid.legacy", "hola", wake=False)
+    # The old worker's intake (it sets the due time), then its relay: `ZADD NX`, score in ms.
+    s = settings.with_overrides(key_prefix=prefix, debounce_window_s=0.2)
+    scripts = Scripts()
+    await scripts.load(redis)
+    await ConversationStore(s, scripts, GroupCommitter(redis, scripts)).claim(TENANT, 0, "old")
+    legacy = Keys(prefix).legacy_relay_queue
+    relayed_ms = time.time() * 1000
+    assert await redis.zadd(legacy, {TENANT: int(relayed_ms)}, nx=True) == 1
+    (turn,) = await records.wait_turns(person, 1, timeout_s=20)
+    assert turn.start["pid"] == worker.pid
+    # Due 0.2 s after the intake (3 s of room for a loaded machine), not an hour later.
+    assert turn.start["ms"] - relayed_ms < 200 + 3000
+    assert await redis.zcard(legacy) == 0, "drained"
