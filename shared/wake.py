@@ -1,8 +1,8 @@
 """Wake-ups: how a worker learns, without polling, that a tenant has work, and only one does.
 
-Two fleet-wide sorted sets are queues of tenant ids (score: when the tenant was added, ms, so
+Fleet-wide sorted sets are queues of tenant ids (score: when the tenant was added, ms, so
 the longest waiting goes first). `ZADD NX` keeps a tenant in a queue at most once, however
-often it is woken while it waits, so neither grows beyond the number of tenants, even while
+often it is woken while it waits, so none grows beyond the number of tenants, even while
 no worker runs. Workers take from them with `BZPOPMIN`, which Redis serves to one blocked
 client at a time (the one waiting longest): each wake-up reaches one worker, not every worker.
 
@@ -22,7 +22,7 @@ Workers of the previous release relay to `wa:handoff` and read only it. New work
 by a new worker as soon as one has a free slot. The other way round, a tenant a new worker
 relayed while only old workers have free slots waits on `wa:relay` for the first new worker
 with a free slot, or for the safety sweep (which old workers run too) to find it due: late by
-at most an interval during the deploy, never lost, since the queue is kept in Redis. A tenant
+an interval or two during the deploy, never lost, since the queue is kept in Redis. A tenant
 taken from either queue is only a hint to claim: the claim script decides, so one relayed
 twice is claimed once.
 
