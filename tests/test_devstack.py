@@ -396,15 +396,17 @@ def test_the_stack_runs_the_procfiles_lines_and_its_children_die_with_it(tmp_pat
 def test_a_procfile_without_a_worker_line_is_refused_by_name(tmp_path: Path) -> None:
     devstack = load_devstack()
     procfile = tmp_path / "Procfile"
-    procfile.write_text("# comment\n\nweb: uvicorn receiver.app:app\n")
+    procfile.write_text("# comment\n\nweb: uvicorn receiver.app:create_app --factory\n")
     with pytest.raises(devstack.ProcfileError, match="no 'worker:' line"):
         devstack.read_procfile(procfile)
-    procfile.write_text("web uvicorn receiver.app:app\nworker: python -m worker\n")
+    procfile.write_text("web uvicorn receiver.app:create_app --factory\nworker: python -m worker\n")
     with pytest.raises(devstack.ProcfileError, match=r"Procfile:1: not a 'name: command' line"):
         devstack.read_procfile(procfile)
-    procfile.write_text("web: uvicorn receiver.app:app\nworker:  python -m worker  \n")
+    procfile.write_text(
+        "web: uvicorn receiver.app:create_app --factory\nworker:  python -m worker  \n"
+    )
     assert devstack.read_procfile(procfile) == {
-        "web": "uvicorn receiver.app:app",
+        "web": "uvicorn receiver.app:create_app --factory",
         "worker": "python -m worker",
     }
 

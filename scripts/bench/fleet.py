@@ -4,7 +4,7 @@
     .venv/bin/python scripts/bench_fleet --only scaling --rounds 2 --write
     .venv/bin/python scripts/bench_fleet --messages 200 --tenant-counts 10,50 --waiting 500  # smoke
 
-Every run starts its own receivers (`uvicorn receiver.app:app`, uvloop + httptools, as the
+Every run starts its own receivers (uvicorn, uvloop + httptools, as the
 Procfile) and workers (`python -m worker`), the echo brain (zero latency) and a zero-latency
 sender (scripts/bench/fleet_probe.py: answers with a message id at once, like the Graph API,
 and records when it sent), on a private Redis: one server, or a local cluster of three masters
@@ -220,7 +220,8 @@ class Fleet:
         logs.mkdir(exist_ok=True)
         for i in range(self.receivers):
             port = free_port()
-            command = [sys.executable, "-m", "uvicorn", "receiver.app:app", "--port", str(port)]
+            command = [sys.executable, "-m", "uvicorn", "receiver.app:create_app", "--factory"]
+            command += ["--port", str(port)]
             command += ["--loop", "uvloop", "--http", "httptools", "--no-access-log"]
             self._spawn(command, env, logs / f"receiver-{i}.log")
             self.ports.append(port)

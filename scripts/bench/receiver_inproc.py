@@ -17,6 +17,7 @@ import asyncio
 import os
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -88,17 +89,18 @@ async def drive(app: Any, bodies: list[tuple[bytes, bytes]], args: argparse.Name
 
 async def run(args: argparse.Namespace, redis_url: str) -> None:
     os.environ.update(WHATSAPP_APP_SECRET=SECRET, REDIS_URL=redis_url, KEY_PREFIX="inproc")
-    import receiver.store
     from receiver.app import create_app
+    from receiver.store import WriterTuning
 
+    tuning = WriterTuning()
     if args.rounds_in_flight:
-        receiver.store.ROUNDS_IN_FLIGHT = args.rounds_in_flight
+        tuning = replace(tuning, rounds_in_flight=args.rounds_in_flight)
     if args.spin_max_s is not None:
-        receiver.store.SPIN_MAX_S = args.spin_max_s
+        tuning = replace(tuning, spin_max_s=args.spin_max_s)
     # --pool fixes how many bodies are made, so two runs that differ only in --requests differ
     # only in serving work (the instruction-count method in docs/benchmarks/receiver.md).
     bodies = signed_bodies(max(args.pool, args.requests * args.reps))
-    app = create_app()
+    app = create_app(tuning=tuning)
     async with app.router.lifespan_context(app):
         await drive(app, bodies, args)
         stats = await app.state.receiver.redis.info("commandstats")
@@ -115,7 +117,7 @@ def main() -> None:
     parser.add_argument("--pool", type=int, default=0, help="bodies to generate (at least all)")
     parser.add_argument("--rounds-in-flight", type=int, default=0, help="0: as committed")
     parser.add_argument(
-        "--spin-max-s", type=float, default=None, help="receiver.store.SPIN_MAX_S (0: no spin)"
+        "--spin-max-s", type=float, default=None, help="WriterTuning.spin_max_s (0: no spin)"
     )
     args = parser.parse_args()
     server = RedisServer(appendonly=False).start()

@@ -13,7 +13,7 @@ minute to the next; instruction counts repeat to well under 1 %. Use it to decid
 change saves work; use bench_receiver (wrk) for what a user sees. Round sizes under valgrind
 differ from a real run (the traced process is ~50x slower, Redis is not), so per-round costs
 weigh less here than under wrk. The flusher's spin while a round is at Redis
-(`receiver.store.SPIN_MAX_S`) is turned off here: its iterations count waiting, not work, and
+(`WriterTuning.spin_max_s`) is turned off here: its iterations count waiting, not work, and
 under valgrind they would vary with Redis's speed. Needs valgrind (apt-get install valgrind).
 """
 

@@ -112,6 +112,8 @@ class Server:
             "-m",
             "uvicorn",
             app,
+            # A `create_app` is a factory, as the Procfile runs the receiver.
+            *(["--factory"] if app.endswith(":create_app") else []),
             "--host",
             "127.0.0.1",
             "--port",
@@ -1044,7 +1046,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=1, help="wrk threads (default 1)")
     p.add_argument("--messages-per-request", type=int, default=1)
     p.add_argument("--warmup", type=float, default=3, help="seconds of warm-up per app")
-    p.add_argument("--app", default="receiver.app:app", help="the app under test")
+    p.add_argument(
+        "--app",
+        default="receiver.app:create_app",
+        help="the app under test (module:create_app runs as a factory)",
+    )
     p.add_argument(
         "--app-env",
         action="append",

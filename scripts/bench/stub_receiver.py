@@ -1,4 +1,4 @@
-"""A minimal stand-in for `receiver.app:app`, used to build and debug the benchmark harness.
+"""A minimal stand-in for the receiver app, used to build and debug the benchmark harness.
 
 Not the product: it only does what the benchmark exercises (verify the signature, fan out the
 text messages, one ingest script call per tenant through the shared group committer, 200 after

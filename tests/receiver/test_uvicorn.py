@@ -1,4 +1,5 @@
-"""The real server process (`uvicorn receiver.app:app`, as the Procfile runs it) over real HTTP."""
+"""The real server process (`uvicorn receiver.app:create_app --factory`, as the Procfile runs
+it) over real HTTP."""
 
 from __future__ import annotations
 
@@ -37,7 +38,8 @@ class Uvicorn:
             "MAX_BODY_BYTES": str(MAX_BODY),
             **env,
         }
-        command = [sys.executable, "-m", "uvicorn", "receiver.app:app", "--port", str(self.port)]
+        command = [sys.executable, "-m", "uvicorn", "receiver.app:create_app", "--factory"]
+        command += ["--port", str(self.port)]
         command += ["--loop", "uvloop", "--http", "httptools"]
         if not access_log:
             command.append("--no-access-log")  # as the Procfile runs it
