@@ -51,6 +51,8 @@ class TenantConfig:
 
 @dataclass(frozen=True)
 class Settings:
+    """The effective configuration of a process; `from_env()` builds it."""
+
     # --- Redis and the receiver ----------------------------------------------------------
     redis_url: str = setting(
         "REDIS_URL",
