@@ -78,17 +78,23 @@ def _pages() -> list[Path]:
     return [README, *sorted(DOCS.rglob("*.md"))]
 
 
+def _anchors(page: Path) -> set[str]:
+    """The anchors GitHub gives the page's headings."""
+    headings = re.findall(r"^#+ (.+)$", page.read_text(), re.MULTILINE)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}
+
+
 def test_every_relative_link_points_to_a_file_that_exists() -> None:
     broken = []
     for page in _pages():
         for target in LINK.findall(page.read_text()):
-            path = target.split("#", 1)[0]
-            if not path or re.match(r"[a-z]+:", path):
-                continue  # an anchor in the same page, or a URL
-            resolved = (page.parent / path).resolve()
+            path, _, anchor = target.partition("#")
+            if re.match(r"[a-z]+:", path):
+                continue  # a URL
+            resolved = (page.parent / path).resolve() if path else page
             if resolved.relative_to(REPO).as_posix() in PAGES_WRITTEN_ELSEWHERE:
                 continue
-            if not resolved.exists():
+            if not resolved.exists() or (anchor and anchor not in _anchors(resolved)):
                 broken.append(f"{page.relative_to(REPO)}: {target}")
     assert broken == []
 
