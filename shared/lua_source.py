@@ -90,6 +90,8 @@ class Use:
 
 @dataclass(frozen=True)
 class Header:
+    """What a Lua file's leading comment block declares."""
+
     keys: tuple[Slot, ...]
     argv: tuple[Slot, ...]
     returns: str  # the `-- Returns` sentence, "" if there is none
@@ -123,11 +125,8 @@ def read_header(text: str, where: str = "<lua>") -> Header:
             returns = " ".join(rest[: rest.index("") if "" in rest else len(rest)])
     for kind, entries in slots.items():
         _check_slots(kind, entries, where)
-    return Header(tuple(slots["KEYS"]), tuple(slots["ARGV"]), returns, _opt_tuple(uses))
-
-
-def _opt_tuple(uses: list[Use] | None) -> tuple[Use, ...] | None:
-    return None if uses is None else tuple(uses)
+    declared = None if uses is None else tuple(uses)
+    return Header(tuple(slots["KEYS"]), tuple(slots["ARGV"]), returns, declared)
 
 
 def _read_uses(text: str, where: str) -> list[Use]:
@@ -137,8 +136,8 @@ def _read_uses(text: str, where: str) -> list[Use]:
         Use(lib, tuple(n.strip() for n in names.split(",") if n.strip()))
         for lib, names in _USE.findall(text)
     ]
-    if not found:
-        raise LuaSourceError(f"{where}: cannot read `uses:{text}` (lib/<file>.lua (names))")
+    if not found or _USE.sub("", text).strip(" ,"):
+        raise LuaSourceError(f"{where}: cannot read `uses:{text}`: lib/<file>.lua (<names>), ...")
     return found
 
 

@@ -187,6 +187,7 @@ def test_helpers_come_dependencies_first_each_once(tmp_path: Path) -> None:
         ({"s.lua": "-- uses: none\nreturn '{{NO_SUCH}}'\n"}, "unknown placeholder"),
         ({"s.lua": "-- uses: none\nreturn '{{lowercase}}'\n"}, "not substituted"),
         ({"s.lua": "-- KEYS[2] due\nreturn 1\n"}, "numbered 1, 2"),
+        ({"s.lua": "-- uses: lib/x.lua (f), clock.lua (now_ms)\n"}, "cannot read"),
         (
             {
                 "lib/a.lua": "-- uses: lib/b.lua (b)\nlocal function a() end\n",
