@@ -50,10 +50,11 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from receiver.parsing import Item
+from shared import script_calls
 from shared.keys import Keys, TenantKeys
 from shared.raw_pipeline import RawPipeline
 from shared.redis_client import is_cluster
-from shared.scripts import Scripts, is_noscript
+from shared.scripts import ScriptArg, Scripts, is_noscript
 from shared.wake import now_ms, wake_command
 
 
@@ -248,14 +249,20 @@ class InboxWriter:
     async def _write(self, round_: _Round) -> dict[str, list[int]]:
         """One pipeline for the round; returns each tenant's per-item results (1 new, 0 dup)."""
         keys = self._keys
-        calls: list[tuple[str, list[str], list[bytes | int]]] = []
+        calls: list[tuple[str, list[str], list[ScriptArg]]] = []
         for tenant, seen in round_.seen.items():
-            inbox = self._tenant_keys(tenant).inbox
+            tenant_keys = self._tenant_keys(tenant)
             data = round_.data[tenant]
             per_call = self.tuning.max_items_per_call
             for i in range(0, len(seen), per_call):
                 chunk = slice(i, i + per_call)
-                calls.append((tenant, [inbox, *seen[chunk]], [self._dedupe_ttl_s, *data[chunk]]))
+                script_keys, script_args = script_calls.ingest(
+                    tenant_keys,
+                    seen=seen[chunk],
+                    dedupe_ttl_s=self._dedupe_ttl_s,
+                    events=data[chunk],
+                )
+                calls.append((tenant, script_keys, script_args))
         ingest = self._scripts.ingest
         commands: list[tuple[Any, ...]] = []
         unregistered = self._unregistered(round_.seen)

@@ -68,6 +68,7 @@ from shared.redis_server import (  # noqa: E402
     find_server_binary,
     free_port,
 )
+from shared.script_calls import ingest as ingest_call  # noqa: E402
 from shared.scripts import Scripts  # noqa: E402
 
 PREFIX = "fleet"
@@ -709,7 +710,13 @@ async def park_conversations(
                 )
                 k = keys.tenant(tenant)
                 scripts.ingest.queue(
-                    pipe, [k.inbox, k.seen(dedupe_id(event))], [604800, encode(event)]
+                    pipe,
+                    *ingest_call(
+                        k,
+                        seen=[k.seen(dedupe_id(event))],
+                        dedupe_ttl_s=604800,
+                        events=[encode(event)],
+                    ),
                 )
             await pipe.execute()
         out = Path(tempfile.mkdtemp(prefix="bench-fleet-park-"))

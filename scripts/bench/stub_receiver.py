@@ -22,6 +22,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from shared import script_calls
 from shared.events import dedupe_id, encode, message_event
 from shared.group_commit import GroupCommitter, Queue
 from shared.keys import Keys
@@ -86,8 +87,12 @@ async def webhook(request: Request) -> Response:
     calls: list[Queue] = []
     for tenant, events in by_tenant.items():
         tk = keys.tenant(tenant)
-        call_keys = [tk.inbox, *(tk.seen(dedupe_id(e)) for e in events)]
-        call_args = [settings.dedupe_ttl_s, *(encode(e) for e in events)]
+        call_keys, call_args = script_calls.ingest(
+            tk,
+            seen=[tk.seen(dedupe_id(e)) for e in events],
+            dedupe_ttl_s=settings.dedupe_ttl_s,
+            events=[encode(e) for e in events],
+        )
 
         def queue(pipe: Any, k: list[str] = call_keys, a: list[Any] = call_args) -> None:
             scripts.ingest.queue(pipe, k, a)

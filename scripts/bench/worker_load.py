@@ -22,6 +22,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
+from shared import script_calls
 from shared.events import dedupe_id, encode, message_event
 from shared.keys import Keys
 from shared.scripts import Scripts
@@ -112,7 +113,13 @@ class Bench:
         tk = self.tk
         pipe.sadd(self.keys.tenants, TENANT)
         self.scripts.ingest.queue(
-            pipe, [tk.inbox, tk.seen(dedupe_id(event))], [DEDUPE_TTL_S, encode(event)]
+            pipe,
+            *script_calls.ingest(
+                tk,
+                seen=[tk.seen(dedupe_id(event))],
+                dedupe_ttl_s=DEDUPE_TTL_S,
+                events=[encode(event)],
+            ),
         )
         if publish:
             pipe.execute_command(*wake_command(self.keys, [TENANT], now_ms()))
