@@ -32,8 +32,6 @@ NOT_KEYS = frozenset(
     }
 )
 # Pages another branch generates: linking to them is fine once they exist (then drop them here).
-PAGES_WRITTEN_ELSEWHERE = frozenset({"docs/configuration.md"})
-
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 TEST_REF = re.compile(r"`(tests/[\w/]+\.py)::(\w+)`")
 INVARIANT_HEADING = re.compile(r"^## (\d+)\. \S", re.MULTILINE)
@@ -92,16 +90,9 @@ def test_every_relative_link_points_to_a_file_that_exists() -> None:
             if re.match(r"[a-z]+:", path):
                 continue  # a URL
             resolved = (page.parent / path).resolve() if path else page
-            if resolved.relative_to(REPO).as_posix() in PAGES_WRITTEN_ELSEWHERE:
-                continue
             if not resolved.exists() or (anchor and anchor not in _anchors(resolved)):
                 broken.append(f"{page.relative_to(REPO)}: {target}")
     assert broken == []
-
-
-def test_pages_written_elsewhere_are_still_missing() -> None:
-    # Once the page exists, the link check must cover it: remove it from the list above.
-    assert [p for p in PAGES_WRITTEN_ELSEWHERE if (REPO / p).exists()] == []
 
 
 def _test_functions(path: Path) -> set[str]:
