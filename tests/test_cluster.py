@@ -24,10 +24,10 @@ from redis.asyncio import Redis
 from redis.crc import key_slot
 
 from receiver.app import create_app
+from scripts.dev.redis_server import CLUSTER_SLOTS, RedisCluster
 from scripts.webhooks import text_message
 from shared.group_commit import GroupCommitter
 from shared.keys import Keys
-from shared.redis_server import CLUSTER_SLOTS, RedisCluster
 from shared.scripts import Scripts
 from shared.settings import Settings
 from tests.conftest import RedisTarget, sign

@@ -16,9 +16,9 @@ import orjson
 import pytest
 from redis.asyncio import Redis
 
+from scripts.dev.redis_server import RedisServer
 from shared.keys import Keys
 from shared.logs import JsonFormatter, make_formatter, redact_person
-from shared.redis_server import RedisServer
 from shared.settings import ConfigError, Settings
 from tests.conftest import APP_SECRET
 from tests.receiver.conftest import running

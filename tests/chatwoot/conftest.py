@@ -12,8 +12,8 @@ import pytest
 from redis.asyncio import Redis
 
 from receiver.app import create_app
+from scripts.dev.redis_server import RedisServer
 from scripts.standins import BackgroundServer, ChatwootApiStandIn
-from shared.redis_server import RedisServer
 from shared.settings import Settings
 from tests.conftest import APP_SECRET
 from tests.delivery.support import InProcessWorkers

@@ -13,9 +13,9 @@ from redis.asyncio import Redis
 from starlette.applications import Starlette
 
 from receiver.app import create_app
+from scripts.dev.redis_server import RedisServer
 from shared.events import decode
 from shared.keys import Keys
-from shared.redis_server import RedisServer
 from shared.settings import Settings
 from tests.conftest import sign
 

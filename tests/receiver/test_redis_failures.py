@@ -9,7 +9,7 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 
-from shared.redis_server import RedisServer
+from scripts.dev.redis_server import RedisServer
 from shared.settings import Settings
 from tests.conftest import fixture_bytes
 from tests.receiver.conftest import counts, inbox, post, running

@@ -16,7 +16,7 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 
-from shared.redis_server import RedisServer, free_port
+from scripts.dev.redis_server import RedisServer, free_port
 from tests.conftest import APP_SECRET, VERIFY_TOKEN, fixture_bytes, sign
 from tests.receiver.conftest import TENANT, URL, counts, dumps, inbox, payload, text_message
 
