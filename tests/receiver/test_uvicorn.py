@@ -17,8 +17,8 @@ import pytest
 from redis.asyncio import Redis
 
 from scripts.dev.redis_server import RedisServer, free_port
-from tests.conftest import APP_SECRET, VERIFY_TOKEN, fixture_bytes, sign
-from tests.receiver.conftest import TENANT, URL, counts, dumps, inbox, payload, text_message
+from tests.receiver.support import TENANT, URL, counts, dumps, inbox, payload, text_message
+from tests.support.helpers import APP_SECRET, VERIFY_TOKEN, fixture_bytes, sign
 
 ROOT = Path(__file__).resolve().parents[2]
 MAX_BODY = 65536

@@ -19,7 +19,7 @@ from shared.group_commit import GroupCommitter
 from shared.keys import Keys
 from shared.scripts import Scripts
 from shared.settings import Settings
-from tests.test_cluster import tenants_on_every_node
+from tests.support.helpers import tenants_on_every_node
 from tests.worker.support import (
     TENANT,
     Records,
