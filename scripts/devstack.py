@@ -25,7 +25,7 @@ inside the workers' 10 s shutdown grace.
 
 Children run in their own process groups: a Ctrl-C in the terminal reaches only this process,
 which forwards one SIGTERM. (A second signal makes uvicorn skip its graceful shutdown.) Each
-child, the embedded Redis included, is started through shared/lifeline.py, which arms Linux's
+child, the embedded Redis included, is started through scripts/dev/lifeline.py, which arms Linux's
 PR_SET_PDEATHSIG and execs it: if this process is killed outright, the kernel sends every child
 SIGTERM.
 """
@@ -48,8 +48,8 @@ from typing import IO
 
 import httpx
 
-from shared import lifeline
-from shared.redis_server import RedisServer, free_port
+from scripts.dev import lifeline
+from scripts.dev.redis_server import RedisServer, free_port
 from shared.settings import ConfigError, Settings
 
 REPO = Path(__file__).resolve().parent.parent

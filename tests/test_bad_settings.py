@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from scripts.dev.redis_server import RedisServer, free_port
 from scripts.devstack import PROCFILE, procfile_argv, read_procfile
-from shared.redis_server import RedisServer, free_port
 
 REPO = Path(__file__).resolve().parents[1]
 PROCFILE_LINES = read_procfile(PROCFILE)

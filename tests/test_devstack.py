@@ -25,8 +25,8 @@ import pytest
 import redis
 from prometheus_client.parser import text_string_to_metric_families
 
+from scripts.dev.redis_server import RedisServer, free_port
 from shared.keys import Keys
-from shared.redis_server import RedisServer, free_port
 from shared.settings import env_names
 
 REPO = Path(__file__).resolve().parent.parent
@@ -56,8 +56,8 @@ class Stack:
     """`devstack.py` in a subprocess; its output is collected line by line by a thread."""
 
     def __init__(self, data_dir: Path, *args: str) -> None:
-        argv = [PYTHON, str(DEVSTACK), "--data-dir", str(data_dir), "--port", str(free_port())]
-        argv += ["--redis-port", str(free_port()), *args]
+        argv = [PYTHON, "-m", "scripts.devstack", "--data-dir", str(data_dir)]
+        argv += ["--port", str(free_port()), "--redis-port", str(free_port()), *args]
         self.process = subprocess.Popen(
             argv,
             cwd=REPO,

@@ -16,12 +16,12 @@ import orjson
 import pytest
 from redis.asyncio import Redis
 
+from scripts.dev.redis_server import RedisServer
 from shared.keys import Keys
 from shared.logs import JsonFormatter, log_startup, make_formatter, redact_person
-from shared.redis_server import RedisServer
 from shared.settings import ConfigError, Settings
-from tests.conftest import APP_SECRET
-from tests.receiver.conftest import running
+from tests.receiver.support import running
+from tests.support.helpers import APP_SECRET
 from tests.worker.support import REPO, TENANT, listening, push_message, wait_for
 from worker.runner import Worker
 

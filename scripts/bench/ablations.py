@@ -1,6 +1,6 @@
 """The receiver with other writer tunables, to measure one against the committed defaults.
 
-    scripts/bench_receiver --app ablations:create_app --app-env VARIANT=nospin
+    scripts/bench_receiver --app scripts.bench.ablations:create_app --app-env VARIANT=nospin
 
 `VARIANT` is a `+`-separated list; each piece changes one `receiver.store.WriterTuning` field:
 
@@ -32,7 +32,7 @@ PIECES: dict[str, dict[str, Any]] = {
 
 
 def create_app() -> ReceiverApp:
-    """`uvicorn ablations:create_app --factory`: the receiver with `VARIANT`'s tuning."""
+    """`uvicorn scripts.bench.ablations:create_app --factory`: the receiver with `VARIANT`'s tuning."""
     variant = set(os.environ.get("VARIANT", "").split("+")) - {""}
     unknown = variant - PIECES.keys()
     if unknown:

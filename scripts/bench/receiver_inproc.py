@@ -1,6 +1,6 @@
 """CPU per request of the receiver's own code, without uvicorn, wrk or the network in between.
 
-    .venv/bin/python scripts/bench/receiver_inproc.py [--connections 32] [--requests 40000]
+    .venv/bin/python -m scripts.bench.receiver_inproc [--connections 32] [--requests 40000]
 
 `--connections` tasks call the ASGI app directly, each sending its next signed, unique body
 (scripts/bench/payloads.py) as soon as the last one was answered, against a private Redis
@@ -15,20 +15,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import sys
 import time
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import uvloop
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(Path(__file__).resolve().parent), str(ROOT)]
-
-import payloads  # noqa: E402
-
-from shared.redis_server import RedisServer  # noqa: E402
+from scripts.bench import payloads
+from scripts.dev.redis_server import RedisServer
 
 SECRET = "inproc-secret"
 PATH = "/webhooks/whatsapp"

@@ -1,6 +1,6 @@
 """Instructions per request of the receiver's own code: a figure other load cannot move.
 
-    .venv/bin/python scripts/bench/receiver_instructions.py [--small 1000] [--large 3000]
+    .venv/bin/python -m scripts.bench.receiver_instructions [--small 1000] [--large 3000]
 
 Runs the in-process driver (receiver_inproc.py) twice under `valgrind --tool=callgrind`, serving
 `--small` and then `--large` requests from the same pool of pre-generated bodies, and divides
@@ -27,8 +27,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-DRIVER = HERE / "receiver_inproc.py"
+ROOT = Path(__file__).resolve().parents[2]
+DRIVER = "scripts.bench.receiver_inproc"
 
 
 def instructions(requests: int, pool: int, extra: list[str]) -> int:
@@ -40,7 +40,8 @@ def instructions(requests: int, pool: int, extra: list[str]) -> int:
                 "--tool=callgrind",
                 f"--callgrind-out-file={out}",
                 sys.executable,
-                str(DRIVER),
+                "-m",
+                DRIVER,
                 "--requests",
                 str(requests),
                 "--reps",
@@ -51,6 +52,7 @@ def instructions(requests: int, pool: int, extra: list[str]) -> int:
                 "0",
                 *extra,
             ],
+            cwd=ROOT,
             capture_output=True,
             text=True,
             check=False,

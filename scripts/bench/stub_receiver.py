@@ -3,7 +3,8 @@
 Not the product: it only does what the benchmark exercises (verify the signature, fan out the
 text messages, one ingest script call per tenant through the shared group committer, 200 after
 Redis confirmed, 503 if Redis failed). Run the benchmark against it with
-`scripts/bench_receiver --app stub_receiver:app`; it also gives a lean reference point.
+`scripts/bench_receiver --app scripts.bench.stub_receiver:app`; it also gives a lean reference
+point.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Run `python -m worker` with candidate optimisations patched in at run time, to size them.
 
-    BENCH_VARIANTS=no_read_timeouts,cached_keys python scripts/bench/worker_variants.py
+    BENCH_VARIANTS=no_read_timeouts,cached_keys python -m scripts.bench.worker_variants
 
 `scripts/bench_worker --variants no_read_timeouts,...` starts workers this way. Nothing in
 worker/ or shared/ is edited: each patch replaces one function in memory, in the benchmark's

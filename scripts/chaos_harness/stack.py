@@ -30,8 +30,8 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from scripts.dev.redis_server import RedisServer, free_port
 from shared.keys import Keys
-from shared.redis_server import RedisServer, free_port
 from shared.wake import listening_workers
 
 REPO = Path(__file__).resolve().parents[2]

@@ -20,7 +20,7 @@ from receiver.store import InboxWriter, StoreUnavailable, WriterTuning
 from receiver.whatsapp import parse_body
 from shared.keys import Keys
 from shared.scripts import Scripts
-from tests.receiver.conftest import TENANT, dumps, inbox, payload, text_message
+from tests.receiver.support import TENANT, dumps, inbox, payload, text_message
 
 PAUSE_S = 0.6
 

@@ -13,8 +13,8 @@ from receiver.store import InboxWriter, StoreUnavailable, WriterTuning
 from receiver.whatsapp import parse_body
 from shared.keys import Keys
 from shared.scripts import Scripts
-from tests.conftest import fixture_bytes
-from tests.receiver.conftest import TENANT, dumps, inbox, payload, text_message
+from tests.receiver.support import TENANT, dumps, inbox, payload, text_message
+from tests.support.helpers import fixture_bytes
 
 BURST = parse_body(fixture_bytes("whatsapp/burst_one_post.json"), 1)
 ITEMS = BURST.items

@@ -17,9 +17,9 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 
-from shared.redis_server import RedisServer, free_port
-from tests.conftest import APP_SECRET, VERIFY_TOKEN, fixture_bytes, sign
-from tests.receiver.conftest import TENANT, URL, counts, dumps, inbox, payload, text_message
+from scripts.dev.redis_server import RedisServer, free_port
+from tests.receiver.support import TENANT, URL, counts, dumps, inbox, payload, text_message
+from tests.support.helpers import APP_SECRET, VERIFY_TOKEN, fixture_bytes, sign
 
 ROOT = Path(__file__).resolve().parents[2]
 MAX_BODY = 65536
