@@ -332,9 +332,9 @@ class ReceiverApp(Starlette):
     """Starlette for every route but the webhook POST, which is served as plain ASGI.
 
     The webhook's request task suspends while Redis works, and with Starlette's Request,
-    router and exception middleware every resume unwinds through their frames: measured at
-    30-37 us of the receiver's ~105 us per request (docs/benchmarks/receiver.md). The hot
-    path skips them; the rest of the app stays ordinary Starlette.
+    router and exception middleware every resume unwinds through their frames, a large share
+    of a request's cost (docs/benchmarks/receiver.md). The hot path skips them; the rest of
+    the app stays ordinary Starlette.
     """
 
     def __init__(self, receiver: Receiver) -> None:

@@ -27,15 +27,15 @@ At most `rounds_in_flight` rounds are in flight at once, each on its own connect
 every slot is busy the next round gathers, so a request waits at most for the rounds in
 flight and its own. One is the default because it measured best: with two, requests that
 arrive while a round is out go out at once, but the receiver used less of its core, not more
-(0.78-0.84 vs 0.86-0.89, same CPU per request; docs/benchmarks/receiver.md).
+(docs/benchmarks/receiver.md, "Why the hot path looks the way it does").
 
 Under load the flusher spins while a large round is at Redis (`spin_min_requests`,
 `spin_max_s`): it yields to the event loop once per turn instead of letting the loop sleep.
 With a round out, every request the client has sent is often already parsed and waiting for
 that round, so the process would sleep until Redis answers; on a virtual machine a sleeping
 vCPU is halted, and waking it for the answer took long enough that the receiver sat idle
-12-14 % of the time at full load (voluntary context switches ~270/s, ~0.5 ms each). Yielding
-keeps it on its CPU (docs/benchmarks/receiver.md has the figures). Small rounds (light
+a good part of the time at full load. Yielding keeps it on its CPU
+(docs/benchmarks/receiver.md has the figures). Small rounds (light
 traffic) never spin, so an idle receiver stays idle, and a spin never outlasts `spin_max_s`
 (a slow Redis then gets the usual sleep).
 
@@ -194,8 +194,8 @@ class InboxWriter:
 
     async def _commit(self, round_: _Round) -> None:
         try:
-            # One deadline per round rather than per request (a timer per request cost ~5 us
-            # of ~100): a request waits for at most the round in flight and its own.
+            # One deadline per round rather than per request (a timer each is a measurable
+            # cost): a request waits for at most the round in flight and its own.
             async with asyncio.timeout(self._timeout_s):
                 tuning = self.tuning
                 if tuning.spin_max_s > 0 and len(round_.waiters) >= tuning.spin_min_requests:
