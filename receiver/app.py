@@ -1,4 +1,4 @@
-"""The webhook receiver: `uvicorn receiver.app:app`.
+"""The webhook receiver: `uvicorn receiver.app:create_app --factory`.
 
 Verifies, fans out and stores; answers 200 only once Redis confirmed every item of the request.
 Redis is connected in the lifespan, never at import. No input produces a 500: an unexpected
@@ -31,7 +31,7 @@ from receiver.metrics import ReceiverMetrics, read_fleet
 from receiver.parsing import Parsed
 from receiver.providers import inbound_providers
 from receiver.signature import SignatureError, token_matches
-from receiver.store import InboxWriter, StoreUnavailable
+from receiver.store import InboxWriter, StoreUnavailable, WriterTuning
 from receiver.whatsapp import WhatsAppInbound
 from shared.keys import Keys
 from shared.logs import (
@@ -94,8 +94,9 @@ async def read_body(receive: Receive, limit: int) -> bytes | None:
 class Receiver:
     """Holds the settings and, while the lifespan runs, the Redis client and writer."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, tuning: WriterTuning | None = None) -> None:
         self.settings = settings
+        self.tuning = tuning or WriterTuning()
         self.keys = Keys(settings.key_prefix)
         self.scripts = Scripts()
         # Webhook path -> provider; each path's POST is served as plain ASGI (ReceiverApp).
@@ -131,7 +132,12 @@ class Receiver:
         )
         await self._prepare_redis()
         self.writer = InboxWriter(
-            self.redis, self.scripts, self.keys, settings.dedupe_ttl_s, settings.redis_timeout_s
+            self.redis,
+            self.scripts,
+            self.keys,
+            settings.dedupe_ttl_s,
+            settings.redis_timeout_s,
+            self.tuning,
         )
         calm_garbage_collector()
         try:
@@ -326,9 +332,9 @@ class ReceiverApp(Starlette):
     """Starlette for every route but the webhook POST, which is served as plain ASGI.
 
     The webhook's request task suspends while Redis works, and with Starlette's Request,
-    router and exception middleware every resume unwinds through their frames: measured at
-    30-37 us of the receiver's ~105 us per request (docs/benchmarks/receiver.md). The hot
-    path skips them; the rest of the app stays ordinary Starlette.
+    router and exception middleware every resume unwinds through their frames, a large share
+    of a request's cost (docs/benchmarks/receiver.md). The hot path skips them; the rest of
+    the app stays ordinary Starlette.
     """
 
     def __init__(self, receiver: Receiver) -> None:
@@ -346,19 +352,18 @@ class ReceiverApp(Starlette):
         await super().__call__(scope, receive, send)
 
 
-def create_app(settings: Settings | None = None) -> ReceiverApp:
-    """The ASGI app; settings from the environment unless given. Redis connects on start-up."""
-    return ReceiverApp(Receiver(settings or Settings.from_env()))
+def create_app(settings: Settings | None = None, tuning: WriterTuning | None = None) -> ReceiverApp:
+    """The ASGI app: `uvicorn receiver.app:create_app --factory` (the Procfile's `web`), or
+    called with settings (tests, an embedding app); `tuning` is for benchmarks. Redis
+    connects on start-up.
 
-
-def _served_app() -> ReceiverApp:
-    """`uvicorn receiver.app:app`: when uvicorn's command line imports us, logging is set up
-    here, before its first line ("Started server process"), so that line is ours (JSON) too.
-    Any other importer (tests, an embedding app) keeps its own logging."""
-    settings = Settings.from_env()
-    if served_by_uvicorn():
-        configure_logging(settings.log_level, settings.log_format)
-    return create_app(settings)
-
-
-app = _served_app()
+    Without settings it reads the environment, where a bad value ends the process with one
+    line naming the variable and exit code 2 (uvicorn lets the SystemExit through). Under
+    uvicorn's command line it also sets up logging, before uvicorn's first line ("Started
+    server process"), so that line is ours (JSON) too; any other caller keeps its logging.
+    """
+    if settings is None:
+        settings = Settings.from_env_or_exit()
+        if served_by_uvicorn():
+            configure_logging(settings.log_level, settings.log_format)
+    return ReceiverApp(Receiver(settings, tuning))

@@ -3,7 +3,7 @@
 Receiver figures live in a `CollectorRegistry` owned by one app (tests create many apps). The
 webhook's hot path only adds to plain integers (requests by status, the latency bucket, item
 counts), turned into Prometheus families at scrape time: prometheus-client's own `observe` and
-`inc` (each behind a lock) cost ~0.8 us per request, a measurable share of the receiver's.
+`inc` take a lock each, a measurable share of a request (docs/benchmarks/receiver.md).
 Fleet figures are read from Redis at scrape time with bounded work: SMEMBERS of the tenant
 registry, then one pipeline of five reads per tenant. A Redis failure during a scrape leaves
 the receiver figures intact and reports `wa_fleet_scrape_ok 0`. The dispatch lag

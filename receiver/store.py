@@ -5,7 +5,7 @@ sends, in one pipeline and in this order:
 
 1. `SADD tenants <tenant…>` for tenants this process has not registered in the last minute:
    the registry workers scan, written before any of the tenant's items can be seen;
-2. one `ingest` script call per tenant (chunks of `MAX_ITEMS_PER_CALL`) holding the items of
+2. one `ingest` script call per tenant (chunks of `max_items_per_call`) holding the items of
    every request of the round: each item's dedupe marker and its LPUSH, atomically;
 3. `LPUSH deadletter <body…>` for bodies (or parts) that could not be understood;
 4. one `ZADD wake NX <tenant…>` (shared/wake.py), so one worker takes those tenants in at once
@@ -23,21 +23,24 @@ outcome only after Redis answered the whole round; any error, or no answer withi
 timeout, raises `StoreUnavailable` (the webhook answers 503 and the provider retries, which
 the dedupe markers make safe).
 
-At most `ROUNDS_IN_FLIGHT` rounds are in flight at once, each on its own connection; while
+At most `rounds_in_flight` rounds are in flight at once, each on its own connection; while
 every slot is busy the next round gathers, so a request waits at most for the rounds in
 flight and its own. One is the default because it measured best: with two, requests that
 arrive while a round is out go out at once, but the receiver used less of its core, not more
-(0.78-0.84 vs 0.86-0.89, same CPU per request; docs/benchmarks/receiver.md).
+(docs/benchmarks/receiver.md, "Why the hot path looks the way it does").
 
-Under load the flusher spins while a large round is at Redis (`SPIN_MIN_REQUESTS`,
-`SPIN_MAX_S`): it yields to the event loop once per turn instead of letting the loop sleep.
+Under load the flusher spins while a large round is at Redis (`spin_min_requests`,
+`spin_max_s`): it yields to the event loop once per turn instead of letting the loop sleep.
 With a round out, every request the client has sent is often already parsed and waiting for
 that round, so the process would sleep until Redis answers; on a virtual machine a sleeping
 vCPU is halted, and waking it for the answer took long enough that the receiver sat idle
-12-14 % of the time at full load (voluntary context switches ~270/s, ~0.5 ms each). Yielding
-keeps it on its CPU (docs/benchmarks/receiver.md has the figures). Small rounds (light
-traffic) never spin, so an idle receiver stays idle, and a spin never outlasts `SPIN_MAX_S`
+a good part of the time at full load. Yielding keeps it on its CPU
+(docs/benchmarks/receiver.md has the figures). Small rounds (light
+traffic) never spin, so an idle receiver stays idle, and a spin never outlasts `spin_max_s`
 (a slow Redis then gets the usual sleep).
+
+These tunables are `WriterTuning`'s fields; the defaults are what measured best, and a
+benchmark passes others to compare (`InboxWriter(..., tuning=WriterTuning(...))`).
 """
 
 from __future__ import annotations
@@ -47,19 +50,25 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from receiver.parsing import Item
+from shared import script_calls
 from shared.keys import Keys, TenantKeys
 from shared.raw_pipeline import RawPipeline
 from shared.redis_client import is_cluster
-from shared.scripts import Scripts, is_noscript
+from shared.scripts import ScriptArg, Scripts, is_noscript
 from shared.wake import now_ms, wake_command
 
-MAX_ITEMS_PER_CALL = 500  # bounds how long one script call holds Redis
-ROUNDS_IN_FLIGHT = 1  # rounds sent and not yet answered, at most (one connection each)
-ANSWER_FIRST = True  # answer a round's requests before sending the next round
-MAX_CACHED_TENANTS = 10_000  # bounds the per-tenant key cache (signed bodies name tenants)
-REGISTRY_REFRESH_S = 60.0  # re-add known tenants this often, in case the registry was reset
-SPIN_MIN_REQUESTS = 8  # rounds this large keep the loop awake while Redis works (see above)
-SPIN_MAX_S = 0.002  # ...for at most this long per round; 0 turns spinning off
+
+@dataclass(frozen=True)
+class WriterTuning:
+    """How the writer groups and sends rounds (see the module docstring)."""
+
+    max_items_per_call: int = 500  # bounds how long one script call holds Redis
+    rounds_in_flight: int = 1  # rounds sent and not yet answered, at most (one connection each)
+    answer_first: bool = True  # answer a round's requests before sending the next round
+    max_cached_tenants: int = 10_000  # bounds the per-tenant key cache (bodies name tenants)
+    registry_refresh_s: float = 60.0  # re-add known tenants this often (a reset registry)
+    spin_min_requests: int = 8  # rounds this large keep the loop awake while Redis works
+    spin_max_s: float = 0.002  # ...for at most this long per round; 0 turns spinning off
 
 
 class StoreUnavailable(Exception):
@@ -90,8 +99,17 @@ class InboxWriter:
     """Stores parsed events (and dead-letter bodies), group-committing concurrent requests."""
 
     def __init__(
-        self, redis: Any, scripts: Scripts, keys: Keys, dedupe_ttl_s: int, timeout_s: float
+        self,
+        redis: Any,
+        scripts: Scripts,
+        keys: Keys,
+        dedupe_ttl_s: int,
+        timeout_s: float,
+        tuning: WriterTuning = WriterTuning(),
     ) -> None:
+        self.tuning = tuning
+        # Read on every request: a plain attribute each, not a lookup through `tuning`.
+        self._rounds_in_flight = tuning.rounds_in_flight
         self._redis = redis
         self._scripts = scripts
         self._keys = keys
@@ -147,7 +165,7 @@ class InboxWriter:
             loop = self._loop = asyncio.get_running_loop()
         future: asyncio.Future[list[int]] = loop.create_future()
         round_.waiters.append((future, places))
-        if not self._opening and len(self._flushers) < ROUNDS_IN_FLIGHT:
+        if not self._opening and len(self._flushers) < self._rounds_in_flight:
             self._opening = True
             self._flushers.add(loop.create_task(self._flush_rounds()))
         return future
@@ -162,7 +180,7 @@ class InboxWriter:
             while self._round.waiters:
                 round_, self._round = self._round, _Round()
                 await self._commit(round_)
-                if ANSWER_FIRST:
+                if self.tuning.answer_first:
                     # Let the requests just answered send their responses before the next
                     # round goes out: the client learns sooner, its next requests can still
                     # join that round, and Redis is not woken in the same instant as the
@@ -176,10 +194,11 @@ class InboxWriter:
 
     async def _commit(self, round_: _Round) -> None:
         try:
-            # One deadline per round rather than per request (a timer per request cost ~5 us
-            # of ~100): a request waits for at most the round in flight and its own.
+            # One deadline per round rather than per request (a timer each is a measurable
+            # cost): a request waits for at most the round in flight and its own.
             async with asyncio.timeout(self._timeout_s):
-                if SPIN_MAX_S > 0 and len(round_.waiters) >= SPIN_MIN_REQUESTS:
+                tuning = self.tuning
+                if tuning.spin_max_s > 0 and len(round_.waiters) >= tuning.spin_min_requests:
                     per_tenant = await self._write_spinning(round_)
                 else:
                     per_tenant = await self._write(round_)
@@ -197,12 +216,12 @@ class InboxWriter:
 
     async def _write_spinning(self, round_: _Round) -> dict[str, list[int]]:
         """`_write`, with this task yielding once per loop turn until Redis answers (or for
-        `SPIN_MAX_S`): every other ready callback still runs each turn, the loop just never
+        `spin_max_s`): every other ready callback still runs each turn, the loop just never
         blocks in its poll while the round is out."""
         loop = self._loop or asyncio.get_running_loop()
         write = loop.create_task(self._write(round_))
         try:
-            deadline = loop.time() + SPIN_MAX_S
+            deadline = loop.time() + self.tuning.spin_max_s
             # Polling, not an Event, is the point: waiting on one would let the loop sleep.
             while not write.done() and loop.time() < deadline:  # noqa: ASYNC110
                 await asyncio.sleep(0)
@@ -215,14 +234,14 @@ class InboxWriter:
         # Built once per tenant, not per request (a frozen dataclass and a key check each).
         tenant_keys = self._keys_by_tenant.get(tenant)
         if tenant_keys is None:
-            if len(self._keys_by_tenant) >= MAX_CACHED_TENANTS:
+            if len(self._keys_by_tenant) >= self.tuning.max_cached_tenants:
                 self._keys_by_tenant.clear()
             tenant_keys = self._keys_by_tenant[tenant] = self._keys.tenant(tenant)
         return tenant_keys
 
     def _unregistered(self, tenants: dict[str, list[str]]) -> list[str]:
         now = asyncio.get_running_loop().time()  # once per round
-        if now - self._registered_at > REGISTRY_REFRESH_S:
+        if now - self._registered_at > self.tuning.registry_refresh_s:
             self._registered.clear()
             self._registered_at = now
         return [t for t in tenants if t not in self._registered]
@@ -230,13 +249,20 @@ class InboxWriter:
     async def _write(self, round_: _Round) -> dict[str, list[int]]:
         """One pipeline for the round; returns each tenant's per-item results (1 new, 0 dup)."""
         keys = self._keys
-        calls: list[tuple[str, list[str], list[bytes | int]]] = []
+        calls: list[tuple[str, list[str], list[ScriptArg]]] = []
         for tenant, seen in round_.seen.items():
-            inbox = self._tenant_keys(tenant).inbox
+            tenant_keys = self._tenant_keys(tenant)
             data = round_.data[tenant]
-            for i in range(0, len(seen), MAX_ITEMS_PER_CALL):
-                chunk = slice(i, i + MAX_ITEMS_PER_CALL)
-                calls.append((tenant, [inbox, *seen[chunk]], [self._dedupe_ttl_s, *data[chunk]]))
+            per_call = self.tuning.max_items_per_call
+            for i in range(0, len(seen), per_call):
+                chunk = slice(i, i + per_call)
+                script_keys, script_args = script_calls.ingest(
+                    tenant_keys,
+                    seen=seen[chunk],
+                    dedupe_ttl_s=self._dedupe_ttl_s,
+                    events=data[chunk],
+                )
+                calls.append((tenant, script_keys, script_args))
         ingest = self._scripts.ingest
         commands: list[tuple[Any, ...]] = []
         unregistered = self._unregistered(round_.seen)

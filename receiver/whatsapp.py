@@ -71,8 +71,8 @@ def _one_item(payload: Any, received_ms: int) -> Parsed | None:
     Meta sends most updates one per POST: an inbound message, or one of the sent / delivered /
     read receipts every reply brings. The general walk below spends about 30 small calls on
     such a body (a type guard per level, the contacts table, the sender rule); this does the
-    same checks inline and builds the same event, measured at ~9 % fewer instructions per
-    request (docs/benchmarks/receiver.md). It only says yes when the general path would find
+    same checks inline and builds the same event, with fewer instructions per request
+    (docs/benchmarks/receiver.md). It only says yes when the general path would find
     no problem and ignore nothing, so the two always agree (tests/receiver/test_fast_path.py
     compares them on every fixture and on generated bodies). `type(x) is dict` is exact here:
     the payload comes straight from orjson, which makes no subclasses.

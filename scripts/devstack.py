@@ -25,7 +25,7 @@ inside the workers' 10 s shutdown grace.
 
 Children run in their own process groups: a Ctrl-C in the terminal reaches only this process,
 which forwards one SIGTERM. (A second signal makes uvicorn skip its graceful shutdown.) Each
-child, the embedded Redis included, is started through shared/lifeline.py, which arms Linux's
+child, the embedded Redis included, is started through scripts/dev/lifeline.py, which arms Linux's
 PR_SET_PDEATHSIG and execs it: if this process is killed outright, the kernel sends every child
 SIGTERM.
 """
@@ -48,8 +48,8 @@ from typing import IO
 
 import httpx
 
-from shared import lifeline
-from shared.redis_server import RedisServer, free_port
+from scripts.dev import lifeline
+from scripts.dev.redis_server import RedisServer, free_port
 from shared.settings import ConfigError, Settings
 
 REPO = Path(__file__).resolve().parent.parent
@@ -62,8 +62,10 @@ SAME_SIGNAL_S = 1.0
 READY_TIMEOUT_S = 30.0
 LINE_LIMIT_BYTES = 1024 * 1024
 
-# Short timers so a burst is visibly grouped within seconds; a value the user set always wins.
+# Short timers so a burst is visibly grouped within seconds, and log lines for a person to read
+# (production's default is JSON); a value the user set always wins.
 DEV_DEFAULTS = {
+    "LOG_FORMAT": "text",
     "WHATSAPP_APP_SECRET": "dev-secret",
     "WHATSAPP_VERIFY_TOKEN": "dev-verify",
     "DEBOUNCE_WINDOW_S": "3",
@@ -72,6 +74,8 @@ DEV_DEFAULTS = {
     "LEASE_RENEW_S": "10",
 }
 COLOURS = ("36", "33", "32", "35", "34", "96", "93", "92", "95", "94")
+# The date and time a LOG_FORMAT=text line starts with: the console's prefix has the time.
+LOG_TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} ")
 # The bearer token the workers send to the Graph API stand-in with (never a real one).
 DEV_GRAPH_TOKEN = "dev-graph-token"
 GRAPH_STANDIN = REPO / "scripts" / "graph_standin"
@@ -295,6 +299,7 @@ class Console:
         self.colours = {n: COLOURS[i % len(COLOURS)] for i, n in enumerate(names)}
 
     def line(self, name: str, text: str) -> None:
+        text = LOG_TIMESTAMP.sub("", text, count=1)
         prefix = f"{time.strftime('%H:%M:%S')} {name.ljust(self.width)} |"
         if self.colour:
             prefix = f"\x1b[{self.colours.get(name, '0')}m{prefix}\x1b[0m"

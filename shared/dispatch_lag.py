@@ -3,7 +3,8 @@ tenant's stats hash: the claim script records it, any worker, and `/metrics` rea
 
 Fields of `wa:{T}:stats`: `lag_le:<ms>` counts claims whose lag was at most <ms> and more than
 the bucket below (not cumulative: a claim increments one bucket; `lag_le:inf` above the last),
-`lag_sum_ms` and `lag_count`. The bounds are defined here once and reach Lua via the prelude.
+`lag_sum_ms` and `lag_count`. The bounds and names are defined here once; the loader writes
+them into shared/lua/lib/dispatch_lag.lua.
 """
 
 from __future__ import annotations
@@ -16,24 +17,6 @@ BUCKET_PREFIX = "lag_le:"
 INF = "inf"
 SUM_FIELD = "lag_sum_ms"
 COUNT_FIELD = "lag_count"
-
-
-def lua_prelude() -> str:
-    """`record_dispatch_lag(stats_key, lag_ms)` for the scripts (see shared/scripts.py)."""
-    bounds = ", ".join(str(b) for b in BUCKETS_MS)
-    return (
-        f"local LAG_BUCKETS_MS = {{{bounds}}}\n"
-        "local function record_dispatch_lag(stats, lag)\n"
-        "  lag = math.max(0, math.floor(lag))\n"
-        f"  local bucket = '{INF}'\n"
-        "  for _, le in ipairs(LAG_BUCKETS_MS) do\n"
-        "    if lag <= le then bucket = le; break end\n"
-        "  end\n"
-        f"  redis.call('HINCRBY', stats, '{BUCKET_PREFIX}' .. bucket, 1)\n"
-        f"  redis.call('HINCRBY', stats, '{SUM_FIELD}', lag)\n"
-        f"  redis.call('HINCRBY', stats, '{COUNT_FIELD}', 1)\n"
-        "end\n"
-    )
 
 
 @dataclass(frozen=True)

@@ -177,22 +177,12 @@ class TenantKeys:
 
 
 # Suffixes of a conversation's keys. Scripts that visit many conversations (claim, intake)
-# cannot receive every key through KEYS; they get the tenant's conversation prefix and these
-# suffixes through `lua_prelude()`, so this module stays the only place a key is spelled.
+# cannot receive every key through KEYS; they get the tenant's conversation prefix, and the
+# loader writes these suffixes into shared/lua/lib/keys.lua, so this module stays the only
+# place a key is spelled.
 PENDING, BATCH, LOCK, LASTIN, MEMORY = "pending", "batch", "lock", "lastin", "memory"
 
 
 def _glob_escape(text: str) -> str:
     """Redis glob patterns treat * ? [ ] \\ specially: match them literally."""
     return "".join(f"\\{ch}" if ch in "*?[]\\" else ch for ch in text)
-
-
-def lua_prelude() -> str:
-    """Lua helpers prepended to every script by the loader (see shared/scripts.py)."""
-    return (
-        "local function conv_key(prefix, person, kind)\n"
-        "  return prefix .. person .. ':' .. kind\n"
-        "end\n"
-        f"local PENDING, BATCH, LOCK = '{PENDING}', '{BATCH}', '{LOCK}'\n"
-        f"local LASTIN, MEMORY = '{LASTIN}', '{MEMORY}'\n"
-    )

@@ -17,6 +17,8 @@ from typing import Any
 
 import orjson
 
+from shared.settings import Settings
+
 LOG_FORMATS = ("json", "text")
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
@@ -68,7 +70,7 @@ def configure_logging(level: str = "INFO", fmt: str = "json") -> None:
 
     Under uvicorn the server configures its own loggers (not the root) with text handlers;
     in the json format they are routed through ours too, so every line of the process is one
-    JSON object (call this before uvicorn's first line: receiver/app.py does at import). A
+    JSON object (call this before uvicorn's first line: receiver.app.create_app does). A
     root logger that already has handlers (tests, an embedding app) is left alone.
     """
     root = logging.getLogger()
@@ -109,9 +111,21 @@ def redact_person(person: str) -> str:
     return f"…{person[-4:]}#{digest}"
 
 
-def log_startup(logger: logging.Logger, process: str, settings: Any) -> None:
-    """The effective configuration, secrets masked (`Settings.masked()`), once at start-up."""
-    logger.info("%s starting: %s", process, settings.masked())
+def log_startup(logger: logging.Logger, process: str, settings: Settings) -> None:
+    """Once at start-up: what a reader checks first on one short INFO line, and the whole
+    effective configuration, secrets masked (`Settings.masked()`), at DEBUG."""
+    shown = settings.masked()
+    logger.info(
+        "%s starting: brain=%s sender=%s redis=%s prefix=%s window=%gs max_wait=%gs",
+        process,
+        shown["brain"],
+        shown["sender"],
+        shown["redis_url"],
+        shown["key_prefix"],
+        shown["debounce_window_s"],
+        shown["max_wait_s"],
+    )
+    logger.debug("%s settings: %s", process, shown)
 
 
 async def warn_if_not_persistent(redis: Any, timeout_s: float, logger: logging.Logger) -> None:

@@ -1,16 +1,24 @@
 """Loads the Lua scripts in `shared/lua/` once and calls them by SHA.
 
-Each script is prepended with `keys.lua_prelude()` (the conversation key helpers),
-`dispatch_lag.lua_prelude()` (the lag histogram's buckets) and the functions of
-`lua/lib/*.lua` that several scripts share. Calls go through EVALSHA; if Redis answers
-NOSCRIPT (it restarted, or a failover lost its script cache) the script is loaded again and
-the call repeated, which is safe because a NOSCRIPT call did nothing. Scripts can also be
-queued on a pipeline (`queue`), the building block of group commit.
+Each script is sent as one chunk: the helpers its header declares (`-- uses: lib/...`), then
+the script, with the constants Python also needs written in (shared/lua_source.py). Calls go
+through EVALSHA; if Redis answers NOSCRIPT (it restarted, or a failover lost its script
+cache) the script is loaded again and the call repeated, which is safe because a NOSCRIPT call
+did nothing. Scripts can also be queued on a pipeline (`queue`), the building block of group
+commit. shared/script_calls.py builds each script's KEYS and ARGV.
+
+To see or run the chunk Redis gets for a script (e.g. with `redis-cli --eval`):
+
+    python -m shared.scripts show claim > /tmp/claim.lua
+    redis-cli --eval /tmp/claim.lua <keys...> , <args...>
+    python -m shared.scripts list     # every script and its SHA
 """
 
 from __future__ import annotations
 
+import argparse
 import hashlib
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,10 +26,10 @@ from typing import Any
 
 from redis.exceptions import NoScriptError
 
-from shared import dispatch_lag
-from shared.keys import lua_prelude
+from shared.lua_source import LUA_DIR, script_names, script_source
 
-LUA_DIR = Path(__file__).with_name("lua")
+__all__ = ["LUA_DIR", "Script", "ScriptArg", "Scripts", "is_noscript"]
+
 ScriptArg = str | bytes | int | float
 
 
@@ -32,9 +40,8 @@ class Script:
     sha: str
 
     @classmethod
-    def from_file(cls, path: Path, library: str = "") -> Script:
-        source = lua_prelude() + dispatch_lag.lua_prelude() + library + path.read_text()
-        return cls(path.stem, source, hashlib.sha1(source.encode()).hexdigest())
+    def from_source(cls, name: str, source: str) -> Script:
+        return cls(name, source, hashlib.sha1(source.encode()).hexdigest())
 
     async def __call__(self, redis: Any, keys: Sequence[str], args: Sequence[ScriptArg]) -> Any:
         try:
@@ -61,16 +68,17 @@ class Scripts:
     """All scripts of the product, by name: `scripts.ingest(redis, keys, args)`."""
 
     def __init__(self, directory: Path = LUA_DIR) -> None:
-        library = "".join(p.read_text() for p in sorted((directory / "lib").glob("*.lua")))
+        self._directory = directory
         self._by_name = {
-            p.stem: Script.from_file(p, library) for p in sorted(directory.glob("*.lua"))
+            name: Script.from_source(name, script_source(name, directory))
+            for name in script_names(directory)
         }
 
     def __getattr__(self, name: str) -> Script:
         try:
             return self._by_name[name]
         except KeyError:
-            raise AttributeError(f"no Lua script named {name!r} in {LUA_DIR}") from None
+            raise AttributeError(f"no Lua script named {name!r} in {self._directory}") from None
 
     def all(self) -> list[Script]:
         return list(self._by_name.values())
@@ -83,3 +91,29 @@ class Scripts:
 
 def is_noscript(result: object) -> bool:
     return isinstance(result, NoScriptError)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m shared.scripts",
+        description="Print the Lua chunks the product sends to Redis.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("show", help="the assembled source of one script").add_argument("name")
+    sub.add_parser("list", help="every script's name and SHA")
+    args = parser.parse_args(argv)
+    scripts = Scripts()
+    if args.command == "list":
+        for script in scripts.all():
+            print(f"{script.name:16} {script.sha}")
+        return 0
+    try:
+        sys.stdout.write(getattr(scripts, args.name).source)
+    except AttributeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

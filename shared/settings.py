@@ -2,24 +2,39 @@
 
 `Settings.from_env()` builds a frozen object; a bad or missing value raises `ConfigError`
 naming the variable, so a misconfigured process stops at start-up instead of misbehaving later.
-The names are a contract: tools outside the repo drive the product with them.
+Each setting is declared once, as its field below: variable, default, rules, secret or not and
+meaning; parsing, validation, masking, `env_names()` and docs/configuration.md's table
+(`python -m shared.settings_doc`) all follow from that. The names are a contract: tools
+outside the repo drive the product with them.
 """
 
 from __future__ import annotations
 
-import math
 import os
+import sys
 import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NoReturn
 
-T = TypeVar("T")
+from shared.setting_spec import ConfigError as ConfigError
+from shared.setting_spec import Spec, mask_url, setting, specs_of
+
+_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
-class ConfigError(ValueError):
-    """A configuration value is missing or malformed; the message names the variable."""
+def _is_tcp_port(port: int) -> bool:
+    return 0 < port < 65536
+
+
+def _is_key_prefix(prefix: str) -> bool:
+    # The prefix starts every key, outside the `{tenant}` hash tag and before the first ':'.
+    return bool(prefix) and not any(c in prefix for c in "{}: ")
+
+
+def _no_trailing_slash(url: str) -> str:
+    return url.rstrip("/")
 
 
 @dataclass(frozen=True)
@@ -36,130 +51,255 @@ class TenantConfig:
 
 @dataclass(frozen=True)
 class Settings:
-    redis_url: str = "redis://127.0.0.1:6379/0"
-    redis_cluster: bool = False
-    redis_timeout_s: float = 2.0
-    key_prefix: str = "wa"
-    port: int = 8000
+    """The effective configuration of a process; `from_env()` builds it."""
 
-    whatsapp_app_secrets: tuple[str, ...] = ()
-    whatsapp_verify_token: str = ""
-    whatsapp_access_token: str = ""
-    whatsapp_api_base_url: str = "https://graph.facebook.com"
-    whatsapp_api_version: str = "v23.0"
-    whatsapp_timeout_s: float = 15.0
+    # --- Redis and the receiver ----------------------------------------------------------
+    redis_url: str = setting(
+        "REDIS_URL",
+        "redis://127.0.0.1:6379/0",
+        "Redis (`rediss://` for TLS)",
+        prefixes=("redis://", "rediss://", "unix://"),
+        show=mask_url,
+    )
+    redis_cluster: bool = setting(
+        "REDIS_CLUSTER",
+        False,
+        "`true`: use the Redis Cluster client; `REDIS_URL` is then any node",
+    )
+    redis_timeout_s: float = setting(
+        "REDIS_TIMEOUT_S",
+        2.0,
+        "a Redis answer slower than this makes the receiver answer 503",
+        above=0,
+    )
+    key_prefix: str = setting(
+        "KEY_PREFIX",
+        "wa",
+        "first part of every key",
+        rule=(_is_key_prefix, "be non-empty without '{', '}', ':' or spaces"),
+    )
+    port: int = setting(
+        "PORT", 8000, "receiver port (Procfile)", rule=(_is_tcp_port, "be a TCP port")
+    )
 
-    chatwoot_base_url: str = "https://app.chatwoot.com"
-    chatwoot_api_access_token: str = ""
-    chatwoot_webhook_secrets: tuple[str, ...] = ()
-    chatwoot_webhook_tokens: tuple[str, ...] = ()
-    chatwoot_only_pending: bool = False
-    chatwoot_timeout_s: float = 15.0
+    # --- WhatsApp (Meta's Graph API) -------------------------------------------------------
+    whatsapp_app_secrets: tuple[str, ...] = setting(
+        "WHATSAPP_APP_SECRET",
+        (),
+        "app secret(s), comma-separated during rotation; required to accept webhooks",
+        secret=True,
+    )
+    whatsapp_verify_token: str = setting(
+        "WHATSAPP_VERIFY_TOKEN", "", "token of Meta's subscription handshake", secret=True
+    )
+    whatsapp_access_token: str = setting(
+        "WHATSAPP_ACCESS_TOKEN",
+        "",
+        "Graph API token (per-tenant tokens in `TENANTS_FILE`); setting it makes `whatsapp`"
+        " the sender",
+        secret=True,
+    )
+    whatsapp_api_base_url: str = setting(
+        "WHATSAPP_API_BASE_URL",
+        "https://graph.facebook.com",
+        "Graph API address",
+        normalize=_no_trailing_slash,
+    )
+    whatsapp_api_version: str = setting("WHATSAPP_API_VERSION", "v23.0", "Graph API version")
+    whatsapp_timeout_s: float = setting(
+        "WHATSAPP_TIMEOUT_S",
+        15.0,
+        "a Graph API call slower than this fails (connecting: at most 5 s); a send that timed"
+        " out after its request went out is never repeated (review `delivery_unknown`), one"
+        " that could not connect is retried with backoff",
+        above=0,
+    )
 
-    anthropic_api_key: str = ""
-    ai_model: str = "claude-sonnet-4-5"
-    system_prompt: str = "You are a helpful assistant answering customers on WhatsApp."
-    ai_max_tokens: int = 1024
-    ai_timeout_s: float = 60.0
-    memory_turns: int = 10
-    memory_ttl_s: float = 86400.0
-    brain: str = "echo"
-    sender: str = "outbox"
-    tenants_file: str = ""
+    # --- Chatwoot --------------------------------------------------------------------------
+    chatwoot_base_url: str = setting(
+        "CHATWOOT_BASE_URL",
+        "https://app.chatwoot.com",
+        "your Chatwoot installation",
+        prefixes=("http://", "https://"),
+        normalize=_no_trailing_slash,
+    )
+    chatwoot_api_access_token: str = setting(
+        "CHATWOOT_API_ACCESS_TOKEN",
+        "",
+        "Chatwoot API token (`api_access_token`; per-tenant tokens in `TENANTS_FILE`); setting"
+        " it makes the worker answer Chatwoot conversations through Chatwoot",
+        secret=True,
+        normalize=str.strip,
+    )
+    chatwoot_webhook_secrets: tuple[str, ...] = setting(
+        "CHATWOOT_WEBHOOK_SECRET",
+        (),
+        "secret(s) of a signing Chatwoot webhook (`X-Chatwoot-Signature`), comma-separated"
+        " during rotation",
+        secret=True,
+    )
+    chatwoot_webhook_tokens: tuple[str, ...] = setting(
+        "CHATWOOT_WEBHOOK_TOKEN",
+        (),
+        "token(s) the webhook URL carries (`/webhooks/chatwoot?token=…`) for Chatwoot versions"
+        " and agent bots that do not sign; with neither set the route refuses everything (403)",
+        secret=True,
+    )
+    chatwoot_only_pending: bool = setting(
+        "CHATWOOT_ONLY_PENDING",
+        False,
+        "`true`: answer only conversations in status `pending` (with an agent bot, so a"
+        " conversation a person took over gets no more bot replies)",
+    )
+    chatwoot_timeout_s: float = setting(
+        "CHATWOOT_TIMEOUT_S",
+        15.0,
+        "a Chatwoot API call slower than this fails (connecting: at most 5 s); as with"
+        " `WHATSAPP_TIMEOUT_S`, a reply or hand-off note whose request went out is never"
+        " posted again",
+        above=0,
+    )
 
-    debounce_window_s: float = 20.0
-    max_wait_s: float = 60.0
-    lease_s: float = 120.0
-    lease_renew_s: float = 30.0
-    max_attempts: int = 4
-    retry_base_s: float = 5.0
-    review_after_s: float = 900.0
-    worker_concurrency: int = 5
-    poll_interval_s: float = 1.0
-    shutdown_grace_s: float = 10.0
-    dedupe_ttl_s: int = 604800
-    max_body_bytes: int = 4 * 1024 * 1024
-    log_level: str = "INFO"
-    log_format: str = "json"
+    # --- The brain (AI) --------------------------------------------------------------------
+    anthropic_api_key: str = setting(
+        "ANTHROPIC_API_KEY", "", "setting it makes `anthropic` the brain", secret=True
+    )
+    ai_model: str = setting(
+        "AI_MODEL", "claude-sonnet-4-5", "models are retired over time: set yours"
+    )
+    system_prompt: str = setting(
+        "SYSTEM_PROMPT",
+        "You are a helpful assistant answering customers on WhatsApp.",
+        "per-tenant prompts in `TENANTS_FILE` win",
+        shown_default="a short generic prompt",
+    )
+    ai_max_tokens: int = setting(
+        "AI_MAX_TOKENS", 1024, "the longest reply, in tokens, per Messages API call", above=0
+    )
+    ai_timeout_s: float = setting(
+        "AI_TIMEOUT_S", 60.0, "a Messages API call slower than this fails", above=0
+    )
+    memory_turns: int = setting(
+        "MEMORY_TURNS", 10, "exchanges remembered per person (0: none)", at_least=0
+    )
+    memory_ttl_s: float = setting(
+        "MEMORY_TTL_S", 86400.0, "a person's memory is forgotten after this idle time", above=0
+    )
+    brain: str = setting(
+        "BRAIN",
+        "echo",
+        "`echo`, `anthropic`, or `package.module:attr`",
+        default_when_set=("anthropic_api_key", "anthropic"),
+    )
+    sender: str = setting(
+        "SENDER",
+        "outbox",
+        "`outbox`, `whatsapp`, or `package.module:attr`: answers WhatsApp conversations (and"
+        " Chatwoot ones when `CHATWOOT_API_ACCESS_TOKEN` is unset, unless it is `whatsapp`)",
+        default_when_set=("whatsapp_access_token", "whatsapp"),
+    )
+    tenants_file: str = setting("TENANTS_FILE", "", "TOML with per-tenant overrides (format below)")
 
-    tenants: Mapping[str, TenantConfig] = field(default_factory=dict)
+    # --- Turns: timing, leases, retries ----------------------------------------------------
+    debounce_window_s: float = setting(
+        "DEBOUNCE_WINDOW_S", 20.0, "a batch is due this long after its last message…", above=0
+    )
+    max_wait_s: float = setting(
+        "MAX_WAIT_S",
+        60.0,
+        "…but never later than this after its first (at least `DEBOUNCE_WINDOW_S`)",
+        above=0,
+    )
+    lease_s: float = setting("LEASE_S", 120.0, "a running turn's lease", above=0)
+    lease_renew_s: float = setting(
+        "LEASE_RENEW_S",
+        30.0,
+        "how often a running turn's lease is renewed (shorter than `LEASE_S`)",
+        above=0,
+    )
+    max_attempts: int = setting(
+        "MAX_ATTEMPTS", 4, "attempts of a failing turn before it goes to review", above=0
+    )
+    retry_base_s: float = setting(
+        "RETRY_BASE_S",
+        5.0,
+        "retries after `RETRY_BASE_S × 2^(attempt−1)`: 5, 10, 20 s",
+        above=0,
+    )
+    review_after_s: float = setting(
+        "REVIEW_AFTER_S",
+        900.0,
+        "a batch whose oldest message is older goes to review, unanswered",
+        above=0,
+    )
+    worker_concurrency: int = setting(
+        "WORKER_CONCURRENCY", 5, "turns at once per worker process", above=0
+    )
+    poll_interval_s: float = setting(
+        "POLL_INTERVAL_S",
+        1.0,
+        "the fleet's safety sweep: one worker per interval probes every registered tenant for"
+        " lost wake-ups, dead workers' leases and due times; wake-ups do not depend on it",
+        above=0,
+    )
+    shutdown_grace_s: float = setting(
+        "SHUTDOWN_GRACE_S",
+        10.0,
+        "how long running turns may finish after SIGTERM (may be 0)",
+        at_least=0,
+    )
+    dedupe_ttl_s: int = setting(
+        "DEDUPE_TTL_S",
+        604800,
+        "how long a provider id is remembered (Meta retries for 7 days)",
+        above=0,
+    )
+    max_body_bytes: int = setting(
+        "MAX_BODY_BYTES", 4 * 1024 * 1024, "larger webhook bodies get 413", above=0
+    )
+
+    # --- Logs ------------------------------------------------------------------------------
+    log_level: str = setting(
+        "LOG_LEVEL",
+        "INFO",
+        "`DEBUG` adds the whole configuration at start-up and a line per HTTP call",
+        choices=_LOG_LEVELS,
+        normalize=str.upper,
+    )
+    log_format: str = setting(
+        "LOG_FORMAT",
+        "json",
+        "`json`: one JSON object per line on stdout (Heroku convention); `text` for humans",
+        choices=("json", "text"),
+        normalize=str.lower,
+    )
+
+    tenants: Mapping[str, TenantConfig] = field(default_factory=dict)  # from TENANTS_FILE
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
         env = os.environ if environ is None else environ
-        d = cls()
-        api_key = env.get("ANTHROPIC_API_KEY", "")
-        values: dict[str, Any] = {
-            "redis_url": _str(env, "REDIS_URL", d.redis_url),
-            "redis_cluster": _bool(env, "REDIS_CLUSTER", d.redis_cluster),
-            "redis_timeout_s": _num(env, "REDIS_TIMEOUT_S", d.redis_timeout_s, float),
-            "key_prefix": _str(env, "KEY_PREFIX", d.key_prefix),
-            "port": _num(env, "PORT", d.port, int),
-            "whatsapp_app_secrets": tuple(
-                s.strip() for s in env.get("WHATSAPP_APP_SECRET", "").split(",") if s.strip()
-            ),
-            "whatsapp_verify_token": env.get("WHATSAPP_VERIFY_TOKEN", ""),
-            "whatsapp_access_token": env.get("WHATSAPP_ACCESS_TOKEN", ""),
-            "whatsapp_api_base_url": _str(
-                env, "WHATSAPP_API_BASE_URL", d.whatsapp_api_base_url
-            ).rstrip("/"),
-            "whatsapp_api_version": _str(env, "WHATSAPP_API_VERSION", d.whatsapp_api_version),
-            "whatsapp_timeout_s": _num(env, "WHATSAPP_TIMEOUT_S", d.whatsapp_timeout_s, float),
-            "chatwoot_base_url": _str(env, "CHATWOOT_BASE_URL", d.chatwoot_base_url).rstrip("/"),
-            "chatwoot_api_access_token": env.get("CHATWOOT_API_ACCESS_TOKEN", "").strip(),
-            "chatwoot_webhook_secrets": _list(env, "CHATWOOT_WEBHOOK_SECRET"),
-            "chatwoot_webhook_tokens": _list(env, "CHATWOOT_WEBHOOK_TOKEN"),
-            "chatwoot_only_pending": _bool(env, "CHATWOOT_ONLY_PENDING", d.chatwoot_only_pending),
-            "chatwoot_timeout_s": _num(env, "CHATWOOT_TIMEOUT_S", d.chatwoot_timeout_s, float),
-            "anthropic_api_key": api_key,
-            "ai_model": _str(env, "AI_MODEL", d.ai_model),
-            "system_prompt": _str(env, "SYSTEM_PROMPT", d.system_prompt),
-            "ai_max_tokens": _num(env, "AI_MAX_TOKENS", d.ai_max_tokens, int),
-            "ai_timeout_s": _num(env, "AI_TIMEOUT_S", d.ai_timeout_s, float),
-            "memory_turns": _num(env, "MEMORY_TURNS", d.memory_turns, int),
-            "memory_ttl_s": _num(env, "MEMORY_TTL_S", d.memory_ttl_s, float),
-            # With a key the real AI is the sensible default; without one, the offline echo.
-            "brain": _str(env, "BRAIN", "anthropic" if api_key else "echo"),
-            # With a Graph API token replies go to WhatsApp; without one, to the Redis outbox.
-            "sender": _str(
-                env, "SENDER", "whatsapp" if env.get("WHATSAPP_ACCESS_TOKEN") else d.sender
-            ),
-            "tenants_file": env.get("TENANTS_FILE", ""),
-            "debounce_window_s": _num(env, "DEBOUNCE_WINDOW_S", d.debounce_window_s, float),
-            "max_wait_s": _num(env, "MAX_WAIT_S", d.max_wait_s, float),
-            "lease_s": _num(env, "LEASE_S", d.lease_s, float),
-            "lease_renew_s": _num(env, "LEASE_RENEW_S", d.lease_renew_s, float),
-            "max_attempts": _num(env, "MAX_ATTEMPTS", d.max_attempts, int),
-            "retry_base_s": _num(env, "RETRY_BASE_S", d.retry_base_s, float),
-            "review_after_s": _num(env, "REVIEW_AFTER_S", d.review_after_s, float),
-            "worker_concurrency": _num(env, "WORKER_CONCURRENCY", d.worker_concurrency, int),
-            "poll_interval_s": _num(env, "POLL_INTERVAL_S", d.poll_interval_s, float),
-            "shutdown_grace_s": _num(env, "SHUTDOWN_GRACE_S", d.shutdown_grace_s, float),
-            "dedupe_ttl_s": _num(env, "DEDUPE_TTL_S", d.dedupe_ttl_s, int),
-            "max_body_bytes": _num(env, "MAX_BODY_BYTES", d.max_body_bytes, int),
-            "log_level": _str(env, "LOG_LEVEL", d.log_level).upper(),
-            "log_format": _str(env, "LOG_FORMAT", d.log_format).lower(),
-        }
+        values: dict[str, Any] = {}
+        for spec in SPECS:
+            values[spec.name] = spec.read(env, values)
         if values["tenants_file"]:
             values["tenants"] = load_tenants(values["tenants_file"])
         settings = cls(**values)
         settings.validate()
         return settings
 
+    @classmethod
+    def from_env_or_exit(cls) -> Settings:
+        """`from_env()` for a process's entry point: a bad setting ends the process with one
+        line on stderr naming the variable, and exit code 2 (no traceback)."""
+        try:
+            return cls.from_env()
+        except ConfigError as exc:
+            exit_on_config_error(exc)
+
     def validate(self) -> None:
-        positive = (
-            "redis_timeout_s debounce_window_s max_wait_s lease_s lease_renew_s max_attempts "
-            "ai_max_tokens ai_timeout_s memory_ttl_s whatsapp_timeout_s chatwoot_timeout_s "
-            "retry_base_s review_after_s worker_concurrency poll_interval_s dedupe_ttl_s "
-            "max_body_bytes"
-        ).split()
-        for name in positive:
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"{name.upper()} must be > 0, got {getattr(self, name)!r}")
-        if self.memory_turns < 0:
-            raise ConfigError("MEMORY_TURNS must be >= 0")
-        if self.shutdown_grace_s < 0:
-            raise ConfigError("SHUTDOWN_GRACE_S must be >= 0")
+        for spec in SPECS:
+            spec.check(getattr(self, spec.name))
         if self.lease_renew_s >= self.lease_s:
             raise ConfigError(
                 f"LEASE_RENEW_S ({self.lease_renew_s}) must be shorter than "
@@ -169,21 +309,6 @@ class Settings:
             raise ConfigError(
                 f"MAX_WAIT_S ({self.max_wait_s}) must be >= DEBOUNCE_WINDOW_S "
                 f"({self.debounce_window_s})"
-            )
-        if not 0 < self.port < 65536:
-            raise ConfigError(f"PORT must be a TCP port, got {self.port}")
-        if not self.key_prefix or any(c in self.key_prefix for c in "{}: "):
-            raise ConfigError("KEY_PREFIX must be non-empty without '{', '}', ':' or spaces")
-        if self.log_level not in _LOG_LEVELS:
-            raise ConfigError(f"LOG_LEVEL must be one of {', '.join(_LOG_LEVELS)}")
-        if self.log_format not in ("json", "text"):
-            raise ConfigError(f"LOG_FORMAT must be json or text, got {self.log_format!r}")
-        if not self.redis_url.startswith(("redis://", "rediss://", "unix://")):
-            raise ConfigError("REDIS_URL must start with redis://, rediss:// or unix://")
-        if not self.chatwoot_base_url.startswith(("http://", "https://")):
-            raise ConfigError(
-                f"CHATWOOT_BASE_URL must start with http:// or https://, "
-                f"got {self.chatwoot_base_url!r}"
             )
 
     def with_overrides(self, **changes: Any) -> Settings:
@@ -203,50 +328,27 @@ class Settings:
 
     def masked(self) -> dict[str, Any]:
         """Effective configuration for start-up logs, with secrets masked."""
-        out: dict[str, Any] = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.name in _SECRETS and value:
-                value = "***" if isinstance(value, str) else ["***"] * len(value)
-            elif f.name == "tenants":
-                value = sorted(value)
-            elif f.name == "redis_url":
-                value = _mask_url(value)
-            out[f.name] = value
+        out = {spec.name: spec.shown(getattr(self, spec.name)) for spec in SPECS}
+        out["tenants"] = sorted(self.tenants)
         return out
+
+
+SPECS: tuple[Spec, ...] = specs_of(Settings)
 
 
 def env_names() -> frozenset[str]:
     """Every environment variable `Settings.from_env` reads (tools that must keep a
     developer's own settings out of a child process strip these)."""
-    seen = _ReadRecorder()
-    Settings.from_env(seen)
-    return frozenset(seen.names)
+    return frozenset(spec.env for spec in SPECS)
 
 
-class _ReadRecorder(dict[str, str]):
-    """An empty environment that remembers which names were looked up."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.names: set[str] = set()
-
-    def get(self, key: str, default: Any = None) -> Any:
-        self.names.add(key)
-        return default
+def exit_on_config_error(error: ConfigError) -> NoReturn:
+    """End the process the way every entry point does for a bad setting: one line, code 2."""
+    print(f"configuration error: {error}", file=sys.stderr, flush=True)
+    raise SystemExit(2)
 
 
 _NO_OVERRIDES = TenantConfig()
-_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
-_SECRETS = {
-    "whatsapp_app_secrets",
-    "whatsapp_verify_token",
-    "whatsapp_access_token",
-    "anthropic_api_key",
-    "chatwoot_api_access_token",
-    "chatwoot_webhook_secrets",
-    "chatwoot_webhook_tokens",
-}
 
 
 def load_tenants(path: str) -> dict[str, TenantConfig]:
@@ -276,50 +378,3 @@ def load_tenants(path: str) -> dict[str, TenantConfig]:
                 )
         out[str(tenant_id)] = TenantConfig(**table)
     return out
-
-
-def _str(env: Mapping[str, str], name: str, default: str) -> str:
-    value = env.get(name)
-    if value is None:
-        return default
-    if not value.strip():
-        raise ConfigError(f"{name} is set but empty")
-    return value.strip()
-
-
-def _list(env: Mapping[str, str], name: str) -> tuple[str, ...]:
-    """A comma-separated list (several secrets or tokens while one is being rotated)."""
-    return tuple(s.strip() for s in env.get(name, "").split(",") if s.strip())
-
-
-def _num(env: Mapping[str, str], name: str, default: T, kind: Callable[[str], T]) -> T:
-    raw = env.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = kind(raw.strip())
-    except ValueError:
-        word = "an integer" if kind is int else "a number"
-        raise ConfigError(f"{name} must be {word}, got {raw!r}") from None
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ConfigError(f"{name} must be a finite number, got {raw!r}")
-    return value
-
-
-def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
-    raw = env.get(name)
-    if raw is None or raw == "":
-        return default
-    lowered = raw.strip().lower()
-    if lowered in ("1", "true", "yes", "on"):
-        return True
-    if lowered in ("0", "false", "no", "off"):
-        return False
-    raise ConfigError(f"{name} must be true or false, got {raw!r}")
-
-
-def _mask_url(url: str) -> str:
-    scheme, sep, rest = url.partition("://")
-    if "@" not in rest:
-        return url
-    return f"{scheme}{sep}***@{rest.split('@', 1)[1]}"

@@ -5,7 +5,7 @@ queues live on nodes other than the one `REDIS_URL` names: the workers' blocking
 them only by the slot map. The end-to-end test runs the real receiver (`uvicorn`) and worker
 processes; a SIGKILLed worker's batch comes back after its lease, found by the survivor's
 safety sweep. The scenarios of the single-Redis suites marked `cluster` also run here
-(conftest.py).
+(tests/support/fixtures.py).
 """
 
 from __future__ import annotations
@@ -13,8 +13,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import uuid
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -24,15 +23,15 @@ from redis.asyncio import Redis
 from redis.crc import key_slot
 
 from receiver.app import create_app
+from scripts.dev.redis_server import CLUSTER_SLOTS, RedisCluster
 from scripts.webhooks import text_message
 from shared.group_commit import GroupCommitter
 from shared.keys import Keys
-from shared.redis_server import CLUSTER_SLOTS, RedisCluster
 from shared.scripts import Scripts
 from shared.settings import Settings
-from tests.conftest import RedisTarget, sign
-from tests.receiver.conftest import payload
+from tests.receiver.support import payload
 from tests.receiver.test_uvicorn import Uvicorn
+from tests.support.helpers import RedisTarget, sign, tenants_on_every_node
 from tests.worker.support import (
     Records,
     Turn,
@@ -48,17 +47,6 @@ from worker.store import ConversationStore
 pytestmark = [pytest.mark.slow, pytest.mark.cluster(only=True)]
 PEOPLE_PER_TENANT = 3
 LEASE = {"LEASE_S": "2", "LEASE_RENEW_S": "0.5"}
-
-
-def tenants_on_every_node(cluster: RedisCluster) -> list[str]:
-    """One tenant id (a 15-digit phone_number_id) per node, by the slot of its hash tag."""
-    found: dict[int, str] = {}
-    candidate = 106540352242922
-    while len(found) < len(cluster.nodes):
-        tenant = str(candidate)
-        found.setdefault(cluster.node_for_slot(key_slot(tenant.encode())), tenant)
-        candidate += 1
-    return [found[i] for i in sorted(found)]
 
 
 def prefix_queueing_on_other_nodes(cluster: RedisCluster) -> str:
@@ -80,18 +68,6 @@ def prefix(redis_cluster: RedisCluster) -> str:
 @pytest.fixture
 def tenants(redis_cluster: RedisCluster) -> list[str]:
     return tenants_on_every_node(redis_cluster)
-
-
-@pytest.fixture
-def fleet(
-    redis: Redis, redis_target: RedisTarget, prefix: str, tmp_path: Path
-) -> Iterator[WorkerFleet]:
-    workers = WorkerFleet(redis, redis_target.url, prefix, tmp_path, cluster=True)
-    try:
-        yield workers
-    finally:
-        workers.close()
-        print(workers.dump())  # shown by pytest only when the test failed
 
 
 @pytest.fixture

@@ -9,7 +9,6 @@ apply (a 3 s debounce window).
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import queue
 import re
@@ -26,8 +25,8 @@ import pytest
 import redis
 from prometheus_client.parser import text_string_to_metric_families
 
+from scripts.dev.redis_server import RedisServer, free_port
 from shared.keys import Keys
-from shared.redis_server import RedisServer, free_port
 from shared.settings import env_names
 
 REPO = Path(__file__).resolve().parent.parent
@@ -57,8 +56,8 @@ class Stack:
     """`devstack.py` in a subprocess; its output is collected line by line by a thread."""
 
     def __init__(self, data_dir: Path, *args: str) -> None:
-        argv = [PYTHON, str(DEVSTACK), "--data-dir", str(data_dir), "--port", str(free_port())]
-        argv += ["--redis-port", str(free_port()), *args]
+        argv = [PYTHON, "-m", "scripts.devstack", "--data-dir", str(data_dir)]
+        argv += ["--port", str(free_port()), "--redis-port", str(free_port()), *args]
         self.process = subprocess.Popen(
             argv,
             cwd=REPO,
@@ -369,13 +368,17 @@ def test_the_stack_runs_the_procfiles_lines_and_its_children_die_with_it(tmp_pat
         assert metrics["wa_webhook_items_duplicate_total"] == dups, metrics
         assert metrics["wa_messages_total"] == sent and metrics["wa_turns_total"] == bursts
         assert metrics["wa_dispatch_lag_seconds_count"] == bursts, metrics
-        # Every line of the receiver and the workers is one JSON object, none with message text.
+        # The receiver and the workers write text for a person (LOG_FORMAT=text), a level first
+        # and without a date (the console's prefix has the time), none with message text.
         product = [
             line.split("| ", 1)[1]
             for line in stack.lines
             if re.match(r"\S+ (web|worker)\.\d+ +\| ", line)
         ]
-        assert product and all(json.loads(line) for line in product), stack.output
+        levels = re.compile(r"(DEBUG|INFO|WARNING|ERROR|CRITICAL)[: ]")
+        assert product and all(levels.match(line) for line in product), stack.output
+        starting = [line for line in product if " starting: " in line]
+        assert len(starting) == 3 and all(len(line) < 200 for line in starting), starting
         texts = ("una consulta", "tienen turno", "a la tarde", "gracias!")
         assert not [line for line in product if any(t in line for t in texts)], stack.output
         # ...then the stack dies without a chance to stop anything.
@@ -396,15 +399,17 @@ def test_the_stack_runs_the_procfiles_lines_and_its_children_die_with_it(tmp_pat
 def test_a_procfile_without_a_worker_line_is_refused_by_name(tmp_path: Path) -> None:
     devstack = load_devstack()
     procfile = tmp_path / "Procfile"
-    procfile.write_text("# comment\n\nweb: uvicorn receiver.app:app\n")
+    procfile.write_text("# comment\n\nweb: uvicorn receiver.app:create_app --factory\n")
     with pytest.raises(devstack.ProcfileError, match="no 'worker:' line"):
         devstack.read_procfile(procfile)
-    procfile.write_text("web uvicorn receiver.app:app\nworker: python -m worker\n")
+    procfile.write_text("web uvicorn receiver.app:create_app --factory\nworker: python -m worker\n")
     with pytest.raises(devstack.ProcfileError, match=r"Procfile:1: not a 'name: command' line"):
         devstack.read_procfile(procfile)
-    procfile.write_text("web: uvicorn receiver.app:app\nworker:  python -m worker  \n")
+    procfile.write_text(
+        "web: uvicorn receiver.app:create_app --factory\nworker:  python -m worker  \n"
+    )
     assert devstack.read_procfile(procfile) == {
-        "web": "uvicorn receiver.app:app",
+        "web": "uvicorn receiver.app:create_app --factory",
         "worker": "python -m worker",
     }
 
@@ -471,6 +476,9 @@ def test_dev_defaults_never_override_the_users_settings() -> None:
     assert env["MAX_WAIT_S"] == "20"  # never shorter than the user's window
     assert env["LEASE_RENEW_S"] == "2"  # renewed well within the user's lease
     assert (env["REDIS_URL"], env["PORT"]) == ("redis://127.0.0.1:7000/0", "9000")
+    assert env["LOG_FORMAT"] == "text"  # for a person to read...
+    json_logs = devstack.dev_environment({"LOG_FORMAT": "json"}, "redis://127.0.0.1:7000/0", 9000)
+    assert json_logs["LOG_FORMAT"] == "json"  # ...unless the user asked for production's
 
 
 def test_the_graph_standin_stands_in_for_what_the_user_left_unset() -> None:

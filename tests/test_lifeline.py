@@ -1,4 +1,4 @@
-"""shared/lifeline.py: the trampoline that ties a child to its parent's life, then execs it."""
+"""scripts/dev/lifeline.py: the trampoline that ties a child to its parent's life, then execs it."""
 
 from __future__ import annotations
 
@@ -11,7 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from shared import lifeline
+from scripts.dev import lifeline
+
+REPO = Path(__file__).resolve().parents[1]
+TRAMPOLINE = lifeline.__file__
 
 pytestmark = pytest.mark.skipif(not lifeline.supported(), reason="PR_SET_PDEATHSIG is Linux's")
 
@@ -29,12 +32,12 @@ def test_the_kernel_signals_the_child_when_its_parent_dies(tmp_path: Path) -> No
     pid_file = tmp_path / "pid"
     middle = (
         "import subprocess, sys, time\n"
-        "from shared import lifeline\n"
+        "from scripts.dev import lifeline\n"
         "child = subprocess.Popen(lifeline.command(['sleep', '60']))\n"
         f"open({str(pid_file)!r}, 'w').write(str(child.pid))\n"
         "time.sleep(60)\n"
     )
-    parent = subprocess.Popen([sys.executable, "-c", middle])
+    parent = subprocess.Popen([sys.executable, "-c", middle], cwd=REPO)  # imports scripts.dev
     try:
         deadline = time.monotonic() + 20
         while not pid_file.exists() or not pid_file.read_text():
@@ -57,16 +60,14 @@ def test_the_kernel_signals_the_child_when_its_parent_dies(tmp_path: Path) -> No
 
 def test_a_child_whose_parent_is_already_gone_does_not_run() -> None:
     wrong_parent = str(os.getpid())  # the trampoline's parent is the shell below, not us
-    argv = [sys.executable, "-m", "shared.lifeline", wrong_parent, "15", "--", "echo", "ran"]
+    argv = [sys.executable, TRAMPOLINE, wrong_parent, "15", "--", "echo", "ran"]
     done = subprocess.run(["sh", "-c", '"$@"; exit $?', "sh", *argv], capture_output=True)
     assert done.returncode == 1 and b"ran" not in done.stdout
 
 
 def test_bad_usage_is_refused() -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "shared.lifeline", "1", "15", "echo"], capture_output=True
-    )
-    assert done.returncode == 1 and b"usage: python -m shared.lifeline" in done.stderr
+    done = subprocess.run([sys.executable, TRAMPOLINE, "1", "15", "echo"], capture_output=True)
+    assert done.returncode == 1 and b"usage: python scripts/dev/lifeline.py" in done.stderr
 
 
 def alive(pid: int) -> bool:

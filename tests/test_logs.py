@@ -16,12 +16,12 @@ import orjson
 import pytest
 from redis.asyncio import Redis
 
+from scripts.dev.redis_server import RedisServer
 from shared.keys import Keys
-from shared.logs import JsonFormatter, make_formatter, redact_person
-from shared.redis_server import RedisServer
+from shared.logs import JsonFormatter, log_startup, make_formatter, redact_person
 from shared.settings import ConfigError, Settings
-from tests.conftest import APP_SECRET
-from tests.receiver.conftest import running
+from tests.receiver.support import running
+from tests.support.helpers import APP_SECRET
 from tests.worker.support import REPO, TENANT, listening, push_message, wait_for
 from worker.runner import Worker
 
@@ -80,6 +80,24 @@ def test_log_settings_are_read_and_validated() -> None:
         Settings.from_env({"LOG_LEVEL": "loud"})
 
 
+def test_start_up_is_one_short_line_at_info_and_every_setting_masked_at_debug(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    s = Settings.from_env(
+        {"REDIS_URL": "redis://user:hunter2@redis.internal:6379/0", "WHATSAPP_APP_SECRET": "s3"}
+    )
+    caplog.set_level(logging.DEBUG, logger="tests.logs.startup")
+    log_startup(logging.getLogger("tests.logs.startup"), "worker", s)
+    (info,) = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+    assert info == (
+        "worker starting: brain=echo sender=outbox redis=redis://***@redis.internal:6379/0"
+        " prefix=wa window=20s max_wait=60s"
+    )
+    (debug,) = [r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG]
+    assert debug == f"worker settings: {s.masked()}"
+    assert "hunter2" not in debug and "'s3'" not in debug
+
+
 def test_redacted_persons_keep_four_digits_and_tell_persons_apart() -> None:
     one, other = redact_person(PERSON), redact_person("5491155559942")
     assert PERSON not in one and one.startswith("…0042#")
@@ -124,11 +142,12 @@ async def test_a_worker_turn_logs_no_message_text_at_info(
 async def test_the_receiver_warns_when_appendonly_is_off(
     redis: Redis, settings: Settings, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO)
+    caplog.set_level(logging.DEBUG, logger="receiver.app")
     async with running(settings):
         pass
     lines = json_lines(caplog.records)
-    assert any("receiver starting" in line and "***" in line for line in lines)
+    assert any("receiver starting" in line for line in lines)
+    assert any("receiver settings" in line and "***" in line for line in lines)
     (warning,) = [r for r in caplog.records if APPENDONLY_WARNING in r.getMessage()]
     assert warning.levelno == logging.WARNING and warning.name == "receiver.app"
     assert all(APP_SECRET not in line for line in lines)

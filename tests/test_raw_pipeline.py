@@ -11,8 +11,8 @@ from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 
+from scripts.dev.redis_server import RedisServer
 from shared.raw_pipeline import RawPipeline
-from shared.redis_server import RedisServer
 
 
 def retrying_client(url: str) -> Redis:

@@ -3,11 +3,13 @@ variable at fault."""
 
 from __future__ import annotations
 
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
 
-from shared.settings import ConfigError, Settings, TenantConfig
+from shared import settings_doc
+from shared.settings import SPECS, ConfigError, Settings, TenantConfig, env_names
 
 
 def test_defaults_match_the_design_table() -> None:
@@ -186,3 +188,27 @@ def test_masked_hides_secrets_and_redis_password() -> None:
         assert secret not in shown
     assert s.masked()["redis_url"] == "redis://***@redis.internal:6379/0"
     assert s.masked()["whatsapp_app_secrets"] == ["***", "***"]
+
+
+def test_every_field_is_declared_once_with_its_own_variable() -> None:
+    assert {f.name for f in fields(Settings)} - {spec.name for spec in SPECS} == {"tenants"}
+    variables = [spec.env for spec in SPECS]
+    assert len(variables) == len(set(variables)) and env_names() == set(variables)
+    assert all(spec.doc and spec.kind is not None for spec in SPECS)
+
+
+def test_every_secret_is_masked_because_it_is_declared_secret() -> None:
+    secrets = [spec for spec in SPECS if spec.secret]
+    assert {spec.env for spec in secrets} >= {"WHATSAPP_APP_SECRET", "ANTHROPIC_API_KEY"}
+    s = Settings.from_env({spec.env: f"hidden-{spec.env}" for spec in secrets})
+    shown = repr(s.masked())
+    assert not [spec.env for spec in secrets if f"hidden-{spec.env}" in shown]
+
+
+def test_the_configuration_page_shows_the_declared_settings() -> None:
+    """docs/configuration.md's table is generated (`python -m shared.settings_doc`): a setting
+    added, removed or changed without regenerating it fails here."""
+    page = settings_doc.PAGE.read_text()
+    assert settings_doc.render(page) == page, "run: python -m shared.settings_doc"
+    for spec in SPECS:
+        assert f"| `{spec.env}` |" in page

@@ -6,7 +6,7 @@ import asyncio
 import sys
 
 from shared.logs import configure_logging
-from shared.settings import ConfigError, Settings
+from shared.settings import ConfigError, Settings, exit_on_config_error
 from worker.runner import Worker
 
 
@@ -17,11 +17,7 @@ async def _main(settings: Settings) -> None:
 
 
 def main() -> int:
-    try:
-        settings = Settings.from_env()
-    except ConfigError as exc:
-        print(f"configuration error: {exc}", file=sys.stderr)
-        return 2
+    settings = Settings.from_env_or_exit()
     configure_logging(settings.log_level, settings.log_format)
     try:
         import uvloop
@@ -31,9 +27,8 @@ def main() -> int:
         pass
     try:
         asyncio.run(_main(settings))
-    except ConfigError as exc:
-        print(f"configuration error: {exc}", file=sys.stderr)
-        return 2
+    except ConfigError as exc:  # a BRAIN or SENDER that cannot be loaded
+        exit_on_config_error(exc)
     return 0
 
 

@@ -24,7 +24,7 @@ from redis.exceptions import RedisError
 
 from shared.keys import KeyError_, Keys
 from shared.redis_client import make_redis
-from shared.settings import ConfigError, Settings
+from shared.settings import ConfigError, Settings, exit_on_config_error
 from worker import live_state
 from worker.unknowns import describe, utc
 
@@ -262,8 +262,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.tenant is not None:
             Keys(settings.key_prefix).tenant(args.tenant).pending(args.person or "x")
     except ConfigError as exc:
-        print(f"configuration error: {exc}", file=sys.stderr)
-        return 2
+        exit_on_config_error(exc)
     except KeyError_ as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -23,7 +23,7 @@ from typing import Any
 
 import orjson
 
-from shared import wake
+from shared import script_calls, wake
 from shared.keys import Keys
 from shared.redis_client import make_redis
 from shared.scripts import Scripts
@@ -62,8 +62,9 @@ class ReviewList:
         k = self._keys.tenant(tenant)
         result = await self._scripts.requeue(
             self._redis,
-            [k.due, k.review],
-            [k.conversation_prefix, item_id, item["person"], orjson.dumps(item["messages"])],
+            *script_calls.requeue(
+                k, item_id=item_id, person=item["person"], messages=orjson.dumps(item["messages"])
+            ),
         )
         if int(result) == 0:
             raise ReviewError(f"review item {item_id!r} was removed meanwhile")

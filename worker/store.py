@@ -11,6 +11,7 @@ from typing import Any
 
 import orjson
 
+from shared import script_calls
 from shared.group_commit import GroupCommitter
 from shared.keys import Keys
 from shared.scripts import Scripts
@@ -49,19 +50,17 @@ class ConversationStore:
     async def claim(self, tenant: str, max_batches: int, token_prefix: str) -> Claim:
         k = self.keys.tenant(tenant)
         window_ms, max_wait_ms = self._timing(tenant)
-        keys = [k.inbox, k.due, k.running, k.burst, k.stats, k.unroutable, k.review]
-        args: list[str | int] = [
-            k.conversation_prefix,
-            max_batches,
-            int(self._settings.lease_s * 1000),
-            token_prefix,
-            window_ms,
-            max_wait_ms,
-            MAX_INTAKE_PER_CALL,
-            k.outbound_prefix,
-            SERVICE_WINDOW_S,
-            EARLY_STATUS_TTL_S,
-        ]
+        keys, args = script_calls.claim(
+            k,
+            max_claim=max_batches,
+            lease_ms=int(self._settings.lease_s * 1000),
+            token_prefix=token_prefix,
+            window_ms=window_ms,
+            max_wait_ms=max_wait_ms,
+            max_intake=MAX_INTAKE_PER_CALL,
+            service_window_s=SERVICE_WINDOW_S,
+            early_status_ttl_s=EARLY_STATUS_TTL_S,
+        )
         row = await self._committer.submit(lambda p: self._scripts.claim.queue(p, keys, args))
         return Claim(
             now_ms=int(row[0]),
@@ -73,12 +72,8 @@ class ConversationStore:
     async def renew(self, tenant: str, turns: list[tuple[str, str]]) -> list[bool]:
         """Extend the leases of (person, token) pairs; False where the lease was lost."""
         k = self.keys.tenant(tenant)
-        args: list[Any] = [k.conversation_prefix, int(self._settings.lease_s * 1000)]
-        for person, token in turns:
-            args += [person, token]
-        result = await self._committer.submit(
-            lambda p: self._scripts.renew.queue(p, [k.running], args)
-        )
+        keys, args = script_calls.renew(k, lease_ms=int(self._settings.lease_s * 1000), turns=turns)
+        result = await self._committer.submit(lambda p: self._scripts.renew.queue(p, keys, args))
         return [bool(int(x)) for x in result]
 
     async def finish_done(
@@ -95,9 +90,9 @@ class ConversationStore:
         """Store the reply before sending; returns the one the batch holds (an earlier
         attempt's wins), or None if this worker no longer holds the lock."""
         k = self.keys.tenant(batch.tenant)
-        args = [k.conversation_prefix, batch.person, batch.token, reply]
+        keys, args = script_calls.save_reply(k, person=batch.person, token=batch.token, reply=reply)
         result = await self._committer.submit(
-            lambda p: self._scripts.save_reply.queue(p, [k.stats], args)
+            lambda p: self._scripts.save_reply.queue(p, keys, args)
         )
         if result is None:
             return None
@@ -106,17 +101,16 @@ class ConversationStore:
     async def record_part(self, batch: Batch, part: int, provider_id: str) -> bool:
         """Remember that part `part` was accepted as `provider_id`; False if the lock is lost."""
         k = self.keys.tenant(batch.tenant)
-        args: list[str | int] = [
-            k.conversation_prefix,
-            k.outbound_prefix,
-            batch.person,
-            batch.token,
-            part,
-            provider_id,
-            OUTBOUND_TTL_S,
-        ]
+        keys, args = script_calls.record_part(
+            k,
+            person=batch.person,
+            token=batch.token,
+            part=part,
+            provider_id=provider_id,
+            outbound_ttl_s=OUTBOUND_TTL_S,
+        )
         result = await self._committer.submit(
-            lambda p: self._scripts.record_part.queue(p, [k.stats, k.review], args)
+            lambda p: self._scripts.record_part.queue(p, keys, args)
         )
         return bool(int(result))
 
@@ -125,29 +119,22 @@ class ConversationStore:
         (before the request, so no retry sends it twice), or clear the note (`sending=False`:
         Meta refused it); False if the lock is lost."""
         k = self.keys.tenant(batch.tenant)
-        args: list[str | int] = [
-            k.conversation_prefix,
-            batch.person,
-            batch.token,
-            "1" if sending else "0",
-            part,
-        ]
+        keys, args = script_calls.mark_template(
+            k, person=batch.person, token=batch.token, mark="1" if sending else "0", part=part
+        )
         result = await self._committer.submit(
-            lambda p: self._scripts.mark_template.queue(p, [k.stats], args)
+            lambda p: self._scripts.mark_template.queue(p, keys, args)
         )
         return bool(int(result))
 
     async def save_journal(self, batch: Batch, journal: ReviewJournal) -> bool:
         """Write the review journal on the batch; False if the lock is lost."""
         k = self.keys.tenant(batch.tenant)
-        args: list[str | bytes] = [
-            k.conversation_prefix,
-            batch.person,
-            batch.token,
-            journal.to_json(),
-        ]
+        keys, args = script_calls.journal_review(
+            k, person=batch.person, token=batch.token, journal=journal.to_json()
+        )
         result = await self._committer.submit(
-            lambda p: self._scripts.journal_review.queue(p, [k.stats], args)
+            lambda p: self._scripts.journal_review.queue(p, keys, args)
         )
         return bool(int(result))
 
@@ -209,23 +196,23 @@ class ConversationStore:
     ) -> bool:
         k = self.keys.tenant(batch.tenant)
         window_ms, max_wait_ms = self._timing(batch.tenant)
-        keys = [k.due, k.running, k.burst, k.review, k.stats]
-        args = [
-            k.conversation_prefix,
-            batch.person,
-            batch.token,
-            outcome,
-            arg5,
-            arg6,
-            window_ms,
-            max_wait_ms,
-            remember,
-            self._settings.memory_turns,
-            int(self._settings.memory_ttl_s * 1000),
-            *(last_part or ("", "")),
-            k.outbound_prefix,
-            OUTBOUND_TTL_S,
-            unknown,
-        ]
+        last_part_index, last_part_id = last_part or ("", "")
+        keys, args = script_calls.finish(
+            k,
+            person=batch.person,
+            token=batch.token,
+            outcome=outcome,
+            delay_ms_or_reason=arg5,
+            error_or_item=arg6,
+            window_ms=window_ms,
+            max_wait_ms=max_wait_ms,
+            remember=remember,
+            memory_turns=self._settings.memory_turns,
+            memory_ttl_ms=int(self._settings.memory_ttl_s * 1000),
+            last_part=last_part_index,
+            last_part_id=last_part_id,
+            outbound_ttl_s=OUTBOUND_TTL_S,
+            unknown=unknown,
+        )
         result = await self._committer.submit(lambda p: self._scripts.finish.queue(p, keys, args))
         return bool(int(result))

@@ -1,14 +1,14 @@
 """Fleet-scaling benchmark: signed webhook in -> reply sent, through real processes.
 
-    .venv/bin/python scripts/bench_fleet                      # every scenario, 1 round
-    .venv/bin/python scripts/bench_fleet --only scaling --rounds 2 --write
-    .venv/bin/python scripts/bench_fleet --messages 200 --tenant-counts 10,50 --waiting 500  # smoke
+    scripts/bench_fleet                      # every scenario, 1 round
+    scripts/bench_fleet --only scaling --rounds 2 --write
+    scripts/bench_fleet --messages 200 --tenant-counts 10,50 --waiting 500  # smoke
 
-Every run starts its own receivers (`uvicorn receiver.app:app`, uvloop + httptools, as the
+Every run starts its own receivers (uvicorn, uvloop + httptools, as the
 Procfile) and workers (`python -m worker`), the echo brain (zero latency) and a zero-latency
 sender (scripts/bench/fleet_probe.py: answers with a message id at once, like the Graph API,
 and records when it sent), on a private Redis: one server, or a local cluster of three masters
-(`shared.redis_server`), appendonly off. The load generator (this process) posts N signed
+(`scripts.dev.redis_server`), appendonly off. The load generator (this process) posts N signed
 one-message webhooks, each from a different person, over keep-alive connections as fast as
 the receivers answer, spread over the tenants; end-to-end rate = N / (last reply sent - first
 POST). CPU per message comes from /proc for every process of the run.
@@ -54,21 +54,15 @@ import redis
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster as AsyncCluster
 
-ROOT = Path(__file__).resolve().parents[2]
-BENCH_DIR = Path(__file__).resolve().parent
-sys.path[:0] = [str(BENCH_DIR), str(ROOT)]
+from scripts.dev.redis_server import RedisCluster, RedisServer, find_server_binary, free_port
+from scripts.webhooks import inbound_webhook, sign_body, text_message
+from shared import dispatch_lag, wake
+from shared.events import dedupe_id, encode, message_event
+from shared.keys import Keys
+from shared.script_calls import ingest as ingest_call
+from shared.scripts import Scripts
 
-from scripts.webhooks import inbound_webhook, sign_body, text_message  # noqa: E402
-from shared import dispatch_lag, wake  # noqa: E402
-from shared.events import dedupe_id, encode, message_event  # noqa: E402
-from shared.keys import Keys  # noqa: E402
-from shared.redis_server import (  # noqa: E402
-    RedisCluster,
-    RedisServer,
-    find_server_binary,
-    free_port,
-)
-from shared.scripts import Scripts  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 PREFIX = "fleet"
 SECRET = "fleet-bench-secret"
@@ -197,9 +191,9 @@ class Fleet:
             KEY_PREFIX=PREFIX,
             WHATSAPP_APP_SECRET=SECRET,
             BRAIN="echo",
-            SENDER="fleet_probe:ClockSender",
+            SENDER="scripts.bench.fleet_probe:ClockSender",
             BENCH_OUT=str(self.out),
-            PYTHONPATH=os.pathsep.join([str(BENCH_DIR), str(ROOT)]),
+            PYTHONPATH=str(ROOT),  # scripts.bench.fleet_probe, whatever the caller's PYTHONPATH
             DEBOUNCE_WINDOW_S="0.001",
             MAX_WAIT_S="1",
             LEASE_S="60",
@@ -220,7 +214,8 @@ class Fleet:
         logs.mkdir(exist_ok=True)
         for i in range(self.receivers):
             port = free_port()
-            command = [sys.executable, "-m", "uvicorn", "receiver.app:app", "--port", str(port)]
+            command = [sys.executable, "-m", "uvicorn", "receiver.app:create_app", "--factory"]
+            command += ["--port", str(port)]
             command += ["--loop", "uvloop", "--http", "httptools", "--no-access-log"]
             self._spawn(command, env, logs / f"receiver-{i}.log")
             self.ports.append(port)
@@ -708,7 +703,13 @@ async def park_conversations(
                 )
                 k = keys.tenant(tenant)
                 scripts.ingest.queue(
-                    pipe, [k.inbox, k.seen(dedupe_id(event))], [604800, encode(event)]
+                    pipe,
+                    *ingest_call(
+                        k,
+                        seen=[k.seen(dedupe_id(event))],
+                        dedupe_ttl_s=604800,
+                        events=[encode(event)],
+                    ),
                 )
             await pipe.execute()
         out = Path(tempfile.mkdtemp(prefix="bench-fleet-park-"))
@@ -929,3 +930,7 @@ def main(argv: list[str] | None = None) -> int:
         write_doc(block, idle_only=args.only == ["idle"])
         say(f"wrote {DOC.relative_to(ROOT)}")
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,4 +1,5 @@
-"""The sender of `scripts/bench_fleet`, loaded by the worker as `SENDER=fleet_probe:ClockSender`.
+"""The sender of `scripts/bench_fleet`, loaded by the worker as
+`SENDER=scripts.bench.fleet_probe:ClockSender`.
 
 A zero-latency provider: it accepts every part at once and answers with a new message id (so
 the worker records the part as it does in production). Each send is kept in memory as one row

@@ -150,5 +150,5 @@ def generate(
     return PayloadFile(prefix, per_thread, threads, messages_per_request, nonce)
 
 
-if __name__ == "__main__":  # handy for eyeballing: python scripts/bench/payloads.py
+if __name__ == "__main__":  # handy for eyeballing: python -m scripts.bench.payloads
     print(body_for(0, "demo", 1, int(time.time())).decode())

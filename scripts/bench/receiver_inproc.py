@@ -1,6 +1,6 @@
 """CPU per request of the receiver's own code, without uvicorn, wrk or the network in between.
 
-    .venv/bin/python scripts/bench/receiver_inproc.py [--connections 32] [--requests 40000]
+    .venv/bin/python -m scripts.bench.receiver_inproc [--connections 32] [--requests 40000]
 
 `--connections` tasks call the ASGI app directly, each sending its next signed, unique body
 (scripts/bench/payloads.py) as soon as the last one was answered, against a private Redis
@@ -15,19 +15,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import sys
 import time
-from pathlib import Path
+from dataclasses import replace
 from typing import Any
 
 import uvloop
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(Path(__file__).resolve().parent), str(ROOT)]
-
-import payloads  # noqa: E402
-
-from shared.redis_server import RedisServer  # noqa: E402
+from scripts.bench import payloads
+from scripts.dev.redis_server import RedisServer
 
 SECRET = "inproc-secret"
 PATH = "/webhooks/whatsapp"
@@ -88,17 +83,18 @@ async def drive(app: Any, bodies: list[tuple[bytes, bytes]], args: argparse.Name
 
 async def run(args: argparse.Namespace, redis_url: str) -> None:
     os.environ.update(WHATSAPP_APP_SECRET=SECRET, REDIS_URL=redis_url, KEY_PREFIX="inproc")
-    import receiver.store
     from receiver.app import create_app
+    from receiver.store import WriterTuning
 
+    tuning = WriterTuning()
     if args.rounds_in_flight:
-        receiver.store.ROUNDS_IN_FLIGHT = args.rounds_in_flight
+        tuning = replace(tuning, rounds_in_flight=args.rounds_in_flight)
     if args.spin_max_s is not None:
-        receiver.store.SPIN_MAX_S = args.spin_max_s
+        tuning = replace(tuning, spin_max_s=args.spin_max_s)
     # --pool fixes how many bodies are made, so two runs that differ only in --requests differ
     # only in serving work (the instruction-count method in docs/benchmarks/receiver.md).
     bodies = signed_bodies(max(args.pool, args.requests * args.reps))
-    app = create_app()
+    app = create_app(tuning=tuning)
     async with app.router.lifespan_context(app):
         await drive(app, bodies, args)
         stats = await app.state.receiver.redis.info("commandstats")
@@ -115,7 +111,7 @@ def main() -> None:
     parser.add_argument("--pool", type=int, default=0, help="bodies to generate (at least all)")
     parser.add_argument("--rounds-in-flight", type=int, default=0, help="0: as committed")
     parser.add_argument(
-        "--spin-max-s", type=float, default=None, help="receiver.store.SPIN_MAX_S (0: no spin)"
+        "--spin-max-s", type=float, default=None, help="WriterTuning.spin_max_s (0: no spin)"
     )
     args = parser.parse_args()
     server = RedisServer(appendonly=False).start()

@@ -1,6 +1,6 @@
 """Instructions per request of the receiver's own code: a figure other load cannot move.
 
-    .venv/bin/python scripts/bench/receiver_instructions.py [--small 1000] [--large 3000]
+    .venv/bin/python -m scripts.bench.receiver_instructions [--small 1000] [--large 3000]
 
 Runs the in-process driver (receiver_inproc.py) twice under `valgrind --tool=callgrind`, serving
 `--small` and then `--large` requests from the same pool of pre-generated bodies, and divides
@@ -13,7 +13,7 @@ minute to the next; instruction counts repeat to well under 1 %. Use it to decid
 change saves work; use bench_receiver (wrk) for what a user sees. Round sizes under valgrind
 differ from a real run (the traced process is ~50x slower, Redis is not), so per-round costs
 weigh less here than under wrk. The flusher's spin while a round is at Redis
-(`receiver.store.SPIN_MAX_S`) is turned off here: its iterations count waiting, not work, and
+(`WriterTuning.spin_max_s`) is turned off here: its iterations count waiting, not work, and
 under valgrind they would vary with Redis's speed. Needs valgrind (apt-get install valgrind).
 """
 
@@ -27,8 +27,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-DRIVER = HERE / "receiver_inproc.py"
+ROOT = Path(__file__).resolve().parents[2]
+DRIVER = "scripts.bench.receiver_inproc"
 
 
 def instructions(requests: int, pool: int, extra: list[str]) -> int:
@@ -40,7 +40,8 @@ def instructions(requests: int, pool: int, extra: list[str]) -> int:
                 "--tool=callgrind",
                 f"--callgrind-out-file={out}",
                 sys.executable,
-                str(DRIVER),
+                "-m",
+                DRIVER,
                 "--requests",
                 str(requests),
                 "--reps",
@@ -51,6 +52,7 @@ def instructions(requests: int, pool: int, extra: list[str]) -> int:
                 "0",
                 *extra,
             ],
+            cwd=ROOT,
             capture_output=True,
             text=True,
             check=False,

@@ -1,9 +1,10 @@
-"""A minimal stand-in for `receiver.app:app`, used to build and debug the benchmark harness.
+"""A minimal stand-in for the receiver app, used to build and debug the benchmark harness.
 
 Not the product: it only does what the benchmark exercises (verify the signature, fan out the
 text messages, one ingest script call per tenant through the shared group committer, 200 after
 Redis confirmed, 503 if Redis failed). Run the benchmark against it with
-`scripts/bench_receiver --app stub_receiver:app`; it also gives a lean reference point.
+`scripts/bench_receiver --app scripts.bench.stub_receiver:app`; it also gives a lean reference
+point.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from shared import script_calls
 from shared.events import dedupe_id, encode, message_event
 from shared.group_commit import GroupCommitter, Queue
 from shared.keys import Keys
@@ -86,8 +88,12 @@ async def webhook(request: Request) -> Response:
     calls: list[Queue] = []
     for tenant, events in by_tenant.items():
         tk = keys.tenant(tenant)
-        call_keys = [tk.inbox, *(tk.seen(dedupe_id(e)) for e in events)]
-        call_args = [settings.dedupe_ttl_s, *(encode(e) for e in events)]
+        call_keys, call_args = script_calls.ingest(
+            tk,
+            seen=[tk.seen(dedupe_id(e)) for e in events],
+            dedupe_ttl_s=settings.dedupe_ttl_s,
+            events=[encode(e) for e in events],
+        )
 
         def queue(pipe: Any, k: list[str] = call_keys, a: list[Any] = call_args) -> None:
             scripts.ingest.queue(pipe, k, a)

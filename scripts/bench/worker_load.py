@@ -1,8 +1,9 @@
-"""Load and measurement helpers for `scripts/bench_worker`.
+"""Load and measurement helpers for `scripts/bench_worker` (scripts/bench/worker.py).
 
 Writes go through the product's own pieces (shared.events, shared.keys, the ingest and claim
 Lua scripts), the way the receiver writes: ingest.lua (dedupe + LPUSH), SADD tenants, PUBLISH
-wake. Workers are real `python -m worker` subprocesses with BRAIN/SENDER from worker_probe.
+wake. Workers are real `python -m worker` subprocesses with BRAIN/SENDER from worker_probe,
+run on the code under test (scripts/bench/revision.py).
 """
 
 from __future__ import annotations
@@ -22,14 +23,19 @@ from typing import Any
 
 from redis.asyncio import Redis
 
+from scripts.bench import revision
 from shared.events import dedupe_id, encode, message_event
 from shared.keys import Keys
 from shared.scripts import Scripts
 from shared.wake import listening_workers, now_ms, wake_command
 
-BENCH_DIR = Path(__file__).resolve().parent
-# The product code the workers run: the repository, or a revision exported by bench_worker.
-REPO = Path(os.environ.get("BENCH_CODE") or BENCH_DIR.parents[1])
+try:
+    from shared import script_calls
+except ImportError:  # a revision before it (bench_worker --at)
+    script_calls = None  # type: ignore[assignment]
+
+# The product code the workers run: this checkout, or a revision exported by bench_worker --at.
+CODE = revision.code_dir()
 PREFIX = "bench"
 TENANT = "106540352242922"
 DEDUPE_TTL_S = 604800
@@ -111,9 +117,13 @@ class Bench:
         """One webhook with one message, as the receiver writes it."""
         tk = self.tk
         pipe.sadd(self.keys.tenants, TENANT)
-        self.scripts.ingest.queue(
-            pipe, [tk.inbox, tk.seen(dedupe_id(event))], [DEDUPE_TTL_S, encode(event)]
-        )
+        seen, data = [tk.seen(dedupe_id(event))], [encode(event)]
+        if script_calls is None:
+            # Revisions before shared/script_calls.py (`bench_worker --at`): the same call.
+            call: tuple[Any, Any] = ([tk.inbox, *seen], [DEDUPE_TTL_S, *data])
+        else:
+            call = script_calls.ingest(tk, seen=seen, dedupe_ttl_s=DEDUPE_TTL_S, events=data)
+        self.scripts.ingest.queue(pipe, *call)
         if publish:
             pipe.execute_command(*wake_command(self.keys, [TENANT], now_ms()))
             # Revisions before the wake-up queues (`bench_worker --at`) listened on a pub/sub
@@ -218,11 +228,12 @@ class Workers:
             **os.environ,
             "REDIS_URL": self.redis_url,
             "KEY_PREFIX": PREFIX,
-            "BRAIN": "worker_probe:TimingBrain",
-            "SENDER": "worker_probe:NullSender",
+            "BRAIN": "scripts.bench.worker_probe:TimingBrain",
+            "SENDER": "scripts.bench.worker_probe:NullSender",
             "LOG_LEVEL": "WARNING",
             "BENCH_OUT": str(self.out),
-            "PYTHONPATH": os.pathsep.join([str(BENCH_DIR), str(REPO)]),
+            # The product from CODE (also the working directory), scripts.bench from here.
+            "PYTHONPATH": os.pathsep.join(dict.fromkeys([str(CODE), str(revision.ROOT)])),
             **self.env,
         }
         env.pop("ANTHROPIC_API_KEY", None)
@@ -232,10 +243,10 @@ class Workers:
             # worker_variants.py; otherwise the product's own entry point.
             command = [sys.executable, "-m", "worker"]
             if os.environ.get("BENCH_VARIANTS"):
-                command = [sys.executable, str(BENCH_DIR / "worker_variants.py")]
+                command = [sys.executable, "-m", "scripts.bench.worker_variants"]
             proc = subprocess.Popen(
                 command,
-                cwd=REPO,
+                cwd=CODE,
                 env=env,
                 stdout=log,
                 stderr=subprocess.STDOUT,

@@ -1,9 +1,9 @@
 """Brains and senders for `scripts/bench_worker`, loaded by the worker as BRAIN/SENDER.
 
-The worker subprocess imports this module with `BRAIN=worker_probe:TimingBrain` (the benchmark
-puts scripts/bench on PYTHONPATH). Each turn's start is recorded in memory as one row
-`start_ms due_ms claimed_ms first_received_ms size`, and the rows are written once, when the
-worker process exits, to `$BENCH_OUT/turns-<pid>.tsv`, so recording costs a list append.
+The worker subprocess imports this module with `BRAIN=scripts.bench.worker_probe:TimingBrain`
+(the benchmark puts this checkout on its PYTHONPATH). Each turn's start is recorded in memory as
+one row `start_ms due_ms claimed_ms first_received_ms size`, and the rows are written once, when
+the worker process exits, to `$BENCH_OUT/turns-<pid>.tsv`, so recording costs a list append.
 
 `start_ms` is time.time() at the start of `reply()`: the worker calls the brain first thing in a
 turn, so this is the turn start. `due_ms` / `claimed_ms` come from Redis's clock (TIME in

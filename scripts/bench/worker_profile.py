@@ -1,6 +1,6 @@
 """Summarise a py-spy `--format raw` profile (collapsed stacks) of a worker process.
 
-    .venv/bin/python scripts/bench/worker_profile.py /tmp/prof-tp1.txt [--top 25]
+    .venv/bin/python -m scripts.bench.worker_profile /tmp/prof-tp1.txt [--top 25]
 
 Prints the share of samples per function, self (the frame on top of the stack) and inclusive
 (anywhere on the stack, counted once per sample), and per file, so hot spots can be named.

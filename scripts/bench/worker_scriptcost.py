@@ -1,38 +1,35 @@
 """Redis CPU of each worker script per turn, at a git revision.
 
-    .venv/bin/python scripts/bench/worker_scriptcost.py HEAD [--n 10000]
+    .venv/bin/python -m scripts.bench.worker_scriptcost HEAD [--n 10000]
 
 Stores N one-message conversations on a private Redis (appendonly off), then runs the worker's
 own ConversationStore calls one kind at a time, resetting `INFO commandstats` before each:
 claim (200 per call), save_reply, record_part, finish. Prints the EVALSHA microseconds per turn
 (what Redis spent inside the script) and the client's wall time per turn (group-committed).
+The revision's code runs in a child process (scripts/bench/revision.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import shutil
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[1]
+from scripts.bench import revision
 
 
 async def measure(n: int) -> None:
+    # Only the child measures (on the exported revision): the parent needs none of these.
     import orjson
-    from worker_load import PREFIX, TENANT, Bench, make_event, person_id
 
     import worker.store as store
+    from scripts.bench.worker_load import PREFIX, TENANT, Bench, make_event, person_id
+    from scripts.dev.redis_server import RedisServer
     from shared.group_commit import GroupCommitter
-    from shared.redis_server import RedisServer
     from shared.settings import Settings
 
     with RedisServer() as server:
@@ -95,23 +92,20 @@ async def measure(n: int) -> None:
             await phase("finish", finish)
 
 
-def main() -> None:
+def main() -> int:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("rev", nargs="?", default="HEAD")
     p.add_argument("--n", type=int, default=10_000)
     args = p.parse_args()
-    code = Path(tempfile.mkdtemp(prefix="bench-scriptcost-"))
-    try:
-        archive = subprocess.run(
-            ["git", "archive", args.rev], cwd=REPO, capture_output=True, check=True
-        )
-        subprocess.run(["tar", "-x", "-C", str(code)], input=archive.stdout, check=True)
-        os.environ["BENCH_CODE"] = str(code)
-        sys.path[:0] = [str(code), str(HERE)]
+    if revision.exported():
         asyncio.run(measure(args.n))
+        return 0
+    code, description = revision.export(args.rev)
+    try:
+        return revision.run_on(code, description, "scripts.bench.worker_scriptcost", sys.argv[1:])
     finally:
         shutil.rmtree(code, ignore_errors=True)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

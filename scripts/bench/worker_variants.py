@@ -1,6 +1,6 @@
 """Run `python -m worker` with candidate optimisations patched in at run time, to size them.
 
-    BENCH_VARIANTS=no_read_timeouts,cached_keys python scripts/bench/worker_variants.py
+    BENCH_VARIANTS=no_read_timeouts,cached_keys python -m scripts.bench.worker_variants
 
 `scripts/bench_worker --variants no_read_timeouts,...` starts workers this way. Nothing in
 worker/ or shared/ is edited: each patch replaces one function in memory, in the benchmark's
@@ -137,6 +137,8 @@ def _record_with_finish() -> None:
 MERGED_RECORD = """
 -- bench prototype: record the reply's last part, then finish (ARGV as finish.lua, plus
 -- outbound prefix, part, provider id, TTL appended at the end).
+-- uses: lib/keys.lua (conv_key, PENDING, BATCH, LOCK, MEMORY), lib/clock.lua (now_ms)
+-- uses: lib/outbound.lua (record_outbound)
 do
   local n = #ARGV
   local oprefix, part, pid, ttl = ARGV[n - 3], ARGV[n - 2], ARGV[n - 1], ARGV[n]
@@ -161,10 +163,11 @@ def _merged_finish() -> None:
 
     import shared.scripts as scripts
     import worker.store as store
-    from shared.keys import lua_prelude
+    from shared.lua_source import assemble
 
     finish_src = (scripts.LUA_DIR / "finish.lua").read_text()
-    source = lua_prelude() + MERGED_RECORD + finish_src
+    # MERGED_RECORD's header declares what it and finish.lua use.
+    source = assemble(MERGED_RECORD.lstrip() + finish_src)
     sha = hashlib.sha1(source.encode()).hexdigest()
     stash: dict[str, list[Any]] = {}  # lock token -> the extra ARGV of the last part
 

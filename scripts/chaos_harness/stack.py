@@ -6,11 +6,11 @@
     await stack.close()
 
 Every process is a child of this one, started as the Procfile and the dev stack start them
-(`uvicorn receiver.app:app`, `python -m worker`, `python -m scripts.standins.graph_api`, ...),
-with its output in `run_dir/<name>.log`. The workers run the real `anthropic` brain and the real
-`whatsapp` sender, pointed at the stand-ins through `ANTHROPIC_BASE_URL` and
-`WHATSAPP_API_BASE_URL`. The Graph API stand-in posts signed status webhooks back to the
-receiver, as Meta does.
+(`uvicorn receiver.app:create_app --factory`, `python -m worker`,
+`python -m scripts.standins.graph_api`, ...), with its output in `run_dir/<name>.log`. The
+workers run the real `anthropic` brain and the real `whatsapp` sender, pointed at the stand-ins
+through `ANTHROPIC_BASE_URL` and `WHATSAPP_API_BASE_URL`. The Graph API stand-in posts signed
+status webhooks back to the receiver, as Meta does.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from scripts.dev.redis_server import RedisServer, free_port
 from shared.keys import Keys
-from shared.redis_server import RedisServer, free_port
 from shared.wake import listening_workers
 
 REPO = Path(__file__).resolve().parents[2]
@@ -193,7 +193,8 @@ class Stack:
                 "ai", [*ai_argv, "--log-level", "warning"], base | {"ANTHROPIC_API_KEY": AI_KEY}
             )
         )
-        receiver_argv = [py, "-m", "uvicorn", "receiver.app:app", "--port", str(self.receiver_port)]
+        receiver_argv = [py, "-m", "uvicorn", "receiver.app:create_app", "--factory"]
+        receiver_argv += ["--port", str(self.receiver_port)]
         receiver_argv += ["--loop", "uvloop", "--http", "httptools", "--no-access-log"]
         receiver_env = self.product_env() | {"REDIS_TIMEOUT_S": "0.5"} | self.receiver_env
         self.others.append(self._child("receiver", receiver_argv, receiver_env))

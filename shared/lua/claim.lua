@@ -1,24 +1,37 @@
 -- claim: intake the tenant's inbox, recover expired leases, claim due conversations.
 --
--- KEYS[1] inbox (LIST)   KEYS[2] due (ZSET)   KEYS[3] running (ZSET)
--- KEYS[4] burst (HASH)   KEYS[5] stats (HASH)   KEYS[6] unroutable (LIST)
--- KEYS[7] review (HASH)
--- ARGV[1] conversation key prefix of the tenant ("wa:{t}:c:"); conversation keys are built
---         from it with conv_key() (same hash tag, so the same slot as KEYS)
--- ARGV[2] how many batches to claim at most (0: intake and report only)
--- ARGV[3] lease in ms
--- ARGV[4] token prefix, unique per call; each claimed batch's lock gets ARGV[4] .. ':' .. i
--- ARGV[5] debounce window in ms   ARGV[6] max wait in ms
--- ARGV[7] how many inbox events to take in at most in this call
--- ARGV[8] outbound record prefix of the tenant ("wa:{t}:out:"), for delivery statuses
--- ARGV[9] customer-service window in seconds (86400): how long `lastin` lives
--- ARGV[10] seconds a status that arrived before its outbound record waits for record_part
+-- KEYS[1] inbox        LIST: events from the receiver
+-- KEYS[2] due          ZSET: person -> when the conversation is due (ms)
+-- KEYS[3] running      ZSET: person -> when the running turn's lease ends (ms)
+-- KEYS[4] burst        HASH: person -> "first_ms,last_ms" of waiting messages
+-- KEYS[5] stats        HASH: counters
+-- KEYS[6] unroutable   LIST: inbox entries that are not ours to interpret
+-- KEYS[7] review       HASH: batch id -> review item
+-- ARGV[1] conversation_prefix  the tenant's conversation key prefix ("wa:{t}:c:"); a
+--         conversation's keys are built from it with conv_key() (same hash tag, so the same
+--         slot as KEYS)
+-- ARGV[2] max_claim    how many batches to claim at most (0: intake and report only)
+-- ARGV[3] lease_ms     the lease of a claimed turn
+-- ARGV[4] token_prefix unique per call; each claimed batch's lock gets token_prefix .. ':' .. i
+-- ARGV[5] window_ms    the debounce window
+-- ARGV[6] max_wait_ms  how long a burst waits at most
+-- ARGV[7] max_intake   how many inbox events to take in at most in this call
+-- ARGV[8] outbound_prefix  the tenant's outbound record prefix ("wa:{t}:out:"), for
+--         delivery statuses
+-- ARGV[9] service_window_s  the customer-service window (86400): how long `lastin` lives
+-- ARGV[10] early_status_ttl_s  how long a status that arrived before its outbound record
+--         waits for record_part
 --
 -- Returns {now_ms, next_ms, more, b1, b2, ...} where next_ms is the earliest due time or lease
 -- end still pending (-1 if none), more is 1 when the inbox was not drained (nothing was claimed:
 -- a message still in the inbox may belong to a due batch, so call again), and each b is
 -- {person, token, field1, value1, ...}: the batch hash, plus `last_inbound` (provider ts of
 -- the person's last message, 0 if the window has closed) and `history` (the memory, a JSON array).
+--
+-- uses: lib/keys.lua (conv_key, PENDING, BATCH, LOCK, LASTIN, MEMORY)
+-- uses: lib/clock.lua (now_ms)
+-- uses: lib/outbound.lua (STATUS_RANK, park_undelivered)
+-- uses: lib/dispatch_lag.lua (record_dispatch_lag)
 local prefix, max_claim, lease = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local window, max_wait, max_intake = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local out_prefix, service_window, early_ttl = ARGV[8], tonumber(ARGV[9]), tonumber(ARGV[10])

@@ -1,23 +1,36 @@
 -- finish: end a turn as its lock holder: done, retry later, or park for review.
 --
--- KEYS[1] due (ZSET)   KEYS[2] running (ZSET)   KEYS[3] burst (HASH)
--- KEYS[4] review (HASH)   KEYS[5] stats (HASH)
--- ARGV[1] conversation key prefix of the tenant ("wa:{t}:c:")
--- ARGV[2] person   ARGV[3] lock token
--- ARGV[4] outcome: "done" | "retry" | "review"
--- ARGV[5] retry: delay in ms; review: the reason (counted in stats)
--- ARGV[6] retry: the error text; review: the review item (JSON)
--- ARGV[7] debounce window in ms   ARGV[8] max wait in ms
--- ARGV[9] done: the exchange to remember (JSON, "" for none)
--- ARGV[10] how many exchanges memory keeps   ARGV[11] memory idle TTL in ms
--- ARGV[12] done: index of the reply's last part, sent but not yet recorded ("" for none)
--- ARGV[13] its provider message id   ARGV[14] outbound record prefix ("wa:{t}:out:")
--- ARGV[15] TTL of the outbound record in seconds
--- ARGV[16] review: what of the batch has an unknown outcome, comma-separated ("part",
---          "template", "note", "hand_over"; "" for nothing), each counted as unknown:<what>
+-- KEYS[1] due          ZSET: person -> when the conversation is due (ms)
+-- KEYS[2] running      ZSET: person -> when the running turn's lease ends (ms)
+-- KEYS[3] burst        HASH: person -> "first_ms,last_ms" of waiting messages
+-- KEYS[4] review       HASH: batch id -> review item
+-- KEYS[5] stats        HASH: counters
+-- ARGV[1] conversation_prefix  the tenant's conversation key prefix ("wa:{t}:c:")
+-- ARGV[2] person
+-- ARGV[3] token        the lock token of the turn
+-- ARGV[4] outcome      "done" | "retry" | "review"
+-- ARGV[5] delay_ms_or_reason  retry: the delay in ms; review: the reason (counted in stats)
+-- ARGV[6] error_or_item  retry: the error text; review: the review item (JSON)
+-- ARGV[7] window_ms    the debounce window
+-- ARGV[8] max_wait_ms  how long a burst waits at most
+-- ARGV[9] remember     done: the exchange to remember (JSON, "" for none)
+-- ARGV[10] memory_turns  how many exchanges memory keeps
+-- ARGV[11] memory_ttl_ms  how long memory lives after the last turn
+-- ARGV[12] last_part   done: index of the reply's last part, sent but not yet recorded
+--         ("" for none)
+-- ARGV[13] last_part_id  its provider message id
+-- ARGV[14] outbound_prefix  the tenant's outbound record prefix ("wa:{t}:out:")
+-- ARGV[15] outbound_ttl_s  how long the outbound record lives
+-- ARGV[16] unknown     review: what of the batch has an unknown outcome, comma-separated
+--         ("part", "template", "note", "hand_over"; "" for nothing), each counted as
+--         unknown:<what>
 -- (Recording the last part here, instead of in record_part.lua, saves a script call per turn.)
 --
 -- Returns 1, or 0 when the token does not hold the lock (lease lost: change nothing).
+--
+-- uses: lib/keys.lua (conv_key, PENDING, BATCH, LOCK, MEMORY)
+-- uses: lib/clock.lua (now_ms)
+-- uses: lib/outbound.lua (record_outbound)
 local prefix, person, token, outcome = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local lock = conv_key(prefix, person, LOCK)
 if redis.call('GET', lock) ~= token then return 0 end

@@ -6,12 +6,17 @@
 -- finish), like any part's; a resumed turn that finds the noted part unrecorded knows the
 -- template's outcome is unknown (worker/unknowns.py).
 --
--- KEYS[1] stats (HASH): unused, it routes the call to the tenant's slot
--- ARGV[1] conversation key prefix of the tenant ("wa:{t}:c:")
--- ARGV[2] person   ARGV[3] lock token   ARGV[4] "1": mark, "0": clear
--- ARGV[5] index of the reply part the template goes out in place of
+-- KEYS[1] stats        HASH: unused, it routes the call to the tenant's slot
+-- ARGV[1] conversation_prefix  the tenant's conversation key prefix ("wa:{t}:c:")
+-- ARGV[2] person
+-- ARGV[3] token        the lock token of the turn
+-- ARGV[4] mark         "1": mark, "0": clear
+-- ARGV[5] part         index of the reply part the template goes out in place of
 --
 -- Returns 1, or 0 when the token does not hold the lock.
+--
+-- uses: lib/keys.lua (conv_key, BATCH, LOCK)
+-- uses: lib/clock.lua (now_ms)
 local prefix, person, token = ARGV[1], ARGV[2], ARGV[3]
 if redis.call('GET', conv_key(prefix, person, LOCK)) ~= token then return 0 end
 local bkey = conv_key(prefix, person, BATCH)

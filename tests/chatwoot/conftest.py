@@ -1,26 +1,22 @@
 """Fixtures of the Chatwoot tests: the Chatwoot API stand-in (one per module, reset around
-every test), the real receiver on uvicorn, and in-process workers answering through the
-stand-in. Everything started here is stopped here."""
+every test), the real receiver on uvicorn, and the environment of the workers answering through
+the stand-in (`workers` and `fleet` come from tests/support/fixtures.py). Everything started here
+is stopped here."""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 
 import pytest
 from redis.asyncio import Redis
 
 from receiver.app import create_app
+from scripts.dev.redis_server import RedisServer
 from scripts.standins import BackgroundServer, ChatwootApiStandIn
-from shared.redis_server import RedisServer
 from shared.settings import Settings
-from tests.conftest import APP_SECRET
-from tests.delivery.support import InProcessWorkers
-from tests.worker.support import WorkerFleet
-
-API_TOKEN = "cw-api-token"
-TENANT_API_TOKEN = "cw-tenant-token"
+from tests.chatwoot.support import API_TOKEN, TENANT_API_TOKEN, WEBHOOK_SECRET
+from tests.support.helpers import APP_SECRET
 
 
 @pytest.fixture(scope="module")
@@ -34,9 +30,6 @@ def chatwoot(chatwoot_server: ChatwootApiStandIn) -> Iterator[ChatwootApiStandIn
     chatwoot_server.reset()
     yield chatwoot_server
     chatwoot_server.reset()
-
-
-WEBHOOK_SECRET = "cw-webhook-secret"
 
 
 @pytest.fixture
@@ -82,27 +75,3 @@ def env(
         # Far beyond every test: turns start from wake-ups and due times, never the sweep.
         "POLL_INTERVAL_S": "60",
     }
-
-
-@pytest.fixture
-async def workers(
-    env: dict[str, str], redis: Redis, prefix: str
-) -> AsyncIterator[InProcessWorkers]:
-    running = InProcessWorkers(env, redis, prefix)
-    try:
-        yield running
-    finally:
-        await running.stop()
-
-
-@pytest.fixture
-def fleet(
-    redis: Redis, redis_server: RedisServer, prefix: str, tmp_path: Path
-) -> Iterator[WorkerFleet]:
-    """Real `python -m worker` processes, always killed at the end."""
-    workers = WorkerFleet(redis, redis_server.url, prefix, tmp_path)
-    try:
-        yield workers
-    finally:
-        workers.close()
-        print(workers.dump())  # shown by pytest only when the test failed

@@ -15,7 +15,7 @@ from redis.asyncio import Redis
 from scripts.standins import ChatwootApiStandIn, ChatwootFault, chatwoot_headers, message_created
 from shared.keys import Keys
 from tests.chatwoot import brains
-from tests.chatwoot.conftest import WEBHOOK_SECRET
+from tests.chatwoot.support import WEBHOOK_SECRET
 from tests.delivery.support import InProcessWorkers, hash_of
 from tests.worker.support import outbox, push_message, review_items, stats, wait_for
 

@@ -15,7 +15,7 @@ from redis.asyncio import Redis
 from receiver.chatwoot import parse_body
 from scripts.standins import chatwoot_headers, message_created
 from shared.settings import Settings
-from tests.receiver.conftest import running
+from tests.receiver.support import running
 
 FUZZ = hypothesis_settings(
     max_examples=150,

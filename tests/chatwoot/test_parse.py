@@ -13,7 +13,7 @@ from receiver.signature import SignatureError
 from scripts.standins import message_created, sign_chatwoot
 from shared.events import decode
 from shared.provider import WebhookRequest
-from tests.conftest import fixture_bytes, fixture_json
+from tests.support.helpers import fixture_bytes, fixture_json
 
 NOW_MS = 1_764_500_000_123
 SECRET = "cw-secret"

@@ -10,7 +10,7 @@ import pytest
 
 from scripts.standins import ChatwootApiStandIn, free_port
 from shared.settings import Settings, TenantConfig
-from tests.chatwoot.conftest import API_TOKEN, TENANT_API_TOKEN
+from tests.chatwoot.support import API_TOKEN, TENANT_API_TOKEN
 from worker.batch import Batch, Message
 from worker.chatwoot_sender import ChatwootError, ChatwootSender
 from worker.errors import DeliveryUnknown, NeedsReview, RetryLater

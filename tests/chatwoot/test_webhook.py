@@ -15,8 +15,8 @@ from scripts.standins import chatwoot_headers, message_created
 from shared.events import decode
 from shared.keys import Keys
 from shared.settings import Settings
-from tests.conftest import fixture_bytes, sign
-from tests.receiver.conftest import running
+from tests.receiver.support import running
+from tests.support.helpers import fixture_bytes, sign
 
 URL = "/webhooks/chatwoot"
 SECRET = "cw-webhook-secret"

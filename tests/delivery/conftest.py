@@ -1,11 +1,11 @@
-"""Fixtures of the delivery tests: the stand-ins (one each per module, reset around every test),
-a tenants file, in-process workers, the real receiver app on uvicorn, and worker processes.
-Everything started here is stopped here, whatever the test did."""
+"""Fixtures of the delivery tests: the workers' environment (a tenants file, the stand-ins of
+tests/support/fixtures.py) and the real receiver app on uvicorn. Everything started here is
+stopped here, whatever the test did."""
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -14,47 +14,13 @@ from redis.asyncio import Redis
 from receiver.app import create_app
 from scripts.standins import BackgroundServer, GraphApiStandIn, MessagesApiStandIn
 from shared.settings import Settings
-from tests.conftest import APP_SECRET, RedisTarget
-from tests.delivery.support import (
-    API_KEY,
-    TENANT_TOKEN,
-    TENANTS_TOML,
-    TOKEN,
-    InProcessWorkers,
-    worker_env,
-)
-from tests.worker.support import WorkerFleet
+from tests.delivery.support import TENANTS_TOML, worker_env
+from tests.support.helpers import APP_SECRET, RedisTarget
 
 
 @pytest.fixture
 def prefix() -> str:
     return f"dt{uuid.uuid4().hex[:8]}"
-
-
-@pytest.fixture(scope="module")
-def graph_server() -> Iterator[GraphApiStandIn]:
-    with GraphApiStandIn(access_tokens=[TOKEN, TENANT_TOKEN]) as standin:
-        yield standin
-
-
-@pytest.fixture
-def graph(graph_server: GraphApiStandIn) -> Iterator[GraphApiStandIn]:
-    graph_server.reset()
-    yield graph_server
-    graph_server.reset()
-
-
-@pytest.fixture(scope="module")
-def ai_server() -> Iterator[MessagesApiStandIn]:
-    with MessagesApiStandIn(api_keys=API_KEY) as standin:
-        yield standin
-
-
-@pytest.fixture
-def ai(ai_server: MessagesApiStandIn) -> Iterator[MessagesApiStandIn]:
-    ai_server.reset()
-    yield ai_server
-    ai_server.reset()
 
 
 @pytest.fixture
@@ -76,17 +42,6 @@ def env(
 
 
 @pytest.fixture
-async def workers(
-    env: dict[str, str], redis: Redis, prefix: str
-) -> AsyncIterator[InProcessWorkers]:
-    running = InProcessWorkers(env, redis, prefix)
-    try:
-        yield running
-    finally:
-        await running.stop()
-
-
-@pytest.fixture
 async def receiver_url(redis: Redis, redis_target: RedisTarget, prefix: str) -> AsyncIterator[str]:
     """The real receiver app on uvicorn (its own thread and loop): its webhook URL."""
     settings = Settings.from_env(
@@ -94,15 +49,3 @@ async def receiver_url(redis: Redis, redis_target: RedisTarget, prefix: str) -> 
     )
     async with BackgroundServer(create_app(settings), name="receiver") as server:
         yield f"{server.url}/webhooks/whatsapp"
-
-
-@pytest.fixture
-def fleet(
-    redis: Redis, redis_target: RedisTarget, prefix: str, tmp_path: Path
-) -> Iterator[WorkerFleet]:
-    workers = WorkerFleet(redis, redis_target.url, prefix, tmp_path, redis_target.cluster)
-    try:
-        yield workers
-    finally:
-        workers.close()
-        print(workers.dump())  # shown by pytest only when the test failed

@@ -23,7 +23,7 @@ from shared import events
 from shared.keys import Keys
 from shared.scripts import Scripts
 from shared.settings import Settings
-from tests.conftest import APP_SECRET
+from tests.support.helpers import API_KEY, APP_SECRET, TENANT_TOKEN, TOKEN
 from tests.worker.support import listening, wait_for, wake_up
 from worker.runner import Worker
 from worker.senders import Sender
@@ -31,9 +31,6 @@ from worker.senders import Sender
 # A tenant with every per-tenant override, and one that runs on the global configuration.
 TENANT = "106540352242922"
 PLAIN_TENANT = "106540352242923"
-TOKEN = "global-token"
-TENANT_TOKEN = "tenant-token"
-API_KEY = "test-key"
 MODEL = "claude-test-model"
 DEFAULT_PROMPT = "You are the default assistant."
 TENANT_PROMPT = "Sos el asistente de Turnos SRL. Respondé breve."

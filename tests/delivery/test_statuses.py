@@ -15,8 +15,8 @@ from shared.group_commit import GroupCommitter
 from shared.keys import Keys
 from shared.scripts import Scripts
 from shared.settings import Settings
-from tests.conftest import APP_SECRET
 from tests.delivery.support import TENANT, InProcessWorkers, outbound, push_failed_status
+from tests.support.helpers import APP_SECRET
 from tests.worker.support import push_message, push_status, review_items, stats, wait_for
 from worker.store import ConversationStore
 

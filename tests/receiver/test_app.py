@@ -15,8 +15,7 @@ from redis.asyncio import Redis
 from receiver.app import create_app
 from shared.keys import Keys
 from shared.settings import Settings
-from tests.conftest import APP_SECRET, VERIFY_TOKEN, fixture_bytes, sign
-from tests.receiver.conftest import (
+from tests.receiver.support import (
     TENANT,
     TENANT_2,
     URL,
@@ -29,6 +28,7 @@ from tests.receiver.conftest import (
     running,
     text_message,
 )
+from tests.support.helpers import APP_SECRET, VERIFY_TOKEN, fixture_bytes, sign
 
 TEXT = fixture_bytes("whatsapp/text.json")
 

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from receiver.parsing import Parsed
 from receiver.whatsapp import _one_item, parse_body, parse_payload
-from tests.conftest import FIXTURES, fixture_json
+from tests.support.helpers import FIXTURES, fixture_json
 
 NOW_MS = 1_764_500_000_000
 

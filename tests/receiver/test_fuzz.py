@@ -13,8 +13,8 @@ from redis.asyncio import Redis
 
 from shared.events import decode
 from shared.keys import Keys
-from tests.conftest import sign
-from tests.receiver.conftest import URL, counts
+from tests.receiver.support import URL, counts
+from tests.support.helpers import sign
 
 FUZZ = hypothesis_settings(
     max_examples=150,

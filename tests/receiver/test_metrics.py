@@ -11,13 +11,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from redis.asyncio import Redis
 
 from receiver.metrics import ReceiverMetrics
+from scripts.dev.redis_server import RedisServer
 from shared.group_commit import GroupCommitter
 from shared.keys import Keys
-from shared.redis_server import RedisServer
 from shared.scripts import Scripts
 from shared.settings import Settings
-from tests.conftest import fixture_bytes
-from tests.receiver.conftest import TENANT, counts, dumps, payload, post, running, text_message
+from tests.receiver.support import TENANT, counts, dumps, payload, post, running, text_message
+from tests.support.helpers import fixture_bytes
 from tests.worker.support import push_message
 from worker.review_journal import ReviewJournal
 from worker.store import ConversationStore

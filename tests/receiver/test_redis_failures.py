@@ -9,10 +9,10 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 
-from shared.redis_server import RedisServer
+from scripts.dev.redis_server import RedisServer
 from shared.settings import Settings
-from tests.conftest import fixture_bytes
-from tests.receiver.conftest import counts, inbox, post, running
+from tests.receiver.support import counts, inbox, post, running
+from tests.support.helpers import fixture_bytes
 
 BURST = fixture_bytes("whatsapp/burst_one_post.json")
 BURST_IDS = ["wamid.FIXTURE0002", "wamid.FIXTURE0003", "wamid.FIXTURE0004"]

@@ -10,7 +10,7 @@ from receiver.signature import (
     SignatureChecker,
     token_matches,
 )
-from tests.conftest import sign
+from tests.support.helpers import sign
 
 BODY = b'{"object":"whatsapp_business_account","entry":[]}'
 

@@ -2,7 +2,7 @@
 
 What each case pins down: a large round spins (the process burns CPU while Redis holds the
 round) yet every other task keeps running; a small round sleeps; a spin ends after
-`SPIN_MAX_S` even when Redis is still busy; a deadline that strikes mid-spin fails the
+`spin_max_s` even when Redis is still busy; a deadline that strikes mid-spin fails the
 round's requests and leaves no write running. Redis is held with `CLIENT PAUSE`; CPU figures
 are this process's own (`time.process_time`), bounds are loose for loaded machines.
 """
@@ -15,13 +15,12 @@ import time
 import pytest
 from redis.asyncio import Redis
 
-import receiver.store
 from receiver.parsing import Item
-from receiver.store import InboxWriter, StoreUnavailable
+from receiver.store import InboxWriter, StoreUnavailable, WriterTuning
 from receiver.whatsapp import parse_body
 from shared.keys import Keys
 from shared.scripts import Scripts
-from tests.receiver.conftest import TENANT, dumps, inbox, payload, text_message
+from tests.receiver.support import TENANT, dumps, inbox, payload, text_message
 
 PAUSE_S = 0.6
 
@@ -30,8 +29,11 @@ def one_message(message_id: str) -> dict[str, list[Item]]:
     return parse_body(dumps(payload((TENANT, [text_message(message_id)], []))), 1).items
 
 
-async def warm_writer(client: Redis, timeout_s: float = 5.0) -> InboxWriter:
-    w = InboxWriter(client, Scripts(), Keys(), 60, timeout_s)
+async def warm_writer(
+    client: Redis, min_requests: int, max_s: float, timeout_s: float = 5.0
+) -> InboxWriter:
+    tuning = WriterTuning(spin_min_requests=min_requests, spin_max_s=max_s)
+    w = InboxWriter(client, Scripts(), Keys(), 60, timeout_s, tuning)
     await w.save(one_message("wamid.warm"))  # scripts loaded, the connection open
     return w
 
@@ -57,12 +59,8 @@ async def cpu_while_paused(redis: Redis, w: InboxWriter, requests: int) -> tuple
     return cpu, ticks
 
 
-async def test_a_large_round_spins_and_other_tasks_still_run(
-    untimed: Redis, redis: Redis, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(receiver.store, "SPIN_MIN_REQUESTS", 4)
-    monkeypatch.setattr(receiver.store, "SPIN_MAX_S", 5.0)  # longer than the pause
-    w = await warm_writer(untimed)
+async def test_a_large_round_spins_and_other_tasks_still_run(untimed: Redis, redis: Redis) -> None:
+    w = await warm_writer(untimed, 4, 5.0)  # a spin longer than the pause
     cpu, ticks = await cpu_while_paused(redis, w, 4)
     # Spinning the whole pause would use about PAUSE_S of CPU; sleeping uses ~nothing.
     assert cpu > 0.3 * PAUSE_S, f"the round did not spin ({cpu:.3f}s of CPU)"
@@ -74,34 +72,29 @@ async def test_a_large_round_spins_and_other_tasks_still_run(
     ("min_requests", "max_s", "requests", "why"),
     [
         (4, 5.0, 3, "a small round spun"),
-        (1, 0.05, 4, "the spin outlasted SPIN_MAX_S"),
-        (1, 0, 4, "SPIN_MAX_S=0 still spun"),
+        (1, 0.05, 4, "the spin outlasted spin_max_s"),
+        (1, 0, 4, "spin_max_s=0 still spun"),
     ],
     ids=["small-round-sleeps", "spin-ends-after-spin-max-s", "spin-max-s-0-is-off"],
 )
 async def test_the_loop_sleeps_while_paused(
     untimed: Redis,
     redis: Redis,
-    monkeypatch: pytest.MonkeyPatch,
     min_requests: int,
     max_s: float,
     requests: int,
     why: str,
 ) -> None:
     """Redis holds the round for PAUSE_S; without a spin (or once it ended) the process sleeps."""
-    monkeypatch.setattr(receiver.store, "SPIN_MIN_REQUESTS", min_requests)
-    monkeypatch.setattr(receiver.store, "SPIN_MAX_S", max_s)
-    w = await warm_writer(untimed)
+    w = await warm_writer(untimed, min_requests, max_s)
     cpu, _ = await cpu_while_paused(redis, w, requests)
     assert cpu < 0.2 * PAUSE_S, f"{why} ({cpu:.3f}s of CPU)"
 
 
 async def test_a_deadline_mid_spin_fails_the_round_and_leaves_no_write_running(
-    untimed: Redis, redis: Redis, monkeypatch: pytest.MonkeyPatch
+    untimed: Redis, redis: Redis
 ) -> None:
-    monkeypatch.setattr(receiver.store, "SPIN_MIN_REQUESTS", 1)
-    monkeypatch.setattr(receiver.store, "SPIN_MAX_S", 10.0)  # the deadline strikes first
-    w = await warm_writer(untimed, timeout_s=0.3)
+    w = await warm_writer(untimed, 1, 10.0, timeout_s=0.3)  # the deadline strikes first
     await redis.execute_command("CLIENT", "PAUSE", "2000", "WRITE")
     try:
         started = time.monotonic()

@@ -8,21 +8,20 @@ import time
 import pytest
 from redis.asyncio import Redis
 
-import receiver.store
 from receiver.parsing import Item
-from receiver.store import InboxWriter, StoreUnavailable
+from receiver.store import InboxWriter, StoreUnavailable, WriterTuning
 from receiver.whatsapp import parse_body
 from shared.keys import Keys
 from shared.scripts import Scripts
-from tests.conftest import fixture_bytes
-from tests.receiver.conftest import TENANT, dumps, inbox, payload, text_message
+from tests.receiver.support import TENANT, dumps, inbox, payload, text_message
+from tests.support.helpers import fixture_bytes
 
 BURST = parse_body(fixture_bytes("whatsapp/burst_one_post.json"), 1)
 ITEMS = BURST.items
 
 
-def writer(client: Redis, timeout_s: float = 2.0) -> InboxWriter:
-    return InboxWriter(client, Scripts(), Keys(), 60, timeout_s)
+def writer(client: Redis, timeout_s: float = 2.0, **tuning: int) -> InboxWriter:
+    return InboxWriter(client, Scripts(), Keys(), 60, timeout_s, WriterTuning(**tuning))
 
 
 async def test_save_counts_stored_and_duplicates(untimed: Redis, redis: Redis) -> None:
@@ -85,9 +84,7 @@ def one_message(message_id: str) -> dict[str, list[Item]]:
     return parse_body(dumps(payload((TENANT, [text_message(message_id)], []))), 1).items
 
 
-async def test_a_second_round_goes_out_while_one_is_in_flight(
-    untimed: Redis, redis: Redis, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_a_second_round_goes_out_while_one_is_in_flight(untimed: Redis, redis: Redis) -> None:
     """With two slots, two rounds in flight at once; what arrives while both are out gathers
     into the next one.
 
@@ -95,10 +92,9 @@ async def test_a_second_round_goes_out_while_one_is_in_flight(
     second connection without waiting for `a`, and `c` and `d` share the third round. No request
     is answered before Redis confirmed its own items, and every one of them is answered.
     """
-    monkeypatch.setattr(receiver.store, "ROUNDS_IN_FLIGHT", 2)
     # A pause long enough that a loaded machine's stalls between the steps below still fall
     # inside it, and a writer deadline far beyond it.
-    w = writer(untimed, timeout_s=10)
+    w = writer(untimed, timeout_s=10, rounds_in_flight=2)
     await w.save(one_message("wamid.warm"))  # scripts loaded, one connection open
     await redis.config_resetstat()
     await redis.execute_command("CLIENT", "PAUSE", "1500", "WRITE")
@@ -120,11 +116,10 @@ async def test_a_second_round_goes_out_while_one_is_in_flight(
 
 @pytest.mark.parametrize("rounds_in_flight", [1, 2])
 async def test_many_concurrent_requests_are_all_answered(
-    untimed: Redis, redis: Redis, monkeypatch: pytest.MonkeyPatch, rounds_in_flight: int
+    untimed: Redis, redis: Redis, rounds_in_flight: int
 ) -> None:
     """Waves of concurrent requests: none is left waiting, whatever the rounds in flight."""
-    monkeypatch.setattr(receiver.store, "ROUNDS_IN_FLIGHT", rounds_in_flight)
-    w = writer(untimed)
+    w = writer(untimed, rounds_in_flight=rounds_in_flight)
     for wave in range(20):
         saved = await asyncio.wait_for(
             asyncio.gather(*(w.save(one_message(f"wamid.{wave}.{n}")) for n in range(wave + 1))),
@@ -136,13 +131,12 @@ async def test_many_concurrent_requests_are_all_answered(
 
 @pytest.mark.parametrize("rounds_in_flight", [1, 2])
 async def test_a_request_right_after_an_answer_is_never_left_waiting(
-    untimed: Redis, redis: Redis, monkeypatch: pytest.MonkeyPatch, rounds_in_flight: int
+    untimed: Redis, redis: Redis, rounds_in_flight: int
 ) -> None:
     """Connections that send their next request as soon as the last one was answered (as the
     provider's do): that request joins in the very step its flusher stops, and must still go out
     (with one slot a flusher leaving its slot a loop turn late left it waiting forever).
     """
-    monkeypatch.setattr(receiver.store, "ROUNDS_IN_FLIGHT", rounds_in_flight)
 
     async def connection(n: int) -> list[tuple[int, int]]:
         results = []
@@ -151,17 +145,16 @@ async def test_a_request_right_after_an_answer_is_never_left_waiting(
             results.append((saved.stored, saved.duplicates))
         return results
 
-    w = writer(untimed)
+    w = writer(untimed, rounds_in_flight=rounds_in_flight)
     done = await asyncio.wait_for(asyncio.gather(*(connection(n) for n in range(3))), 10)
     assert done == [[(1, 0)] * 30] * 3
     assert len(await inbox(redis)) == 90
 
 
 async def test_many_tenants_overflow_the_key_cache_and_still_land_in_their_inboxes(
-    untimed: Redis, redis: Redis, monkeypatch: pytest.MonkeyPatch
+    untimed: Redis, redis: Redis
 ) -> None:
-    monkeypatch.setattr(receiver.store, "MAX_CACHED_TENANTS", 2)
-    w = writer(untimed)
+    w = writer(untimed, max_cached_tenants=2)
     tenants = [f"1065000000000{n:02d}" for n in range(5)]
     for tenant in tenants * 2:  # each tenant's keys dropped from the cache and built again
         body = dumps(payload((tenant, [text_message(f"wamid.cache.{tenant}")], [])))

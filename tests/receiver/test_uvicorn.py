@@ -1,4 +1,5 @@
-"""The real server process (`uvicorn receiver.app:app`, as the Procfile runs it) over real HTTP."""
+"""The real server process (`uvicorn receiver.app:create_app --factory`, as the Procfile runs
+it) over real HTTP."""
 
 from __future__ import annotations
 
@@ -16,9 +17,9 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 
-from shared.redis_server import RedisServer, free_port
-from tests.conftest import APP_SECRET, VERIFY_TOKEN, fixture_bytes, sign
-from tests.receiver.conftest import TENANT, URL, counts, dumps, inbox, payload, text_message
+from scripts.dev.redis_server import RedisServer, free_port
+from tests.receiver.support import TENANT, URL, counts, dumps, inbox, payload, text_message
+from tests.support.helpers import APP_SECRET, VERIFY_TOKEN, fixture_bytes, sign
 
 ROOT = Path(__file__).resolve().parents[2]
 MAX_BODY = 65536
@@ -37,7 +38,8 @@ class Uvicorn:
             "MAX_BODY_BYTES": str(MAX_BODY),
             **env,
         }
-        command = [sys.executable, "-m", "uvicorn", "receiver.app:app", "--port", str(self.port)]
+        command = [sys.executable, "-m", "uvicorn", "receiver.app:create_app", "--factory"]
+        command += ["--port", str(self.port)]
         command += ["--loop", "uvloop", "--http", "httptools"]
         if not access_log:
             command.append("--no-access-log")  # as the Procfile runs it

@@ -17,8 +17,8 @@ from receiver.whatsapp import (
     status_from,
     timestamp,
 )
-from tests.conftest import FIXTURES, fixture_bytes, fixture_json
-from tests.receiver.conftest import TENANT, TENANT_2, payload, text_message
+from tests.receiver.support import TENANT, TENANT_2, payload, text_message
+from tests.support.helpers import FIXTURES, fixture_bytes, fixture_json
 
 NOW_MS = 1_764_500_000_123
 ANA = "5491155550001"

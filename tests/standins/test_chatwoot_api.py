@@ -19,7 +19,7 @@ from starlette.routing import Route
 from receiver.chatwoot import ChatwootInbound
 from scripts.standins import BackgroundServer, ChatwootApiStandIn
 from shared.provider import WebhookRequest
-from tests.standins.test_launchers import launch
+from tests.standins.support import launch
 
 TOKEN = "cw-token"
 PATH = "/api/v1/accounts/1/conversations/42"

@@ -10,8 +10,7 @@ import httpx
 import pytest
 
 from scripts.standins import GraphApiStandIn, GraphFault
-
-from .conftest import TOKEN
+from tests.support.helpers import TOKEN
 
 PHONE_NUMBER_ID = "106500000000001"
 PERSON = "5491155550001"

@@ -19,8 +19,7 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
 from scripts.standins import BackgroundServer, GraphApiStandIn
-
-from .conftest import TOKEN
+from tests.support.helpers import TOKEN
 
 SECRET = "webhook-secret"
 PHONE_NUMBER_ID = "106500000000001"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,31 +11,9 @@ import anthropic
 import httpx
 import pytest
 
-from scripts.standins import free_port
+from tests.standins.support import launch
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def launch(name: str, *args: str) -> tuple[subprocess.Popen[bytes], str]:
-    port = free_port()
-    proc = subprocess.Popen(
-        [str(REPO / "scripts" / name), "--port", str(port), "--log-level", "warning", *args],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 15
-    while True:
-        try:
-            if httpx.get(url + "/_health", timeout=0.5).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            _, err = proc.communicate()
-            raise AssertionError(f"{name} did not start: {err.decode()[-2000:]}")
-        time.sleep(0.05)
 
 
 @pytest.fixture

@@ -15,8 +15,7 @@ import httpx
 import pytest
 
 from scripts.standins import MessagesApiStandIn, MessagesFault, last_user_text, system_text
-
-from .conftest import API_KEY
+from tests.support.helpers import API_KEY
 
 MODEL = "claude-test-model"
 SYSTEM = [{"type": "text", "text": "Sos el asistente.", "cache_control": {"type": "ephemeral"}}]

@@ -12,9 +12,9 @@ import orjson
 import pytest
 from redis.asyncio import Redis
 
+from scripts.dev.redis_server import RedisServer
 from shared.group_commit import GroupCommitter
 from shared.keys import Keys
-from shared.redis_server import RedisServer
 from shared.scripts import Scripts
 from shared.settings import Settings
 from tests.worker.support import _CONTRACT_VARS, REPO, TENANT, push_message

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from redis.asyncio import Redis
 
-from shared.redis_server import RedisServer, free_port
+from scripts.dev.redis_server import RedisServer, free_port
 from tests.worker.support import WorkerFleet, outbox, push_message, wait_exit, wait_for
 
 pytestmark = pytest.mark.slow

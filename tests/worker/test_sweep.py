@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
+from scripts.dev.redis_server import RedisCluster
 from shared.group_commit import GroupCommitter
 from shared.keys import Keys
-from shared.redis_server import RedisCluster
 from shared.scripts import Scripts
 from shared.settings import Settings
-from tests.test_cluster import tenants_on_every_node
+from tests.support.helpers import tenants_on_every_node
 from tests.worker.support import (
     TENANT,
     Records,

@@ -1,10 +1,5 @@
--- Library (prepended to every script by shared/scripts.py): time, and the outbound records
--- that delivery statuses update. Functions only; no KEYS/ARGV of its own.
-
-local function now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
+-- The outbound records (`out:<provider id>`: batch, person, part, status) that delivery
+-- statuses update, and the review item for a part Meta could not deliver.
 
 -- Delivery statuses only move forward: a late "delivered" never undoes "read".
 local STATUS_RANK = {accepted = 0, sent = 1, delivered = 2, read = 3, played = 4, failed = 5}

@@ -20,7 +20,7 @@ from typing import Any
 
 import redis
 
-from shared import lifeline
+from scripts.dev import lifeline
 
 CLUSTER_SLOTS = 16384
 
@@ -59,7 +59,7 @@ class RedisServer:
         self.directory.mkdir(parents=True, exist_ok=True)
         self.appendonly = appendonly
         self.extra_args = extra_args or []
-        # Opt-in (the dev stack): tied to the thread that starts it, see shared/lifeline.py.
+        # Opt-in (the dev stack): tied to the thread that starts it, see scripts/dev/lifeline.py.
         self.die_with_parent = die_with_parent
         self.binary = find_server_binary()
         self.process: subprocess.Popen[bytes] | None = None

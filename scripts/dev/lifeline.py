@@ -5,9 +5,9 @@ own process groups do not get the terminal's Ctrl-C either: they would live on, 
 and a Redis data directory. Linux's `PR_SET_PDEATHSIG` has the kernel send a process a signal
 when its parent dies, and it survives `exec`.
 
-`command(argv)` wraps a child's command line in a small trampoline, `python -m
-shared.lifeline PARENT_PID SIGNAL -- argv...`, which arms the signal and then `exec`s argv (same
-pid, so the supervisor signals the real program). It runs in the child as a fresh,
+`command(argv)` wraps a child's command line in a small trampoline, `python
+scripts/dev/lifeline.py PARENT_PID SIGNAL -- argv...`, which arms the signal and then `exec`s
+argv (same pid, so the supervisor signals the real program). It runs in the child as a fresh,
 single-threaded process: unlike a `preexec_fn`, no Python code runs between fork and exec in a
 parent that has threads (asyncio's child watchers, its resolver pool), where it could deadlock.
 Elsewhere than Linux there is no such call and `command` returns argv unchanged.
@@ -23,6 +23,7 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 PR_SET_PDEATHSIG = 1
 
@@ -36,14 +37,15 @@ def command(argv: Sequence[str], signum: int = signal.SIGTERM) -> list[str]:
     """`argv` run so that it receives `signum` when this process dies (Linux)."""
     if not supported():
         return list(argv)
-    trampoline = [sys.executable, "-m", "shared.lifeline", str(os.getpid()), str(int(signum))]
+    # Run by path: scripts/ is not an installed package, and the child's cwd is the caller's.
+    trampoline = [sys.executable, str(Path(__file__).resolve()), str(os.getpid()), str(int(signum))]
     return [*trampoline, "--", *argv]
 
 
 def main(args: Sequence[str]) -> None:
     """The trampoline: `PARENT_PID SIGNAL -- argv...`; arms the signal, then execs argv."""
     if len(args) < 4 or args[2] != "--":
-        sys.exit("usage: python -m shared.lifeline PARENT_PID SIGNAL -- COMMAND [ARGS...]")
+        sys.exit("usage: python scripts/dev/lifeline.py PARENT_PID SIGNAL -- COMMAND [ARGS...]")
     parent, signum, argv = int(args[0]), int(args[1]), list(args[3:])
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(PR_SET_PDEATHSIG, signum, 0, 0, 0) != 0:

@@ -38,18 +38,16 @@ from typing import Any
 import orjson
 import redis
 
+from scripts.bench import payloads
+from scripts.dev.redis_server import RedisServer, free_port
+from shared.keys import Keys
+
 ROOT = Path(__file__).resolve().parents[2]
 BENCH_DIR = Path(__file__).resolve().parent
-sys.path[:0] = [str(BENCH_DIR), str(ROOT)]
-
-import payloads  # noqa: E402
-
-from shared.keys import Keys  # noqa: E402
-from shared.redis_server import RedisServer, free_port  # noqa: E402
 
 PATH = "/webhooks/whatsapp"
 KEY_PREFIX = "bench"
-BARE_APP = "bare_app:app"
+BARE_APP = "scripts.bench.bare_app:app"
 DOC = ROOT / "docs" / "benchmarks" / "receiver.md"
 BEGIN, END = "<!-- bench_receiver:begin -->", "<!-- bench_receiver:end -->"
 EXIT_MISSED, EXIT_BROKEN = 1, 2
@@ -112,6 +110,8 @@ class Server:
             "-m",
             "uvicorn",
             app,
+            # A `create_app` is a factory, as the Procfile runs the receiver.
+            *(["--factory"] if app.endswith(":create_app") else []),
             "--host",
             "127.0.0.1",
             "--port",
@@ -1044,7 +1044,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=1, help="wrk threads (default 1)")
     p.add_argument("--messages-per-request", type=int, default=1)
     p.add_argument("--warmup", type=float, default=3, help="seconds of warm-up per app")
-    p.add_argument("--app", default="receiver.app:app", help="the app under test")
+    p.add_argument(
+        "--app",
+        default="receiver.app:create_app",
+        help="the app under test (module:create_app runs as a factory)",
+    )
     p.add_argument(
         "--app-env",
         action="append",
@@ -1096,7 +1100,7 @@ def main(argv: list[str] | None = None) -> int:
     secret = "bench-" + secrets.token_hex(16)
     tmp = Path(tempfile.mkdtemp(prefix="bench-receiver-"))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("REDIS_", "WHATSAPP_", "KEY_"))}
-    pythonpath = [str(BENCH_DIR), str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
+    pythonpath = [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
     env.update(PYTHONPATH=os.pathsep.join(pythonpath), WHATSAPP_APP_SECRET=secret)
     env.update(WHATSAPP_VERIFY_TOKEN="bench-verify", KEY_PREFIX=KEY_PREFIX)
     module = args.app.split(":", 1)[0]

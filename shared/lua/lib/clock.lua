@@ -1,0 +1,6 @@
+-- Redis's clock, the one every due time, lease and timestamp of the product is on.
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end

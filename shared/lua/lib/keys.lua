@@ -1,0 +1,11 @@
+-- The keys of one conversation. Scripts that visit many conversations (claim) cannot receive
+-- every key through KEYS: they get the tenant's conversation prefix ("wa:{t}:c:", same hash
+-- tag as their KEYS) and build the rest with conv_key. The suffixes are spelled in
+-- shared/keys.py only; the loader writes them in for the placeholders.
+
+local PENDING, BATCH, LOCK = '{{PENDING}}', '{{BATCH}}', '{{LOCK}}'
+local LASTIN, MEMORY = '{{LASTIN}}', '{{MEMORY}}'
+
+local function conv_key(prefix, person, kind)
+  return prefix .. person .. ':' .. kind
+end

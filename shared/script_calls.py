@@ -1,0 +1,140 @@
+"""The KEYS and ARGV of every Lua script in shared/lua, built in one place.
+
+One function per script returns `(keys, args)` for `Script.__call__`, `queue` or `command`:
+
+    scripts.claim.queue(pipe, *script_calls.claim(tenant_keys, max_claim=8, ...))
+
+Each list is in the order of the script's header, and its names are the header's: a KEYS entry
+is the `TenantKeys` property of that name, an ARGV entry the parameter (or `TenantKeys`
+property) of that name. tests/test_lua_headers.py holds each function against its header.
+Callers convert units and encode values; these functions only place them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from shared.keys import TenantKeys
+from shared.scripts import ScriptArg
+
+Call = tuple[list[str], list[ScriptArg]]
+
+
+def ingest(
+    k: TenantKeys, *, seen: Sequence[str], dedupe_ttl_s: int, events: Sequence[bytes]
+) -> Call:
+    """`seen[i]` is the dedupe marker key of the item encoded as `events[i]`."""
+    return [k.inbox, *seen], [dedupe_ttl_s, *events]
+
+
+def claim(
+    k: TenantKeys,
+    *,
+    max_claim: int,
+    lease_ms: int,
+    token_prefix: str,
+    window_ms: int,
+    max_wait_ms: int,
+    max_intake: int,
+    service_window_s: int,
+    early_status_ttl_s: int,
+) -> Call:
+    return (
+        [k.inbox, k.due, k.running, k.burst, k.stats, k.unroutable, k.review],
+        [
+            k.conversation_prefix,
+            max_claim,
+            lease_ms,
+            token_prefix,
+            window_ms,
+            max_wait_ms,
+            max_intake,
+            k.outbound_prefix,
+            service_window_s,
+            early_status_ttl_s,
+        ],
+    )
+
+
+def renew(k: TenantKeys, *, lease_ms: int, turns: Iterable[tuple[str, str]]) -> Call:
+    """`turns`: (person, lock token) of each turn whose lease to extend."""
+    args: list[ScriptArg] = [k.conversation_prefix, lease_ms]
+    for person, token in turns:
+        args += [person, token]
+    return [k.running], args
+
+
+def save_reply(k: TenantKeys, *, person: str, token: str, reply: str) -> Call:
+    return [k.stats], [k.conversation_prefix, person, token, reply]
+
+
+def record_part(
+    k: TenantKeys, *, person: str, token: str, part: int, provider_id: str, outbound_ttl_s: int
+) -> Call:
+    return (
+        [k.stats, k.review],
+        [
+            k.conversation_prefix,
+            k.outbound_prefix,
+            person,
+            token,
+            part,
+            provider_id,
+            outbound_ttl_s,
+        ],
+    )
+
+
+def mark_template(k: TenantKeys, *, person: str, token: str, mark: str, part: int) -> Call:
+    """`mark`: "1" notes the template as going out, "0" clears the note."""
+    return [k.stats], [k.conversation_prefix, person, token, mark, part]
+
+
+def journal_review(k: TenantKeys, *, person: str, token: str, journal: str | bytes) -> Call:
+    return [k.stats], [k.conversation_prefix, person, token, journal]
+
+
+def finish(
+    k: TenantKeys,
+    *,
+    person: str,
+    token: str,
+    outcome: str,
+    delay_ms_or_reason: str | int,
+    error_or_item: str | bytes,
+    window_ms: int,
+    max_wait_ms: int,
+    remember: bytes,
+    memory_turns: int,
+    memory_ttl_ms: int,
+    last_part: int | str,
+    last_part_id: str,
+    outbound_ttl_s: int,
+    unknown: str,
+) -> Call:
+    """`outcome` "done", "retry" or "review"; see shared/lua/finish.lua for what each uses."""
+    return (
+        [k.due, k.running, k.burst, k.review, k.stats],
+        [
+            k.conversation_prefix,
+            person,
+            token,
+            outcome,
+            delay_ms_or_reason,
+            error_or_item,
+            window_ms,
+            max_wait_ms,
+            remember,
+            memory_turns,
+            memory_ttl_ms,
+            last_part,
+            last_part_id,
+            k.outbound_prefix,
+            outbound_ttl_s,
+            unknown,
+        ],
+    )
+
+
+def requeue(k: TenantKeys, *, item_id: str, person: str, messages: bytes) -> Call:
+    return [k.due, k.review], [k.conversation_prefix, item_id, person, messages]

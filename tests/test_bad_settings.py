@@ -1,0 +1,69 @@
+"""A bad setting stops every process before it does anything: one line on stderr naming the
+variable, exit code 2, no traceback. Run as real processes: the Procfile's `web` and `worker`
+lines through the shell, as a platform runs them, and the operators' CLIs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from scripts.dev.redis_server import RedisServer, free_port
+from scripts.devstack import PROCFILE, procfile_argv, read_procfile
+
+REPO = Path(__file__).resolve().parents[1]
+PROCFILE_LINES = read_procfile(PROCFILE)
+COMMANDS = {
+    "web": procfile_argv(PROCFILE_LINES["web"]),
+    "worker": procfile_argv(PROCFILE_LINES["worker"]),
+    "inspect": [sys.executable, "-m", "worker.inspect"],
+    "review": [sys.executable, "-m", "worker.review", "list", "--tenant", "106500000000001"],
+}
+
+
+def run(command: list[str], **settings: str) -> subprocess.CompletedProcess[str]:
+    env = {
+        # The Procfile says `uvicorn` and `python`: this environment's.
+        "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+        "REDIS_URL": f"redis://127.0.0.1:{free_port()}/0",  # nothing listens: none is needed
+        "PORT": str(free_port()),
+        "WEB_HOST": "127.0.0.1",
+        **settings,
+    }
+    return subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("process", sorted(COMMANDS))
+@pytest.mark.parametrize(
+    ("name", "value", "line"),
+    [
+        ("LEASE_S", "2m", "configuration error: LEASE_S must be a number, got '2m'"),
+        ("KEY_PREFIX", "wa:x", "configuration error: KEY_PREFIX must be non-empty"),
+    ],
+)
+def test_a_bad_setting_is_one_line_and_exit_code_2(
+    process: str, name: str, value: str, line: str
+) -> None:
+    done = run(COMMANDS[process], **{name: value})
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith(line), done.stderr
+    assert done.stdout == "", done.stdout
+
+
+def test_a_brain_that_cannot_be_loaded_stops_the_worker_the_same_way(
+    redis_server: RedisServer,
+) -> None:
+    # The worker loads its brain once Redis answers.
+    done = run(
+        COMMANDS["worker"],
+        REDIS_URL=redis_server.url,
+        KEY_PREFIX="badbrain",
+        BRAIN="no_such_package.brain:Brain",
+        LOG_LEVEL="ERROR",
+    )
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert done.stderr.startswith("configuration error: BRAIN='no_such_package.brain:Brain'")
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stdout + done.stderr

@@ -1,0 +1,215 @@
+"""Each Lua script's header against what the code does: the KEYS and ARGV that
+shared/script_calls.py builds (count, names, order), the helpers the script calls (each one
+declared, each declared one there), and the loader's refusals (shared/lua_source.py)."""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from redis.asyncio import Redis
+from redis.exceptions import ResponseError
+
+from shared import lua_source, script_calls
+from shared.lua_source import LUA_DIR, Header, LuaSourceError, Slot, read_header
+from shared.scripts import Script, Scripts, main
+
+SCRIPTS = lua_source.script_names()
+LIBS = sorted(str(p.relative_to(LUA_DIR)) for p in (LUA_DIR / "lib").glob("*.lua"))
+
+
+def header_of(path: Path) -> Header:
+    return read_header(path.read_text(), path.name)
+
+
+class _Names:
+    """Stands in for TenantKeys: every key or prefix is its own property name."""
+
+    def __getattr__(self, name: str) -> str:
+        return name
+
+
+def _sample(slot: Slot) -> list[Any]:
+    """Two items of a repeated entry, each naming its place: `seen#1`, (`turns#1.person`, ...)."""
+    if slot.fields:
+        return [tuple(f"{slot.name}#{i}.{f}" for f in slot.fields) for i in (1, 2)]
+    return [f"{slot.name}#{i}" for i in (1, 2)]
+
+
+def _expected(slots: tuple[Slot, ...]) -> list[str]:
+    names: list[str] = []
+    for slot in slots:
+        if slot.repeats:
+            names += [v for item in _sample(slot) for v in (item if slot.fields else (item,))]
+        else:
+            names.append(slot.name)
+    return names
+
+
+def _builder(name: str) -> Callable[..., script_calls.Call]:
+    builder = getattr(script_calls, name, None)
+    assert callable(builder), f"shared/script_calls.py has no {name}() for {name}.lua"
+    return builder  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_header_is_complete(name: str) -> None:
+    header = header_of(LUA_DIR / f"{name}.lua")
+    assert header.keys, f"{name}.lua: no KEYS in its header (every key comes in through KEYS)"
+    assert header.argv, f"{name}.lua: no ARGV in its header"
+    assert header.returns, f"{name}.lua: the header does not say what it returns (-- Returns)"
+    assert header.uses is not None, f"{name}.lua: no `-- uses:` line (`-- uses: none` if so)"
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_call_builder_matches_header(name: str) -> None:
+    """Called with every argument set to its own name, the builder must give back the
+    header's KEYS and ARGV names, in order: same count, same names, same places."""
+    header = header_of(LUA_DIR / f"{name}.lua")
+    builder = _builder(name)
+    params = list(inspect.signature(builder).parameters)[1:]
+    repeated = {s.name: s for s in (*header.keys, *header.argv) if s.repeats}
+    kwargs = {p: _sample(repeated[p]) if p in repeated else p for p in params}
+    keys, args = builder(_Names(), **kwargs)
+    assert keys == _expected(header.keys), f"{name}: KEYS differ from the header"
+    assert args == _expected(header.argv), f"{name}: ARGV differ from the header"
+
+
+def test_every_builder_has_a_script() -> None:
+    builders = {
+        n
+        for n, f in vars(script_calls).items()
+        if inspect.isfunction(f) and f.__module__ == script_calls.__name__
+    }
+    assert builders == set(SCRIPTS)
+
+
+def _exports() -> dict[str, str]:
+    """Every name a helper file defines -> that file; a name defined twice is ambiguous."""
+    owner: dict[str, str] = {}
+    for lib in LIBS:
+        for name in lua_source.exported_names((LUA_DIR / lib).read_text()):
+            assert name not in owner, f"{name} defined in both {owner[name]} and {lib}"
+            owner[name] = lib
+    return owner
+
+
+def _code_identifiers(text: str) -> set[str]:
+    """Identifiers of the code, leaving out comments and string literals."""
+    code = re.sub(r"--.*", "", text)
+    code = re.sub(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"", "''", code)
+    return set(re.findall(r"\b[A-Za-z_]\w*\b", code))
+
+
+@pytest.mark.parametrize("path", [f"{n}.lua" for n in SCRIPTS] + LIBS)
+def test_helpers_used_are_declared_and_declared_ones_used(path: str) -> None:
+    text = (LUA_DIR / path).read_text()
+    owner = _exports()
+    own = lua_source.exported_names(text) if path.startswith("lib/") else set()
+    used = {n: owner[n] for n in _code_identifiers(text) if n in owner and n not in own}
+    declared = {n: use.lib for use in read_header(text, path).uses or () for n in use.names}
+    undeclared = {n: lib for n, lib in used.items() if declared.get(n) != lib}
+    assert not undeclared, f"{path} uses these without `-- uses: <lib> (<name>)`: {undeclared}"
+    unused = sorted(set(declared) - set(used))
+    assert not unused, f"{path} declares {unused} but does not use them"
+
+
+def test_helpers_declared_exist() -> None:
+    for lib in LIBS:
+        for use in read_header((LUA_DIR / lib).read_text(), lib).uses or ():
+            assert (LUA_DIR / use.lib).is_file(), f"{lib} uses {use.lib}, which does not exist"
+    for name in SCRIPTS:  # the loader checks files and names, and refuses otherwise
+        lua_source.script_source(name)
+
+
+def test_every_constant_is_used() -> None:
+    text = "".join(p.read_text() for p in LUA_DIR.rglob("*.lua"))
+    unused = [n for n in lua_source.CONSTANTS if f"{{{{{n}}}}}" not in text]
+    assert not unused, f"constants no Lua file uses: {unused}"
+
+
+def test_chunk_holds_only_declared_helpers_each_once() -> None:
+    scripts = Scripts()
+    assert "now_ms" not in scripts.ingest.source
+    assert "record_dispatch_lag" not in scripts.finish.source
+    claim = scripts.claim.source
+    for lib in ("lib/keys.lua", "lib/clock.lua", "lib/outbound.lua", "lib/dispatch_lag.lua"):
+        assert claim.count(f"-- {lib}\n") == 1
+    assert claim.count("local function now_ms()") == 1
+    assert "'{{" not in claim and "'pending'" in claim
+
+
+def test_show_prints_the_chunk(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["show", "claim"]) == 0
+    assert capsys.readouterr().out == Scripts().claim.source
+    assert main(["show", "nope"]) == 2
+
+
+# --- the loader's refusals, on Lua files of the test's own -------------------------------
+
+
+def _lua_dir(tmp_path: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    return tmp_path
+
+
+SCRIPT_HEADER = "-- KEYS[1] stats\n-- Returns it.\n"
+
+
+def test_helpers_come_dependencies_first_each_once(tmp_path: Path) -> None:
+    directory = _lua_dir(
+        tmp_path,
+        {
+            "lib/a.lua": "-- uses: lib/b.lua (B)\nlocal function a() return B end\n",
+            "lib/b.lua": "local B = 1\n",
+            "s.lua": SCRIPT_HEADER + "-- uses: lib/a.lua (a), lib/b.lua (B)\nreturn a() + B\n",
+        },
+    )
+    source = lua_source.script_source("s", directory)
+    order = [line for line in source.splitlines() if line.startswith("-- lib/")]
+    assert order == ["-- lib/b.lua", "-- lib/a.lua"]
+
+
+@pytest.mark.parametrize(
+    ("files", "error"),
+    [
+        ({"s.lua": "-- uses: lib/x.lua (f)\nreturn f()\n"}, "does not exist"),
+        (
+            {"lib/x.lua": "local function f() end\n", "s.lua": "-- uses: lib/x.lua (g)\n"},
+            "not defined there",
+        ),
+        ({"s.lua": "-- uses: none\nreturn '{{NO_SUCH}}'\n"}, "unknown placeholder"),
+        ({"s.lua": "-- uses: none\nreturn '{{lowercase}}'\n"}, "not substituted"),
+        ({"s.lua": "-- KEYS[2] due\nreturn 1\n"}, "numbered 1, 2"),
+        ({"s.lua": "-- uses: lib/x.lua (f), clock.lua (now_ms)\n"}, "cannot read"),
+        (
+            {
+                "lib/a.lua": "-- uses: lib/b.lua (b)\nlocal function a() end\n",
+                "lib/b.lua": "-- uses: lib/a.lua (a)\nlocal function b() end\n",
+                "s.lua": "-- uses: lib/a.lua (a)\n",
+            },
+            "circle",
+        ),
+    ],
+)
+def test_loader_refuses(tmp_path: Path, files: dict[str, str], error: str) -> None:
+    with pytest.raises(LuaSourceError, match=error):
+        lua_source.script_source("s", _lua_dir(tmp_path, files))
+
+
+async def test_undeclared_helper_fails_on_redis(redis_server: Any, tmp_path: Path) -> None:
+    """A script calling a helper it does not declare gets no copy of it: Redis refuses."""
+    directory = _lua_dir(tmp_path, {"s.lua": SCRIPT_HEADER + "-- uses: none\nreturn now_ms()\n"})
+    script = Script.from_source("s", lua_source.script_source("s", directory))
+    redis = Redis.from_url(redis_server.url)
+    try:
+        with pytest.raises(ResponseError, match="now_ms"):
+            await script(redis, ["t:stats"], [])
+    finally:
+        await redis.aclose()
