@@ -155,7 +155,7 @@ class Settings:
         "CHATWOOT_TIMEOUT_S",
         15.0,
         "a Chatwoot API call slower than this fails (connecting: at most 5 s); as with"
-        " `WHATSAPP_TIMEOUT_S`, a reply or hand-off note whose request went out is never"
+        " `WHATSAPP_TIMEOUT_S`, a reply or hand-over note whose request went out is never"
         " posted again",
         above=0,
     )
