@@ -20,13 +20,13 @@ A missing or malformed `timestamp` is not a problem either: the event gets the r
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import Any, NamedTuple, TypeGuard
 
 import orjson
 
 from receiver.parsing import Invalid, Parsed, usable_id
 from receiver.signature import SignatureChecker
+from receiver.whatsapp_text import describe_as, field_str, message_type, objects
 from shared.events import dedupe_id, encode, message_event, status_event
 from shared.provider import WebhookRequest
 
@@ -124,7 +124,7 @@ def _lone_message(
     if type(contact) is not dict or type(message_id) is not str or not message_id:
         return None
     # `_sender`'s rule: the number, else the user id (BSUID), else the lone contact's user id
-    person = message.get("from") or message.get("from_user_id") or _get(contact, "user_id")
+    person = message.get("from") or message.get("from_user_id") or field_str(contact, "user_id")
     if not _plain_id(person) or type(kind) is not str or not kind:
         return None
     profile = contact.get("profile")
@@ -140,7 +140,7 @@ def _lone_message(
         person=person,
         message_id=message_id,
         type=kind,
-        text=_describe(kind, message),
+        text=describe_as(kind, message),
         ts=timestamp(message.get("timestamp"), received_ms),
         received_ms=received_ms,
         name=name,
@@ -238,14 +238,14 @@ def message_from(message: Any, tenant: str, contacts: Contacts, received_ms: int
     person = _sender(message, contacts)
     context = message.get("context")
     context_id = context.get("id") if isinstance(context, dict) else None
-    kind = _type(message)
+    kind = message_type(message)
     return message_event(
         channel=CHANNEL,
         tenant=tenant,
         person=person,
         message_id=message_id,
         type=kind,
-        text=_describe(kind, message),
+        text=describe_as(kind, message),
         ts=timestamp(message.get("timestamp"), received_ms),
         received_ms=received_ms,
         name=contacts.names.get(person, ""),
@@ -270,22 +270,6 @@ def status_from(status: Any, tenant: str, received_ms: int) -> dict[str, Any]:
         errors=errors if isinstance(errors, list) else [],
         raw=status,
     )
-
-
-def describe(message: dict[str, Any]) -> str:
-    """The text of a text message, else a short bracketed description: `[image: caption]`."""
-    return _describe(_type(message), message)
-
-
-def _describe(kind: str, message: dict[str, Any]) -> str:
-    if kind == "text":  # by far the most common: _text's rule, without its two calls
-        body = message.get("text")
-        text = body.get("body") if isinstance(body, dict) else ""
-        return text if isinstance(text, str) else ""
-    describer = _DESCRIBERS.get(kind)
-    if describer is None:
-        return f"[{kind}]"
-    return describer(message.get(kind))
 
 
 def timestamp(value: Any, received_ms: int) -> int:
@@ -322,7 +306,7 @@ class Contacts(NamedTuple):
     @classmethod
     def parse(cls, value: Any) -> Contacts:
         names: dict[str, str] = {}
-        contacts = _dicts(value)
+        contacts = objects(value)
         for contact in contacts:
             profile = contact.get("profile")
             name = profile.get("name") if isinstance(profile, dict) else ""
@@ -332,116 +316,14 @@ class Contacts(NamedTuple):
                 contact_id = contact.get(id_key)
                 if isinstance(contact_id, str) and contact_id:
                     names.setdefault(contact_id, name)
-        sole = _get(contacts[0], "user_id") if len(contacts) == 1 else ""
+        sole = field_str(contacts[0], "user_id") if len(contacts) == 1 else ""
         return cls(names, sole or None)
 
     def name(self, person: str) -> str:
         return self.names.get(person, "")
 
 
-# --- descriptions of non-text messages: each gets the message's `<type>` value ---------------
-
-
-def _text(body: Any) -> str:
-    return _get(body, "body")
-
-
-def _media(label: str) -> Callable[[Any], str]:
-    return lambda body: _bracket(label, _get(body, "caption"))
-
-
-def _document(body: Any) -> str:
-    return _bracket("document", _get(body, "filename") or _get(body, "caption"))
-
-
-def _location(body: Any) -> str:
-    parts = [_get(body, "name"), _get(body, "address")]
-    if not any(parts) and isinstance(body, dict):
-        parts = [_number(body.get("latitude")), _number(body.get("longitude"))]
-    return _bracket("location", ", ".join(p for p in parts if p))
-
-
-def _contacts_card(body: Any) -> str:
-    names = [_get(c.get("name"), "formatted_name") for c in _dicts(body)]
-    return _bracket("contacts", ", ".join(n for n in names if n))
-
-
-def _interactive(body: Any) -> str:
-    if not isinstance(body, dict):
-        return "[interactive]"
-    for reply in ("button_reply", "list_reply"):
-        chosen = body.get(reply)
-        if isinstance(chosen, dict):
-            return _bracket("button", _get(chosen, "title") or _get(chosen, "id"))
-    return "[interactive]"
-
-
-def _button(body: Any) -> str:
-    return _bracket("button", _get(body, "text") or _get(body, "payload"))
-
-
-def _reaction(body: Any) -> str:
-    return _bracket("reaction", _get(body, "emoji"))
-
-
-def _order(body: Any) -> str:
-    items = body.get("product_items") if isinstance(body, dict) else None
-    return _bracket("order", f"{len(items)} items" if isinstance(items, list) else "")
-
-
-def _system(body: Any) -> str:
-    return _bracket("system", _get(body, "body"))
-
-
-def _plain(label: str) -> Callable[[Any], str]:
-    return lambda body: f"[{label}]"
-
-
-_DESCRIBERS: dict[str, Callable[[Any], str]] = {
-    "text": _text,
-    "image": _media("image"),
-    "video": _media("video"),
-    "document": _document,
-    "audio": _plain("audio"),
-    "sticker": _plain("sticker"),
-    "location": _location,
-    "contacts": _contacts_card,
-    "interactive": _interactive,
-    "button": _button,
-    "reaction": _reaction,
-    "order": _order,
-    "system": _system,
-    "unsupported": _plain("unsupported"),
-}
-
-
-def _bracket(label: str, detail: str) -> str:
-    return f"[{label}: {detail}]" if detail else f"[{label}]"
-
-
 # --- small type guards -----------------------------------------------------------------------
-
-
-def _type(message: dict[str, Any]) -> str:
-    kind = message.get("type")
-    return kind if isinstance(kind, str) and kind else "unknown"
-
-
-def _str(value: Any) -> str:
-    return value if isinstance(value, str) else ""
-
-
-def _get(obj: Any, key: str) -> str:
-    """`obj[key]` when obj is an object and that value a string, else ""."""
-    return _str(obj.get(key)) if isinstance(obj, dict) else ""
-
-
-def _dicts(value: Any) -> list[dict[str, Any]]:
-    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
-
-
-def _number(value: Any) -> str:
-    return str(value) if isinstance(value, int | float) and not isinstance(value, bool) else ""
 
 
 def _dict(value: Any, what: str) -> dict[str, Any]:

@@ -10,13 +10,13 @@ import pytest
 
 from receiver.whatsapp import (
     Contacts,
-    describe,
     message_from,
     parse_body,
     parse_payload,
     status_from,
     timestamp,
 )
+from receiver.whatsapp_text import describe
 from tests.receiver.support import TENANT, TENANT_2, payload, text_message
 from tests.support.helpers import FIXTURES, fixture_bytes, fixture_json
 
