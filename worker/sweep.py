@@ -46,8 +46,8 @@ class Sweep:
     """The sweep guard and the probe of one worker.
 
     Give it a client without `socket_timeout`: redis-py arms a timer per reply when it has
-    one, about a third of the probe's CPU (measured with 10 000 tenants); each call here is
-    bounded by `timeout_s` instead.
+    one, a large share of the probe's CPU (docs/benchmarks/fleet.md, "Idle tenants"); each
+    call here is bounded by `timeout_s` instead.
     """
 
     def __init__(
