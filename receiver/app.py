@@ -1,6 +1,7 @@
 """The webhook receiver: `uvicorn receiver.app:create_app --factory`.
 
-Verifies, fans out and stores; answers 200 only once Redis confirmed every item of the request.
+Verifies, fans out and stores; answers 200 only once Redis confirmed every item of the request
+(invariant 1, docs/invariants.md); a bad request changes nothing (invariant 8).
 Redis is connected in the lifespan, never at import. No input produces a 500: an unexpected
 error is logged and answered 503, which the provider retries (dedupe makes that safe).
 """

@@ -33,6 +33,7 @@ NOT_KEYS = frozenset(
 )
 # Pages another branch generates: linking to them is fine once they exist (then drop them here).
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+INVARIANT_CITED = re.compile(r"invariants? (\d+(?:(?:, | and )\d+)*)", re.IGNORECASE)
 TEST_REF = re.compile(r"`(tests/[\w/]+\.py)::(\w+)`")
 INVARIANT_HEADING = re.compile(r"^## (\d+)\. \S", re.MULTILINE)
 
@@ -112,3 +113,16 @@ def test_the_invariants_page_names_nine_and_every_test_it_names_exists() -> None
         if not (REPO / file).is_file() or name not in _test_functions(REPO / file)
     ]
     assert missing == []
+
+
+def test_every_invariant_the_code_cites_is_one_of_the_nine() -> None:
+    cited = INVARIANT_CITED.findall(
+        "\n".join(
+            p.read_text()
+            for package in ("receiver", "worker", "shared")
+            for p in sorted((REPO / package).rglob("*"))
+            if p.suffix in (".py", ".lua")
+        )
+    )
+    numbers = {int(n) for group in cited for n in re.findall(r"\d+", group)}
+    assert numbers and numbers <= set(range(1, 10)), numbers

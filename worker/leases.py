@@ -4,8 +4,8 @@ Every running turn holds its person's lock for `LEASE_S`; the loop extends all o
 `LEASE_RENEW_S`, in one script call per tenant. A turn whose lease cannot be proven any more
 (the renewal says it was lost, or Redis does not answer until the lease is about to end) is
 cancelled a margin before another worker may take the batch over, so two turns of one person
-never overlap. A lease is never released while its turn runs, not even at shutdown: the turn
-ends it with its finish, or it expires.
+never overlap (invariant 3, docs/invariants.md). A lease is never released while its turn
+runs, not even at shutdown: the turn ends it with its finish, or it expires.
 """
 
 from __future__ import annotations

@@ -76,6 +76,7 @@ class Turn:
             state.delivery_unknown = state.journal.delivery_unknown
             await self._review(state.journal.reason, state.journal.detail)
             return
+        # Late is worse than never (invariant 6): a person answers a batch this old.
         age_ms = batch.claimed_ms - batch.oldest_ts * 1000
         if not batch.requeued and batch.oldest_ts and age_ms > self._settings.review_after_s * 1000:
             _log_review(batch, "too_old")

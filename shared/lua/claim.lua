@@ -1,4 +1,6 @@
--- claim: intake the tenant's inbox, recover expired leases, claim due conversations.
+-- claim: intake the tenant's inbox, recover expired leases, claim due conversations: due a
+-- window after the last message, capped at max wait after the first (invariant 5), and never
+-- while the person's previous batch holds the lock (invariants 3 and 4, docs/invariants.md).
 --
 -- KEYS[1] inbox        LIST: events from the receiver
 -- KEYS[2] due          ZSET: person -> when the conversation is due (ms)

@@ -1,4 +1,5 @@
--- ingest: dedupe and store provider items of one tenant, atomically per item.
+-- ingest: dedupe and store provider items of one tenant, atomically per item: the marker and
+-- the push happen together or not at all (invariant 2, docs/invariants.md).
 --
 -- KEYS[1] inbox        LIST: the tenant's inbox
 -- KEYS[2..] seen       STRING: the dedupe marker of each item (same tenant hash tag)
