@@ -29,8 +29,7 @@ from shared.group_commit import GroupCommitter
 from shared.keys import Keys
 from shared.scripts import Scripts
 from shared.settings import Settings
-from tests.receiver.support import payload
-from tests.receiver.test_uvicorn import Uvicorn
+from tests.receiver.support import Uvicorn, payload
 from tests.support.helpers import RedisTarget, sign, tenants_on_every_node
 from tests.worker.support import (
     Records,

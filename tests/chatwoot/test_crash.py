@@ -17,7 +17,7 @@ from redis.asyncio import Redis
 from scripts.standins import ChatwootApiStandIn, ChatwootFault
 from shared.keys import Keys
 from tests.chatwoot.brains import parts_of
-from tests.chatwoot.test_delivery import ended, post_message
+from tests.chatwoot.support import ended, post_message
 from tests.delivery.support import hash_of
 from tests.worker.support import WorkerFleet, review_items, stats, wait_exit, wait_for
 from worker.review_journal import JOURNAL_FIELD

@@ -8,56 +8,16 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import httpx
-import orjson
 from redis.asyncio import Redis
 
-from scripts.standins import ChatwootApiStandIn, ChatwootFault, chatwoot_headers, message_created
+from scripts.standins import ChatwootApiStandIn, ChatwootFault
 from shared.keys import Keys
 from tests.chatwoot import brains
-from tests.chatwoot.support import WEBHOOK_SECRET
+from tests.chatwoot.support import CONVERSATION, TENANT, ended, post_message
 from tests.delivery.support import InProcessWorkers, hash_of
 from tests.worker.support import outbox, push_message, review_items, stats, wait_for
 
-TENANT = "cw-1-3"
 WA_TENANT = "106540352242922"
-CONVERSATION = 42
-
-
-async def post_message(
-    url: str,
-    message_id: int,
-    content: str,
-    conversation: int = CONVERSATION,
-    created_at: float | None = None,
-    delivery: str | None = None,
-) -> httpx.Response:
-    """A signed incoming `message_created`, as Chatwoot posts it; it must answer 200."""
-    body = orjson.dumps(
-        message_created(
-            message_id=message_id,
-            content=content,
-            conversation=conversation,
-            created_at=created_at,
-        )
-    )
-    async with httpx.AsyncClient() as client:
-        response = await client.post(
-            url, content=body, headers=chatwoot_headers(body, WEBHOOK_SECRET, delivery=delivery)
-        )
-    assert response.status_code == 200, response.text
-    return response
-
-
-async def ended(redis: Redis, prefix: str, count: int = 1) -> dict[str, int]:
-    """The tenant's counters once `count` turns ended (answered or parked for review)."""
-
-    async def counted() -> dict[str, int] | None:
-        s = await stats(redis, prefix, TENANT)
-        done = s.get("turns", 0) + sum(v for k, v in s.items() if k.startswith("review:"))
-        return s if done >= count else None
-
-    return await wait_for(counted, f"{count} Chatwoot turn(s) ended")
 
 
 async def reviewed(redis: Redis, prefix: str) -> dict[str, Any]:

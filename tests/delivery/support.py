@@ -37,6 +37,7 @@ TENANT_PROMPT = "Sos el asistente de Turnos SRL. Respondé breve."
 TEMPLATE = "reengagement_es"
 TEMPLATE_LANGUAGE = "es_AR"
 DAY_S = 24 * 3600
+THREE_PARTS = "\n\n".join(" ".join(f"Parte {p}, frase {i}." for i in range(200)) for p in range(3))
 
 TENANTS_TOML = f"""
 [tenants."{TENANT}"]

@@ -29,11 +29,11 @@ from tests.delivery.support import (
     DAY_S,
     TEMPLATE,
     TENANT,
+    THREE_PARTS,
     InProcessWorkers,
     ai_requests,
     batch_hash,
 )
-from tests.delivery.test_window import THREE_PARTS
 from tests.worker.support import (
     REPO,
     WorkerFleet,

@@ -18,6 +18,7 @@ from tests.delivery.support import (
     TEMPLATE,
     TEMPLATE_LANGUAGE,
     TENANT,
+    THREE_PARTS,
     InProcessWorkers,
     ai_requests,
 )
@@ -28,7 +29,6 @@ PERSON = "5491155550031"
 # Larger than a day, so a message older than the window is still answered rather than parked
 # as too old (with the default REVIEW_AFTER_S a day-old batch never reaches the sender).
 PATIENT = {"REVIEW_AFTER_S": 2 * DAY_S}
-THREE_PARTS = "\n\n".join(" ".join(f"Parte {p}, frase {i}." for i in range(200)) for p in range(3))
 
 
 async def _turns(redis: Redis, prefix: str, count: int) -> None:

@@ -5,75 +5,26 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
-import subprocess
-import sys
-import time
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 
 import httpx
 import pytest
 from redis.asyncio import Redis
 
 from scripts.dev.redis_server import RedisServer, free_port
-from tests.receiver.support import TENANT, URL, counts, dumps, inbox, payload, text_message
-from tests.support.helpers import APP_SECRET, VERIFY_TOKEN, fixture_bytes, sign
-
-ROOT = Path(__file__).resolve().parents[2]
-MAX_BODY = 65536
-
-
-class Uvicorn:
-    def __init__(self, redis_url: str, access_log: bool = False, **env: str) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.env = {
-            **os.environ,
-            "REDIS_URL": redis_url,
-            "REDIS_TIMEOUT_S": "0.5",
-            "WHATSAPP_APP_SECRET": APP_SECRET,
-            "WHATSAPP_VERIFY_TOKEN": VERIFY_TOKEN,
-            "MAX_BODY_BYTES": str(MAX_BODY),
-            **env,
-        }
-        command = [sys.executable, "-m", "uvicorn", "receiver.app:create_app", "--factory"]
-        command += ["--port", str(self.port)]
-        command += ["--loop", "uvloop", "--http", "httptools"]
-        if not access_log:
-            command.append("--no-access-log")  # as the Procfile runs it
-        self.process = subprocess.Popen(
-            command,
-            cwd=ROOT,
-            env=self.env,
-            # Every log line goes to stdout, one JSON object per line (uvicorn's too).
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-        )
-        self._wait_until_up()
-
-    def _wait_until_up(self, timeout_s: float = 15.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"uvicorn exited: {self.process.stdout.read()!r}")  # type: ignore[union-attr]
-            try:
-                if httpx.get(f"{self.url}/healthz", timeout=0.5).status_code == 200:
-                    return
-            except httpx.TransportError:
-                time.sleep(0.05)
-        raise RuntimeError("uvicorn did not come up")
-
-    def terminate(self) -> tuple[int, str]:
-        """Stop the server; its exit code and everything it printed (stdout and stderr)."""
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            output, _ = self.process.communicate(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            output, _ = self.process.communicate()
-        return self.process.returncode, output.decode(errors="replace")
+from tests.receiver.support import (
+    MAX_BODY,
+    TENANT,
+    URL,
+    Uvicorn,
+    counts,
+    dumps,
+    inbox,
+    payload,
+    text_message,
+)
+from tests.support.helpers import VERIFY_TOKEN, fixture_bytes, sign
 
 
 @pytest.fixture(scope="module")
