@@ -3,7 +3,7 @@
 All keys of one tenant carry the tenant id as a Redis Cluster hash tag (`{tenant}`), so every
 Lua script touches one slot and the same code runs on one Redis or on a cluster. The few
 fleet-wide keys (the tenant registry, the wake-up queues, the dead-letter list, the sweep
-guard) are never used together with a tenant's keys inside one script.
+guard, the AI pause) are never used together with a tenant's keys inside one script.
 
 Layout (prefix `wa`, tenant 106540352242922, person 16505551234):
 
@@ -13,6 +13,8 @@ Layout (prefix `wa`, tenant 106540352242922, person 16505551234):
     wa:handoff                          ZSET    the relay queue of the previous release (drained)
     wa:deadletter                       LIST    signed bodies that could not be parsed, whole
     wa:sweep                            STRING  id of the worker sweeping this interval (PX)
+    wa:ai:paused                        STRING  the fleet's pause of AI calls (JSON; PX)
+    wa:ai:probe                         STRING  token of the one worker probing the AI (NX PX)
     wa:{106540352242922}:inbox          LIST    events from the receiver (LPUSH; worker RPOPs)
     wa:{106540352242922}:seen:<id>      STRING  dedupe marker of one provider item (TTL)
     wa:{106540352242922}:due            ZSET    person -> when its conversation is due (ms)
@@ -90,6 +92,17 @@ class Keys:
     def sweep_guard(self) -> str:
         """Set NX with a PX by the worker that does the fleet's safety sweep this interval."""
         return f"{self.prefix}:sweep"
+
+    @property
+    def ai_paused(self) -> str:
+        """While the AI fails as a whole, the fleet's pause: JSON `until_ms`, `level`, `why`
+        (worker/ai_pause.py); outlives the pause a while, to remember how long the last was."""
+        return f"{self.prefix}:ai:paused"
+
+    @property
+    def ai_probe(self) -> str:
+        """Set NX with a PX by the one worker that asks the AI again when a pause ends."""
+        return f"{self.prefix}:ai:probe"
 
     # --- per tenant ---------------------------------------------------------------------
     def tenant(self, tenant: str) -> TenantKeys:

@@ -111,8 +111,10 @@ def finish(
     last_part_id: str,
     outbound_ttl_s: int,
     unknown: str,
+    count_attempt: int,
 ) -> Call:
-    """`outcome` "done", "retry" or "review"; see shared/lua/finish.lua for what each uses."""
+    """`outcome` "done", "retry" or "review"; see shared/lua/finish.lua for what each uses
+    (`count_attempt`: 1 or 0)."""
     return (
         [k.due, k.running, k.burst, k.review, k.stats],
         [
@@ -132,6 +134,7 @@ def finish(
             k.outbound_prefix,
             outbound_ttl_s,
             unknown,
+            count_attempt,
         ],
     )
 

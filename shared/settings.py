@@ -232,6 +232,17 @@ class Settings:
         "a batch whose oldest message is older goes to review, unanswered",
         above=0,
     )
+    ai_outage_pause_s: float = setting(
+        "AI_OUTAGE_PAUSE_S",
+        2.0,
+        "when the AI fails as a whole (429, 529, 5xx, timeouts) the fleet stops calling it this"
+        " long, or the `retry-after` it asked for, doubling while it keeps failing; batches wait,"
+        " their attempts not counted",
+        above=0,
+    )
+    ai_outage_max_pause_s: float = setting(
+        "AI_OUTAGE_MAX_PAUSE_S", 30.0, "the longest such pause (≥ `AI_OUTAGE_PAUSE_S`)", above=0
+    )
     worker_concurrency: int = setting(
         "WORKER_CONCURRENCY", 5, "turns at once per worker process", above=0
     )
@@ -304,6 +315,11 @@ class Settings:
             raise ConfigError(
                 f"LEASE_RENEW_S ({self.lease_renew_s}) must be shorter than "
                 f"LEASE_S ({self.lease_s})"
+            )
+        if self.ai_outage_max_pause_s < self.ai_outage_pause_s:
+            raise ConfigError(
+                f"AI_OUTAGE_MAX_PAUSE_S ({self.ai_outage_max_pause_s}) must be >= "
+                f"AI_OUTAGE_PAUSE_S ({self.ai_outage_pause_s})"
             )
         if self.max_wait_s < self.debounce_window_s:
             raise ConfigError(

@@ -212,3 +212,11 @@ def test_the_configuration_page_shows_the_declared_settings() -> None:
     assert settings_doc.render(page) == page, "run: python -m shared.settings_doc"
     for spec in SPECS:
         assert f"| `{spec.env}` |" in page
+
+
+def test_the_longest_ai_pause_cannot_be_shorter_than_the_first() -> None:
+    with pytest.raises(
+        ConfigError, match=r"AI_OUTAGE_MAX_PAUSE_S \(1.0\) must be >= AI_OUTAGE_PAUSE_S"
+    ):
+        Settings.from_env({"AI_OUTAGE_PAUSE_S": "2", "AI_OUTAGE_MAX_PAUSE_S": "1"})
+    assert Settings.from_env({"AI_OUTAGE_PAUSE_S": "2", "AI_OUTAGE_MAX_PAUSE_S": "2"})

@@ -6,8 +6,10 @@ receiver, e.g. "[image: caption]"), after the person's recent exchanges from mem
 prompt (tenant's own, else `SYSTEM_PROMPT`) is marked for prompt caching, since it is the same
 for every turn of a tenant.
 
-The SDK's own retries are off: the worker's backoff retries the whole turn, under the lease, and
-an error that retrying cannot fix (bad request, authentication) goes to review with the reason.
+The SDK's own retries are off: the worker retries the whole turn, under the lease. What an error
+means is decided in worker/ai_errors.py: an outage of the API waits for it without using up the
+batch's attempts, an error that retrying cannot fix (bad request, authentication) goes to review
+with the reason.
 """
 
 from __future__ import annotations
@@ -17,10 +19,8 @@ from typing import Any
 import anthropic
 
 from shared.settings import Settings
+from worker.ai_errors import classify
 from worker.batch import Batch
-from worker.errors import NeedsReview, RetryLater
-
-RETRYABLE_STATUS = frozenset({408, 409, 429})
 
 
 class AnthropicBrain:
@@ -53,12 +53,7 @@ class AnthropicBrain:
     async def reply(self, batch: Batch) -> str | None:
         try:
             message = await self._client.messages.create(**self.request(batch))
-        except anthropic.APIConnectionError as exc:  # includes timeouts
-            raise RetryLater(f"Anthropic unreachable: {exc!r}") from exc
-        except anthropic.APIStatusError as exc:
-            if exc.status_code in RETRYABLE_STATUS or exc.status_code >= 500:
-                raise RetryLater(f"Anthropic {exc.status_code}: {exc.message}") from exc
-            reason = "ai_auth" if exc.status_code in (401, 403) else "ai_rejected"
-            raise NeedsReview(reason, f"Anthropic {exc.status_code}: {exc.message}") from exc
+        except anthropic.APIError as exc:
+            raise classify(exc) from exc
         text = "".join(block.text for block in message.content if block.type == "text").strip()
         return text or None

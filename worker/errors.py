@@ -10,7 +10,19 @@ class TurnError(Exception):
 
 
 class RetryLater(TurnError):
-    """A transient failure (overload, rate limit, timeout): retry with backoff."""
+    """A transient failure of this batch: retry with backoff, counted against `MAX_ATTEMPTS`."""
+
+
+class AIUnavailable(TurnError):
+    """The AI provider as a whole failed (overloaded, rate limited, 5xx, a timeout, no
+    connection): nothing is wrong with the batch. The fleet pauses its AI calls
+    (worker/ai_pause.py) and the batch waits for the AI, its attempts not counted; only
+    `REVIEW_AFTER_S` ends the wait. `retry_after_s`: what the provider asked for, if it did."""
+
+    def __init__(self, detail: str, retry_after_s: float | None = None) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.retry_after_s = retry_after_s
 
 
 class NeedsReview(TurnError):

@@ -34,6 +34,7 @@ from shared.logs import log_startup, warn_if_not_persistent
 from shared.redis_client import make_redis
 from shared.scripts import Scripts
 from shared.settings import Settings
+from worker.ai_pause import AIPause
 from worker.batch import Batch
 from worker.brains import Brain, load_brain
 from worker.leases import Leases, RunningTurn
@@ -151,7 +152,14 @@ class Worker:
             lost=scheduler.wake_lost,
             timeout_s=s.redis_timeout_s,
         )
-        self._turn_tools = TurnTools(s, self.store, brain, self._senders, self._leases)
+        self._turn_tools = TurnTools(
+            s,
+            self.store,
+            brain,
+            self._senders,
+            self._leases,
+            AIPause(self.redis, self.keys, s, self.worker_id),
+        )
         scheduler.connect(self.redis, self.store, self.sweep, self.wakeups, self._start_turn)
         self._listeners = [
             asyncio.create_task(self.wakeups.new_work(), name="new-work"),

@@ -138,8 +138,14 @@ class ConversationStore:
         )
         return bool(int(result))
 
-    async def finish_retry(self, batch: Batch, delay_s: float, error: str) -> bool:
-        return await self._finish(batch, "retry", int(delay_s * 1000), error[:2000])
+    async def finish_retry(
+        self, batch: Batch, delay_s: float, error: str, count_attempt: bool = True
+    ) -> bool:
+        """Due again after `delay_s`; `count_attempt=False`: the batch waits for the AI, which
+        failed as a whole, and this attempt is not counted against `MAX_ATTEMPTS`."""
+        return await self._finish(
+            batch, "retry", int(delay_s * 1000), error[:2000], count_attempt=count_attempt
+        )
 
     async def finish_review(
         self,
@@ -193,6 +199,7 @@ class ConversationStore:
         remember: bytes = b"",
         last_part: tuple[int, str] | None = None,
         unknown: str = "",
+        count_attempt: bool = True,
     ) -> bool:
         k = self.keys.tenant(batch.tenant)
         window_ms, max_wait_ms = self._timing(batch.tenant)
@@ -213,6 +220,7 @@ class ConversationStore:
             last_part_id=last_part_id,
             outbound_ttl_s=OUTBOUND_TTL_S,
             unknown=unknown,
+            count_attempt=1 if count_attempt else 0,
         )
         result = await self._committer.submit(lambda p: self._scripts.finish.queue(p, keys, args))
         return bool(int(result))

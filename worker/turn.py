@@ -2,7 +2,8 @@
 
 The turn asks the brain (unless an earlier attempt stored a reply), stores the reply before
 the first part goes out, records each part the provider accepted, and finishes: done (the
-exchange remembered), retry (with backoff, until `MAX_ATTEMPTS`) or review. Every Redis call
+exchange remembered), retry (with backoff, until `MAX_ATTEMPTS`) or review; while the AI fails
+as a whole it waits instead, its attempts not counted (worker/ai_pause.py). Every Redis call
 is token-checked: a turn whose lease was lost changes nothing, and the renewal loop
 (worker/leases.py) cancels it before another worker may take the batch over. A review is
 journaled on the batch before the provider hears of it (worker/review_journal.py), so a
@@ -25,9 +26,10 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from shared.logs import redact_person
 from shared.settings import Settings
+from worker.ai_pause import AIPause, AIPaused
 from worker.batch import Batch
 from worker.brains import Brain
-from worker.errors import DELIVERY_UNKNOWN, DeliveryUnknown, LeaseLost, NeedsReview
+from worker.errors import DELIVERY_UNKNOWN, AIUnavailable, DeliveryUnknown, LeaseLost, NeedsReview
 from worker.leases import Leases
 from worker.review_journal import ReviewJournal
 from worker.senders import Sender, takes_delivery
@@ -49,6 +51,7 @@ class TurnTools:
     brain: Brain
     senders: Mapping[str, Sender]  # channel -> its sender
     leases: Leases
+    ai_pause: AIPause  # the fleet's pause of AI calls while the AI fails as a whole
 
 
 class Turn:
@@ -84,6 +87,8 @@ class Turn:
             return
         try:
             reply = await self._reply()
+        except AIPaused as exc:
+            await self._wait_for_ai(exc)
         except NeedsReview as exc:
             _log_review(batch, exc.reason)
             await self._review(exc.reason, exc.detail)
@@ -116,10 +121,16 @@ class Turn:
             raise NeedsReview("no_sender", f"no sender configured for channel {batch.channel!r}")
         reply = self.state.reply
         if reply is None:
+            pause = self._tools.ai_pause
+            admission = await pause.gate()  # while the AI is paused the batch waits: AIPaused
             begin = getattr(sender, "begin_turn", None)
-            if begin is not None:
-                await begin(batch)  # read receipt + typing indicator, where the provider has it
-            answer = await self._tools.brain.reply(batch)
+            # Read receipt + typing indicator, where the provider has it; the probe of a
+            # paused AI shows them only once the AI answered.
+            if begin is not None and not admission.probe:
+                await begin(batch)
+            answer = await pause.ask(admission, lambda: self._tools.brain.reply(batch))
+            if begin is not None and admission.probe:
+                await begin(batch)
             if not answer:
                 return None
             reply = await self._while_leased(
@@ -198,6 +209,20 @@ class Turn:
                 extra=_fields(batch, "retry"),
             )
             await self._finish(lambda: self._store.finish_retry(batch, delay, error))
+
+    async def _wait_for_ai(self, paused: AIPaused) -> None:
+        """Put the batch back until the AI pause ends: a retry whose attempt is not counted."""
+        batch = self.batch
+        # One line per failed AI call; a batch the pause kept from calling logs at DEBUG.
+        level = logging.INFO if isinstance(paused.__cause__, AIUnavailable) else logging.DEBUG
+        log.log(
+            level,
+            "batch waits %.1fs for the AI tenant=%s batch=%s: %s",
+            *(paused.wait_s, batch.tenant, batch.id, paused.detail),
+            extra=_fields(batch, "wait"),
+        )
+        wait, error = paused.wait_s, paused.detail
+        await self._finish(lambda: self._store.finish_retry(batch, wait, error, False))
 
     async def _review(self, reason: str, detail: str) -> None:
         """Park the batch for review, after handing the conversation to a person where the

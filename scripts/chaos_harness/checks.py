@@ -50,8 +50,9 @@ Token = tuple[int, int]
 BatchKey = tuple[Token, ...]
 
 IN_FLIGHT_KINDS = frozenset({"inbox", "due", "running", "burst", "pending", "batch", "lock"})
-# "sweep": the fleet's safety-sweep guard (SET NX PX, worker/sweep.py)
-EXPIRING_KINDS = frozenset({"seen", "out", "lastin", "memory", "sweep"})
+# "sweep": the fleet's safety-sweep guard (SET NX PX, worker/sweep.py); "ai_pause": the
+# fleet's AI pause and probe token (PX, worker/ai_pause.py)
+EXPIRING_KINDS = frozenset({"seen", "out", "lastin", "memory", "sweep", "ai_pause"})
 KEPT_KINDS = frozenset({"tenants", "stats", "review"})  # for people to read and empty
 FORBIDDEN_KINDS = frozenset({"unroutable", "deadletter", "outbox", "other"})
 OVERLAP_TOLERANCE_S = 0.001

@@ -69,6 +69,8 @@ def classify(key: str, keys: Keys) -> tuple[str, str | None]:
         return "deadletter", None
     if key == keys.sweep_guard:
         return "sweep", None
+    if key in (keys.ai_paused, keys.ai_probe):
+        return "ai_pause", None
     for tenant in TENANTS:
         k = keys.tenant(tenant)
         exact = {

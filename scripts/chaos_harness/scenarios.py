@@ -11,6 +11,9 @@ Each scenario is the same workload with one kind of fault injected while it runs
 - `graph_faults`: the Graph API fails 30% of sends with retryable codes, and answers 131047
   (window closed) to every send to some people, whose batches must all go to review.
 - `slow_ai`: every AI call takes 1.5 leases: only lease renewal keeps the turn its own.
+- `ai_outage`: every AI call fails with 529 (retry-after 1 s) for 60 s (half the traffic in a
+  short run), then the AI answers again: batches wait out the outage, their attempts not
+  counted, the fleet probing about once per pause, and are answered soon after recovery.
 
 Besides the invariants (checks.py), each scenario checks that its fault really happened and
 had its effect (a kill mid-turn and a lease recovered, a 503 answered, ...): a fault that
@@ -252,6 +255,93 @@ def _verify_slow(run: Run, obs: Observation, stats: dict[str, int]) -> None:
     run.expect("renewal kept every lease", expired == 0, f"leases_expired={expired}")
 
 
+# --- AI outage ----------------------------------------------------------------------------------
+OUTAGE_S = 60.0  # a run this long or longer gets the whole outage; a shorter one half its time
+OUTAGE_RETRY_AFTER_S = 1.0
+OUTAGE_PAUSE_S = 0.5
+OUTAGE_MAX_PAUSE_S = 4.0
+# Answered "soon" after recovery: within the longest pause (+20% jitter), a batch's own jitter,
+# a probe and a turn, with room for a loaded machine.
+OUTAGE_ANSWERED_WITHIN_S = OUTAGE_MAX_PAUSE_S * 1.2 + OUTAGE_PAUSE_S + 5.0
+
+
+def outage_span(duration_s: float) -> tuple[float, float]:
+    """(seconds into the run the outage starts, how long it lasts)."""
+    length = OUTAGE_S if duration_s >= OUTAGE_S else duration_s / 2
+    return min(duration_s / 4, 5.0), length
+
+
+async def _ai_outage(run: Run) -> None:
+    start, length = outage_span(run.duration_s)
+    await asyncio.sleep(start)
+    await run.stack.ai_control(
+        {
+            "op": "outage",
+            "seconds": length,
+            "error": "overloaded",
+            "retry_after": OUTAGE_RETRY_AFTER_S,
+        }
+    )
+    began = time.monotonic()
+    run.fault("ai_outage", f"every AI call 529 (retry-after {OUTAGE_RETRY_AFTER_S:g}s)")
+    while time.monotonic() - began < length:  # when a worker paused the fleet
+        if await run.stack.redis.exists(run.stack.keys.ai_paused):
+            run.fault("ai_paused", f"{time.monotonic() - began:.2f}s into the outage")
+            break
+        await asyncio.sleep(0.02)
+    await asyncio.sleep(max(0.0, began + length - time.monotonic()))
+    run.fault("ai_recovered", f"after {length:g}s")
+
+
+def _verify_outage(run: Run, obs: Observation, stats: dict[str, int]) -> None:
+    began = next(t for t, kind, _ in run.faults if kind == "ai_outage")
+    ended = next(t for t, kind, _ in run.faults if kind == "ai_recovered")
+    paused = [t for t, kind, _ in run.faults if kind == "ai_paused"]
+    failed = sorted(c.start for c in obs.calls if c.kind == "ai" and not c.ok)
+    run.expect("AI calls failed during the outage", len(failed) >= 1, f"{len(failed)} failed")
+    run.expect(
+        "a worker paused the fleet",
+        bool(paused),
+        f"{paused[0] - began:.2f}s in" if paused else "never",
+    )
+    # A second after the pause was set (calls in flight then, or started on a view of the
+    # pause up to REFRESH_S old), only the probes: at most one per pause, each pause at least
+    # the retry-after.
+    since = (paused[0] if paused else began) + 1.0
+    probes = [t for t in failed if since < t < ended]
+    most = int(max(0.0, ended - since) / OUTAGE_RETRY_AFTER_S) + 1
+    run.expect(
+        "the fleet probed at most once per pause",
+        len(probes) <= most,
+        f"{len(probes)} calls from a second after the pause was set (at most {most});"
+        f" {len(failed)} failed in all",
+    )
+    waits, retries = stats.get("ai_waits", 0), stats.get("retries", 0)
+    run.expect(
+        "batches waited without using up attempts",
+        waits >= 1 and retries == 0,
+        f"ai_waits={waits} retries={retries}",
+    )
+    run.expect("nothing went to review", not obs.review, f"{len(obs.review)} items")
+    answered: dict[tuple[int, int], float] = {}
+    for call in obs.calls:
+        if call.kind == "send" and call.ok and call.end is not None:
+            for token in call.tokens:
+                answered[token] = min(call.end, answered.get(token, call.end))
+    waiting = [
+        answered[t] - ended
+        for t, m in obs.messages.items()
+        if m.acked is not None and m.acked < ended and t in answered and answered[t] > ended
+    ]
+    late = max(waiting, default=0.0)
+    run.expect(
+        "every conversation waiting at recovery was answered soon after",
+        late <= OUTAGE_ANSWERED_WITHIN_S,
+        f"{len(waiting)} messages answered after recovery, the last {late:.1f}s after it"
+        f" (at most {OUTAGE_ANSWERED_WITHIN_S:g}s)",
+    )
+
+
 SCENARIOS: dict[str, Scenario] = {
     s.name: s
     for s in (
@@ -290,6 +380,19 @@ SCENARIOS: dict[str, Scenario] = {
             env={"LEASE_S": str(SLOW_LEASE_S), "LEASE_RENEW_S": "0.25", "WORKER_CONCURRENCY": "40"},
             policy=Policy(ai_once_per_batch=True),
         ),
+        Scenario(
+            "ai_outage",
+            f"AI calls 529 for {OUTAGE_S:g}s (half a short run), then answered",
+            _ai_outage,
+            _verify_outage,
+            # Three attempts survive 0.6 s of failures if outages were counted: every outage
+            # here is longer.
+            env={
+                "MAX_ATTEMPTS": "3",
+                "AI_OUTAGE_PAUSE_S": str(OUTAGE_PAUSE_S),
+                "AI_OUTAGE_MAX_PAUSE_S": str(OUTAGE_MAX_PAUSE_S),
+            },
+        ),
     )
 }
 
@@ -321,7 +424,8 @@ class Report:
             f"{f['review_reasons']}; AI calls {f['ai_calls']} ({f['ai_calls_repeated']} repeated), "
             f"sends accepted {f['sends_accepted']} of {f['sends']}",
             f"  bursts {f['bursts']} ({f['bursts_held_to_one_turn']} held to one turn); "
-            f"retries {f['retries']}, leases expired {f['leases_expired']}, "
+            f"retries {f['retries']}, waits for the AI {f['ai_waits']}, "
+            f"leases expired {f['leases_expired']}, "
             f"resent after kill {f['resent_after_kill']}",
             "  faults injected: "
             + (", ".join(f"{n} {k}" for k, n in Counter(k for _, k, _ in self.faults).items())),
@@ -426,6 +530,7 @@ async def _report(
         "sends_accepted": sum(1 for c in calls if c.kind == "send" and c.ok),
         "review_reasons": reasons,
         "retries": stats.get("retries", 0),
+        "ai_waits": stats.get("ai_waits", 0),
         "leases_expired": stats.get("leases_expired", 0),
         "turns_counted": stats.get("turns", 0),
         "drain_s": drained[0],

@@ -4,6 +4,7 @@
     client = anthropic.AsyncAnthropic(base_url=ai.url, api_key="test", max_retries=0)
     ai.queue_reply("¡Hola! Sí, tenemos turno el sábado.")
     ai.fail_next(1, "overloaded")                                  # next call: 529
+    ai.fail_for(5.0, "overloaded", retry_after=1)                  # an outage: 529 for 5 s
 
 `POST /v1/messages` behaves like the real endpoint for non-streaming calls: `x-api-key` (or
 `Authorization: Bearer`) and `anthropic-version` are checked, the body is validated (model,
@@ -31,6 +32,7 @@ import logging
 import math
 import secrets
 import string
+import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -175,7 +177,8 @@ class MessagesFault:
     `error_type` or `status` set → Anthropic's error body (429 also gets `retry-after`);
     neither (a pure delay, `hang_next`) → the request is then answered normally; `drop`
     (`drop_next`) → answered normally too, but the connection is closed halfway through the
-    answer (the reply was generated, the client never got it).
+    answer (the reply was generated, the client never got it). `until` (a `time.time()`): the
+    fault applies to requests arriving before then, and is gone after (`fail_for`).
     """
 
     error_type: str | None = None
@@ -189,6 +192,7 @@ class MessagesFault:
     count: int | None = 1
     probability: float = 1.0
     drop: bool = False
+    until: float | None = None
     hits: int = 0
 
     def __post_init__(self) -> None:
@@ -377,6 +381,28 @@ class MessagesApiStandIn(StandInBase[MessagesFault]):
             MessagesFault(error_type=error, status=status, message=message, probability=p, count=n)
         )
 
+    def fail_for(
+        self,
+        seconds: float,
+        error: str = "overloaded_error",
+        *,
+        retry_after: float | None = None,
+        status: int | None = None,
+        message: str | None = None,
+    ) -> MessagesFault:
+        """An outage: every call arriving in the next `seconds` fails with `error` (with a
+        `retry-after` header when given; 429 always has one), then the API answers again."""
+        return self.add_fault(
+            MessagesFault(
+                error_type=error,
+                status=status,
+                message=message,
+                retry_after=retry_after,
+                count=None,
+                until=time.time() + seconds,
+            )
+        )
+
     def fail_raw(
         self,
         n: int = 1,
@@ -445,6 +471,8 @@ class MessagesApiStandIn(StandInBase[MessagesFault]):
           `MessagesFault` (error/error_type, status, message, retry_after, headers, raw_body,
           content_type, delay, count (null = forever), probability, drop), plus `seed`.
         - `{"op": "hang", "seconds": 30, "count": 1}`
+        - `{"op": "outage", "seconds": 60, "error": "overloaded", "retry_after": 1}`: every
+          call for that long fails (`fail_for`), then the API answers again.
         - `config` takes `api_keys` ([...] or null), `models` ([...] or null),
           `require_version`; `reset_all` also restores the replies and empties the prompt cache.
         """
@@ -456,6 +484,12 @@ class MessagesApiStandIn(StandInBase[MessagesFault]):
             ),
             "fail": self._control_fail,
             "hang": lambda p: self.hang_next(int(p.get("count", 1)), float(p.get("seconds", 30.0))),
+            "outage": lambda p: self.fail_for(
+                float(p["seconds"]),
+                str(p.get("error", "overloaded_error")),
+                retry_after=None if p.get("retry_after") is None else float(p["retry_after"]),
+                status=None if p.get("status") is None else int(p["status"]),
+            ),
         }
 
     def _control_reply(self, payload: Mapping[str, Any]) -> None:
@@ -509,6 +543,9 @@ class MessagesApiStandIn(StandInBase[MessagesFault]):
         problem = self._key_problem(request)
         if problem is not None:
             return record, self._error(record, "authentication_error", problem)
+        now = time.time()
+        with self._lock:  # an outage that is over is gone
+            self._faults[:] = [f for f in self._faults if f.until is None or f.until > now]
         fault = self._take_fault(lambda f: self._chance(f.probability))
         injected = await self._injected(record, fault)
         if injected is not None:

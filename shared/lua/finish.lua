@@ -24,6 +24,8 @@
 -- ARGV[16] unknown     review: what of the batch has an unknown outcome, comma-separated
 --         ("part", "template", "note", "hand_over"; "" for nothing), each counted as
 --         unknown:<what>
+-- ARGV[17] count_attempt  retry: "1" counts the attempt (attempt + 1, stats retries), "0"
+--         does not: the batch waits for the AI, which failed as a whole (stats ai_waits)
 -- (Recording the last part here, instead of in record_part.lua, saves a script call per turn.)
 --
 -- Returns 1, or 0 when the token does not hold the lock (lease lost: change nothing).
@@ -40,10 +42,14 @@ local bkey = conv_key(prefix, person, BATCH)
 redis.call('DEL', lock)
 redis.call('ZREM', KEYS[2], person)
 if outcome == 'retry' then
-  redis.call('HINCRBY', bkey, 'attempt', 1)
+  if ARGV[17] == '0' then
+    redis.call('HINCRBY', KEYS[5], 'ai_waits', 1)
+  else
+    redis.call('HINCRBY', bkey, 'attempt', 1)
+    redis.call('HINCRBY', KEYS[5], 'retries', 1)
+  end
   redis.call('HSET', bkey, 'last_error', ARGV[6], 'token', '')
   redis.call('ZADD', KEYS[1], now + tonumber(ARGV[5]), person)
-  redis.call('HINCRBY', KEYS[5], 'retries', 1)
   return 1
 end
 if outcome == 'review' then

@@ -7,7 +7,9 @@ to pass on the same records unbroken. Pure logic, no processes.
 
 from __future__ import annotations
 
+import random
 from dataclasses import replace
+from typing import Any, cast
 
 import pytest
 
@@ -20,6 +22,7 @@ from scripts.chaos_harness.checks import (
     check,
 )
 from scripts.chaos_harness.observe import classify
+from scripts.chaos_harness.scenarios import OUTAGE_ANSWERED_WITHIN_S, SCENARIOS, Run
 from scripts.chaos_harness.workload import TENANTS, Burst, Message, Person, tokens_in
 from shared.keys import Keys
 
@@ -328,6 +331,8 @@ def test_key_kinds_follow_the_key_layout() -> None:
     k = keys.tenant(TENANTS[1])
     assert classify(keys.tenants, keys) == ("tenants", None)
     assert classify(keys.deadletter, keys) == ("deadletter", None)
+    assert classify(keys.ai_paused, keys) == ("ai_pause", None)
+    assert classify(keys.ai_probe, keys) == ("ai_pause", None)
     assert classify(k.inbox, keys) == ("inbox", None)
     assert classify(k.due, keys) == ("due", None)
     assert classify(k.seen("whatsapp:wamid.X"), keys) == ("seen", None)
@@ -341,3 +346,68 @@ def test_key_kinds_follow_the_key_layout() -> None:
 def test_tokens_name_person_and_message() -> None:
     assert tokens_in("stand-in reply to: c3x0 hola\nc3x12 dale") == [(3, 0), (3, 12)]
     assert tokens_in("xc3x0 nothing") == []
+
+
+# --- the ai_outage scenario's own checks ---------------------------------------------------------
+OUTAGE_FROM, OUTAGE_TO = 11.9, 14.0
+
+
+def outage_records() -> tuple[Run, Observation, dict[str, int]]:
+    """Alice's third message (12 s) waits out an outage from 11.9 s to 14 s: its AI call fails
+    at once, one probe fails, and it is answered half a second after recovery."""
+    run = Run(cast(Any, None), cast(Any, None), 4.0, random.Random(1))
+    run.faults = [
+        (OUTAGE_FROM, "ai_outage", ""),
+        (OUTAGE_FROM + 0.2, "ai_paused", ""),
+        (OUTAGE_TO, "ai_recovered", ""),
+    ]
+    obs = clean()
+    waiting = ((ALICE, 2),)
+    obs.calls = [c for c in obs.calls if c.tokens != waiting and c.tokens[-1:] != waiting]
+    obs.calls += [Call("ai", ALICE, t, t + 0.01, False, waiting) for t in (12.05, 13.2)]
+    obs.calls += turn(ALICE, [2], 14.3)
+    return run, obs, {"ai_waits": 3}
+
+
+def failed_expectations(run: Run, obs: Observation, stats: dict[str, int]) -> list[str]:
+    assert violations(obs) == []
+    SCENARIOS["ai_outage"].verify(run, obs, stats)
+    return [what for what, ok, _ in run.expectations if not ok]
+
+
+def test_an_outage_waited_out_passes_the_scenarios_checks() -> None:
+    assert failed_expectations(*outage_records()) == []
+
+
+def test_an_outage_probed_too_often_fails() -> None:
+    run, obs, stats = outage_records()
+    obs.calls += [Call("ai", ALICE, t, t + 0.01, False, ((ALICE, 2),)) for t in (13.4, 13.6)]
+    assert failed_expectations(run, obs, stats) == ["the fleet probed at most once per pause"]
+
+
+def test_an_outage_that_counted_attempts_or_parked_batches_fails() -> None:
+    run, obs, stats = outage_records()
+    stats["retries"] = 1
+    assert failed_expectations(run, obs, stats) == ["batches waited without using up attempts"]
+    run, obs, stats = outage_records()
+    obs.review = [{"reason": "too_old", "messages": []}]
+    assert failed_expectations(run, obs, stats) == ["nothing went to review"]
+
+
+def test_an_outage_answered_long_after_recovery_fails() -> None:
+    run, obs, stats = outage_records()
+    obs.calls = [c for c in obs.calls if c.kind != "send" or c.tokens != ((ALICE, 2),)]
+    obs.calls += turn(ALICE, [2], OUTAGE_TO + OUTAGE_ANSWERED_WITHIN_S + 1)[2:]
+    assert failed_expectations(run, obs, stats) == [
+        "every conversation waiting at recovery was answered soon after"
+    ]
+
+
+def test_an_outage_nobody_noticed_fails() -> None:
+    run, obs, stats = outage_records()
+    obs.calls = [c for c in obs.calls if c.ok or c.kind != "ai"]
+    run.faults = [f for f in run.faults if f[1] != "ai_paused"]
+    assert failed_expectations(run, obs, stats) == [
+        "AI calls failed during the outage",
+        "a worker paused the fleet",
+    ]

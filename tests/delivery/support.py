@@ -71,6 +71,8 @@ def worker_env(
         "LEASE_RENEW_S": "1",
         "RETRY_BASE_S": "0.1",
         "MAX_ATTEMPTS": "4",
+        "AI_OUTAGE_PAUSE_S": "0.1",
+        "AI_OUTAGE_MAX_PAUSE_S": "1",
         "SHUTDOWN_GRACE_S": "1",
         # Far beyond every test: turns start from wake-ups and due times, never the sweep.
         "POLL_INTERVAL_S": "60",

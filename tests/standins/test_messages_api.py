@@ -341,6 +341,33 @@ async def test_fail_fraction_seeded(
     assert True in first and False in first
 
 
+async def test_an_outage_fails_every_call_for_its_time_then_the_api_answers(
+    ai: MessagesApiStandIn, client: anthropic.AsyncAnthropic
+) -> None:
+    ai.fail_for(1.0, "overloaded", retry_after=3)
+    for _ in range(3):  # not used up by a count: every call in the time fails
+        with pytest.raises(anthropic.InternalServerError) as caught:
+            await create(client)
+        assert caught.value.status_code == 529
+        assert caught.value.response.headers["retry-after"] == "3"
+    await asyncio.sleep(1.1)
+    assert (await create(client)).content[0].text.startswith("stand-in reply to:")
+    assert [r.status for r in ai.requests] == [529, 529, 529, 200]
+    assert ai.faults == [], "an outage that is over is gone"
+    async with httpx.AsyncClient(base_url=ai.url) as c:
+        answer = await c.post(
+            "/_control", json={"op": "outage", "seconds": 30, "error": "rate_limit"}
+        )
+        assert answer.status_code == 200
+        (fault,) = answer.json()["state"]["faults"]
+        assert fault["error_type"] == "rate_limit_error" and fault["until"] > time.time() + 20
+        # Without its length an outage is refused, and nothing is added.
+        assert (await c.post("/_control", json={"op": "outage"})).status_code == 400
+    with pytest.raises(anthropic.RateLimitError):
+        await create(client)
+    assert len(ai.faults) == 1
+
+
 async def test_timeout_and_latency(
     ai: MessagesApiStandIn, client: anthropic.AsyncAnthropic
 ) -> None:

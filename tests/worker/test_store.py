@@ -118,6 +118,28 @@ async def test_retry_keeps_the_batch_and_schedules_it_after_the_delay(
     assert [m.id for m in retried.messages] == ["m1"]
 
 
+async def test_a_wait_for_the_ai_keeps_the_batch_without_counting_the_attempt(
+    redis: Redis, store: ConversationStore, prefix: str
+) -> None:
+    k = Keys(prefix).tenant(TENANT)
+    await push_message(redis, prefix, PERSON, "m1", "hola")
+    await store.claim(TENANT, 0, "t")
+    await redis.zadd(k.due, {PERSON: 0})
+    (batch,) = (await store.claim(TENANT, 5, "a")).batches
+    before = await _redis_ms(redis)
+    assert await store.finish_retry(batch, 1.5, "waiting for the AI: 529", count_attempt=False)
+    due = await redis.zscore(k.due, PERSON)
+    assert due is not None and before + 1500 <= due <= await _redis_ms(redis) + 1500
+    assert await redis.hget(k.batch(PERSON), "attempt") == b"0"
+    assert await redis.hget(k.batch(PERSON), "last_error") == b"waiting for the AI: 529"
+    assert await redis.hmget(k.stats, ["ai_waits", "retries"]) == [b"1", None]
+    assert not await redis.exists(k.lock(PERSON), k.running)
+
+    await redis.zadd(k.due, {PERSON: 0})
+    (waited,) = (await store.claim(TENANT, 5, "b")).batches
+    assert waited.id == batch.id and waited.attempt == 0
+
+
 async def test_renew_extends_only_the_holders_lease(
     redis: Redis, store: ConversationStore, prefix: str
 ) -> None:
