@@ -11,6 +11,7 @@ outside the repo drive the product with them.
 from __future__ import annotations
 
 import os
+import ssl
 import sys
 import tomllib
 from collections.abc import Mapping
@@ -35,6 +36,23 @@ def _is_key_prefix(prefix: str) -> bool:
 
 def _no_trailing_slash(url: str) -> str:
     return url.rstrip("/")
+
+
+def _is_ca_file(path: str) -> bool:
+    # Loaded as the Redis client will load it, so a wrong path or a file that is not PEM
+    # stops start-up instead of failing every connection later.
+    if not path:
+        return True
+    try:
+        ssl.create_default_context(cafile=path)
+    except (OSError, ValueError):  # ssl.SSLError is an OSError
+        return False
+    return True
+
+
+def _is_webhook_hold(hold_s: float) -> bool:
+    # Chatwoot gives up on a webhook after 5 s and does not retry a timed-out one.
+    return 0 <= hold_s < 5
 
 
 @dataclass(frozen=True)
@@ -69,8 +87,26 @@ class Settings:
     redis_timeout_s: float = setting(
         "REDIS_TIMEOUT_S",
         2.0,
-        "a Redis answer slower than this makes the receiver answer 503",
+        "a Redis answer slower than this fails (the receiver's writes: see `WEBHOOK_HOLD_S`)",
         above=0,
+    )
+    redis_tls_verify: str = setting(
+        "REDIS_TLS_VERIFY",
+        "required",
+        "`required`: check a `rediss://` server's certificate and name; `none`: not (Heroku)",
+        choices=("required", "none"),
+    )
+    redis_tls_ca_file: str = setting(
+        "REDIS_TLS_CA_FILE",
+        "",
+        "a PEM file of the CA certificates to trust for `rediss://` ([TLS](deploying.md#tls))",
+        rule=(_is_ca_file, "name a readable PEM file of CA certificates"),
+    )
+    webhook_hold_s: float = setting(
+        "WEBHOOK_HOLD_S",
+        4.0,
+        "how long the receiver retries a webhook Redis did not take (then 503; Chatwoot 500)",
+        rule=(_is_webhook_hold, "be >= 0 and < 5 (Chatwoot waits 5 s for an answer)"),
     )
     key_prefix: str = setting(
         "KEY_PREFIX",
@@ -305,6 +341,7 @@ class Settings:
                 f"LEASE_RENEW_S ({self.lease_renew_s}) must be shorter than "
                 f"LEASE_S ({self.lease_s})"
             )
+        _check_tls(self)
         if self.max_wait_s < self.debounce_window_s:
             raise ConfigError(
                 f"MAX_WAIT_S ({self.max_wait_s}) must be >= DEBOUNCE_WINDOW_S "
@@ -340,6 +377,14 @@ def env_names() -> frozenset[str]:
     """Every environment variable `Settings.from_env` reads (tools that must keep a
     developer's own settings out of a child process strip these)."""
     return frozenset(spec.env for spec in SPECS)
+
+
+def _check_tls(settings: Settings) -> None:
+    if settings.redis_tls_ca_file and settings.redis_tls_verify == "none":
+        raise ConfigError(
+            "REDIS_TLS_CA_FILE is set but REDIS_TLS_VERIFY=none turns verification off:"
+            " keep one of them"
+        )
 
 
 def exit_on_config_error(error: ConfigError) -> NoReturn:
