@@ -13,6 +13,7 @@ an error that retrying cannot fix (bad request, authentication) goes to review w
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import anthropic
@@ -38,9 +39,10 @@ class AnthropicBrain:
     async def aclose(self) -> None:
         await self._client.close()
 
-    def request(self, batch: Batch) -> dict[str, Any]:
-        """The Messages API request for this batch (also what tests assert on)."""
-        return build_request(self._settings, self._settings.tenant(batch.tenant), batch)
+    def request(self, batch: Batch, tools: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
+        """The Messages API request for this batch (also what tests assert on): the tenant's
+        model, prompt and memory, `tools` first, cache marks where they pay (worker/prompt.py)."""
+        return build_request(self._settings, self._settings.tenant(batch.tenant), batch, tools)
 
     async def reply(self, batch: Batch) -> str | None:
         try:

@@ -5,6 +5,9 @@ the parts the provider accepted, the template noted, a send nobody can confirm, 
 journal. A resumed batch starts from what earlier attempts recorded in Redis, so a retried or
 resumed turn neither asks the AI again nor re-sends an accepted part.
 
+`Usage` is what the turn's AI calls cost in tokens: a brain reports each answer's `usage` with
+`note_usage`, the turn sums and logs them.
+
 `Delivery` is what a sender that declares a `delivery` keyword parameter gets with each call
 (worker/senders.py): the state, and the two writes a sender makes about it. This base keeps
 them in memory, for a sender called outside a worker's turn (its unit tests); in a worker's
