@@ -21,8 +21,11 @@ characters a token, on the generous side (Claude reads English at about 4, JSON 
 denser): a mark on a prefix that turns out too short costs nothing, a missing one costs the
 cache.
 
-Once a person's memory is full (`MEMORY_TURNS`), each turn drops the oldest exchange, so the
-history changes from its start and such turns read only tools and system prompt from the cache.
+Once a person's memory is full (`MEMORY_TURNS`), each turn drops the oldest exchange: the
+history changes from its start, so such turns read only tools and system prompt from the cache,
+and mark no message (a mark there would be written, at 1.25 times the price, and never read).
+The current message is marked only if the next turn keeps this turn's start (its memory is not
+full yet), the previous one only if this turn kept the previous turn's.
 """
 
 from __future__ import annotations
@@ -81,7 +84,7 @@ def build_request(
     turns = settings.memory_turns if tenant.memory_turns is None else tenant.memory_turns
     messages = render_messages(batch, turns)
     if cache:
-        _mark(min_cacheable_tokens(model), tool_list, system, messages)
+        _mark(min_cacheable_tokens(model), tool_list, system, messages, turns)
     request: dict[str, Any] = {
         "model": model,
         "max_tokens": tenant.max_tokens or settings.ai_max_tokens,
@@ -144,6 +147,7 @@ def _mark(
     tools: list[dict[str, Any]],
     system: list[dict[str, Any]],
     messages: list[dict[str, Any]],
+    memory_turns: int,
 ) -> None:
     """Put `cache_control` on the breakpoints whose prefix reaches `minimum` (at most four)."""
     candidates: list[tuple[dict[str, Any], int]] = []  # (block, estimated prefix tokens)
@@ -152,10 +156,15 @@ def _mark(
         candidates.append((tools[-1], running))
     running += sum(estimate_tokens(block) for block in system)
     candidates.append((system[-1], running))
-    previous_user = len(messages) - 3  # [..., previous user, its answer, this batch]
+    exchanges = (len(messages) - 1) // 2
+    marked_messages: set[int] = set()
+    if 0 < exchanges < memory_turns:  # memory not full: nothing dropped since the last turn
+        marked_messages.add(len(messages) - 3)  # [..., previous user, its answer, this batch]
+    if exchanges + 1 < memory_turns:  # the next turn will not drop anything either
+        marked_messages.add(len(messages) - 1)
     for index, message in enumerate(messages):
         running += sum(estimate_tokens(block) for block in message["content"])
-        if index in (previous_user, len(messages) - 1):
+        if index in marked_messages:
             candidates.append((message["content"][-1], running))
     marked = [block for block, tokens in candidates if tokens >= minimum]
     for block in marked[-MAX_BREAKPOINTS:]:

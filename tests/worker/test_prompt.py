@@ -162,6 +162,27 @@ def test_the_prefix_is_the_same_bytes_turn_after_turn() -> None:
         previous = body
 
 
+@pytest.mark.parametrize(
+    ("exchanges", "expected"),
+    [
+        (0, ["system[0]", "messages[0]"]),
+        (1, ["system[0]", "messages[0]", "messages[2]"]),
+        # The next turn drops the first exchange: this one is not written for it.
+        (2, ["system[0]", "messages[2]"]),
+        # Memory full: this turn dropped one, the next drops one: only the prompt is read.
+        (3, ["system[0]"]),
+        (7, ["system[0]"]),
+    ],
+)
+def test_no_message_is_marked_whose_prefix_the_next_turn_would_not_share(
+    exchanges: int, expected: list[str]
+) -> None:
+    """memory_turns = 3: once the memory is full every turn drops the oldest exchange, and a
+    mark on the history would be written each turn (1.25 times the price) and never read."""
+    s = settings(system_prompt=LONG_PROMPT, memory_turns=3)
+    assert marks(request(s, batch(exchanges=exchanges))) == expected
+
+
 @pytest.mark.parametrize("seed", range(40))
 def test_never_more_than_four_marks_and_never_on_a_short_prefix(seed: int) -> None:
     rng = random.Random(seed)
