@@ -57,7 +57,8 @@ def _is_webhook_hold(hold_s: float) -> bool:
 
 @dataclass(frozen=True)
 class TenantConfig:
-    """Per-tenant overrides read from `TENANTS_FILE` (TOML, one `[tenants."<id>"]` table each)."""
+    """Per-tenant overrides read from `TENANTS_FILE` (TOML, one `[tenants."<id>"]` table each);
+    None: the global setting."""
 
     debounce_window_s: float | None = None
     max_wait_s: float | None = None
@@ -65,6 +66,12 @@ class TenantConfig:
     access_token: str | None = None
     template: str | None = None
     template_language: str = "en_US"
+    # The AI of this tenant: `AI_MODEL`, `AI_MAX_TOKENS`, `MEMORY_TURNS`, and the language its
+    # answers are in (a name, "Spanish", or a locale, "es-AR": a hint in the system prompt).
+    model: str | None = None
+    max_tokens: int | None = None
+    memory_turns: int | None = None
+    language: str | None = None
 
 
 @dataclass(frozen=True)
@@ -201,7 +208,7 @@ class Settings:
         "ANTHROPIC_API_KEY", "", "setting it makes `anthropic` the brain", secret=True
     )
     ai_model: str = setting(
-        "AI_MODEL", "claude-sonnet-4-5", "models are retired over time: set yours"
+        "AI_MODEL", "claude-sonnet-5-5", "models are retired over time: set yours"
     )
     system_prompt: str = setting(
         "SYSTEM_PROMPT",
@@ -214,6 +221,13 @@ class Settings:
     )
     ai_timeout_s: float = setting(
         "AI_TIMEOUT_S", 60.0, "a Messages API call slower than this fails", above=0
+    )
+    typing_refresh_s: float = setting(
+        "TYPING_REFRESH_S",
+        20.0,
+        "while a turn runs, WhatsApp's typing indicator is shown again this often (Meta drops"
+        " it after 25 s) until the reply goes out",
+        above=0,
     )
     memory_turns: int = setting(
         "MEMORY_TURNS", 10, "exchanges remembered per person (0: none)", at_least=0
@@ -363,6 +377,10 @@ class Settings:
     def max_wait_for(self, tenant_id: str) -> float:
         return self.tenant(tenant_id).max_wait_s or self.max_wait_s
 
+    def memory_turns_for(self, tenant_id: str) -> int:
+        turns = self.tenant(tenant_id).memory_turns
+        return self.memory_turns if turns is None else turns
+
     def masked(self) -> dict[str, Any]:
         """Effective configuration for start-up logs, with secrets masked."""
         out = {spec.name: spec.shown(getattr(self, spec.name)) for spec in SPECS}
@@ -421,5 +439,23 @@ def load_tenants(path: str) -> dict[str, TenantConfig]:
                 raise ConfigError(
                     f"TENANTS_FILE {path!r}: tenants.{tenant_id}.{key} must be a number > 0"
                 )
+        problem = _ai_problem(table)
+        if problem:
+            raise ConfigError(f"TENANTS_FILE {path!r}: tenants.{tenant_id}.{problem}")
         out[str(tenant_id)] = TenantConfig(**table)
     return out
+
+
+def _ai_problem(table: Mapping[str, Any]) -> str:
+    """What is wrong with a tenant's AI keys ("" if nothing): `key must be ...`."""
+    for key, least in (("max_tokens", 1), ("memory_turns", 0)):
+        value = table.get(key, least)
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            return f"{key} must be a whole number >= {least}"
+    for key in ("model", "language"):
+        value = table.get(key, "x")
+        if not isinstance(value, str) or not value.strip():
+            return f"{key} must be a non-empty string"
+    if not isinstance(table.get("system_prompt", ""), str):
+        return "system_prompt must be a string"
+    return ""

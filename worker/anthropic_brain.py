@@ -2,9 +2,10 @@
 
 One `AsyncAnthropic` client per process; `ANTHROPIC_BASE_URL` is honoured by the SDK itself.
 The whole batch is one user turn (every message's text in order, non-text described by the
-receiver, e.g. "[image: caption]"), after the person's recent exchanges from memory. The system
-prompt (tenant's own, else `SYSTEM_PROMPT`) is marked for prompt caching, since it is the same
-for every turn of a tenant.
+receiver, e.g. "[image: caption]"), after the person's recent exchanges from memory; the request
+(the tenant's model, prompt and memory length, and the prompt-cache marks) is built by
+worker/prompt.py. Each answer's token usage is reported to the turn (`note_usage`), which logs
+it.
 
 The SDK's own retries are off: the worker's backoff retries the whole turn, under the lease, and
 an error that retrying cannot fix (bad request, authentication) goes to review with the reason.
@@ -12,6 +13,7 @@ an error that retrying cannot fix (bad request, authentication) goes to review w
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import anthropic
@@ -19,6 +21,8 @@ import anthropic
 from shared.settings import Settings
 from worker.batch import Batch
 from worker.errors import NeedsReview, RetryLater
+from worker.prompt import build_request
+from worker.turn_state import note_usage
 
 RETRYABLE_STATUS = frozenset({408, 409, 429})
 
@@ -35,20 +39,10 @@ class AnthropicBrain:
     async def aclose(self) -> None:
         await self._client.close()
 
-    def request(self, batch: Batch) -> dict[str, Any]:
-        """The Messages API request for this batch (also what tests assert on)."""
-        prompt = self._settings.tenant(batch.tenant).system_prompt or self._settings.system_prompt
-        messages: list[dict[str, Any]] = []
-        for exchange in batch.history:
-            messages.append({"role": "user", "content": exchange["user"]})
-            messages.append({"role": "assistant", "content": exchange["assistant"]})
-        messages.append({"role": "user", "content": batch.user_text})
-        return {
-            "model": self._settings.ai_model,
-            "max_tokens": self._settings.ai_max_tokens,
-            "system": [{"type": "text", "text": prompt, "cache_control": {"type": "ephemeral"}}],
-            "messages": messages,
-        }
+    def request(self, batch: Batch, tools: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
+        """The Messages API request for this batch (also what tests assert on): the tenant's
+        model, prompt and memory, `tools` first, cache marks where they pay (worker/prompt.py)."""
+        return build_request(self._settings, self._settings.tenant(batch.tenant), batch, tools)
 
     async def reply(self, batch: Batch) -> str | None:
         try:
@@ -60,5 +54,6 @@ class AnthropicBrain:
                 raise RetryLater(f"Anthropic {exc.status_code}: {exc.message}") from exc
             reason = "ai_auth" if exc.status_code in (401, 403) else "ai_rejected"
             raise NeedsReview(reason, f"Anthropic {exc.status_code}: {exc.message}") from exc
+        note_usage(message.usage)
         text = "".join(block.text for block in message.content if block.type == "text").strip()
         return text or None

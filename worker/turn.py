@@ -16,7 +16,7 @@ import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, TypeVar
 
 import orjson
@@ -28,12 +28,14 @@ from shared.settings import Settings
 from worker.batch import Batch
 from worker.brains import Brain
 from worker.errors import DELIVERY_UNKNOWN, DeliveryUnknown, LeaseLost, NeedsReview
+from worker.formatting import for_channel
 from worker.leases import Leases
 from worker.review_journal import ReviewJournal
 from worker.senders import Sender, takes_delivery
 from worker.split import WHATSAPP_MAX_CHARS, split_reply
 from worker.store import ConversationStore
-from worker.turn_state import Delivery, TurnState
+from worker.turn_state import Delivery, TurnState, usage_of_turn
+from worker.typing_refresh import typing_kept_up
 from worker.unknowns import UnknownDelivery, utc
 
 log = logging.getLogger(__name__)
@@ -115,22 +117,51 @@ class Turn:
         if sender is None:
             raise NeedsReview("no_sender", f"no sender configured for channel {batch.channel!r}")
         reply = self.state.reply
+        can_send_text = getattr(sender, "can_send_text", None)
+        if reply is None and can_send_text is not None and not can_send_text(batch):
+            # The window is known to be closed: only the tenant's template can go out (or the
+            # batch goes to review), so no AI answer is bought and no typing promises one.
+            await self._send(sender, [""])
+            return None
         if reply is None:
             begin = getattr(sender, "begin_turn", None)
             if begin is not None:
                 await begin(batch)  # read receipt + typing indicator, where the provider has it
-            answer = await self._tools.brain.reply(batch)
-            if not answer:
-                return None
-            reply = await self._while_leased(
-                lambda: self._store.save_reply(batch, answer), "store the reply"
-            )
+            async with typing_kept_up(sender, batch, self._settings.typing_refresh_s):
+                answer = await self._ask_brain()
+                if not answer:
+                    return None
+                reply = await self._while_leased(
+                    lambda: self._store.save_reply(batch, answer), "store the reply"
+                )
             if reply is None:
                 raise LeaseLost
             self.state.reply = reply
         limit = getattr(sender, "max_part_chars", WHATSAPP_MAX_CHARS)
-        await self._send(sender, split_reply(reply, limit))
+        await self._send(sender, split_reply(for_channel(batch.channel, reply), limit))
         return reply
+
+    async def _ask_brain(self) -> str | None:
+        """The brain's answer; the tokens its AI calls report are logged (one line a turn)."""
+        batch = self.batch
+        with usage_of_turn() as usage:
+            try:
+                return await self._tools.brain.reply(batch)
+            finally:
+                if usage.calls:
+                    self.state.usage = usage
+                    log.info(
+                        "ai usage tenant=%s batch=%s calls=%d input=%d output=%d"
+                        " cache_read=%d cache_write=%d",
+                        batch.tenant,
+                        batch.id,
+                        usage.calls,
+                        usage.input_tokens,
+                        usage.output_tokens,
+                        usage.cache_read_input_tokens,
+                        usage.cache_creation_input_tokens,
+                        extra={**_fields(batch, "ai"), **asdict(usage)},
+                    )
 
     async def _send(self, sender: Sender, parts: list[str]) -> None:
         """Send the parts not sent yet, recording each but the last (the finish does that)."""

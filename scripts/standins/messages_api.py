@@ -7,11 +7,14 @@
 
 `POST /v1/messages` behaves like the real endpoint for non-streaming calls: `x-api-key` (or
 `Authorization: Bearer`) and `anthropic-version` are checked, the body is validated (model,
-max_tokens, messages), and the answer is a Message the SDK parses (`content[0].text`, `usage`
-with cache fields, `stop_reason`). Replies come from a queue (strings, content-block lists,
-partial Message dicts, callables taking the request JSON, or a `MessagesFault`), else from the
-default reply "stand-in reply to: <last user text>". Errors use Anthropic's body
-`{"type": "error", "error": {"type", "message"}, "request_id"}` and a `request-id` header.
+max_tokens, messages, at most 4 cache marks), and the answer is a Message the SDK parses
+(`content[0].text`, `usage`, `stop_reason`). Prompt caching follows the documented rules, with a
+deterministic tokenizer of 4 characters a token (scripts/standins/_prompt_cache.py): `usage`
+says what was read from the cache, what was written and what came after. Replies come from a
+queue (strings, content-block lists, partial Message dicts, callables taking the request JSON,
+or a `MessagesFault`), else from the default reply "stand-in reply to: <last user text>". Errors
+use Anthropic's body `{"type": "error", "error": {"type", "message"}, "request_id"}` and a
+`request-id` header.
 
 NOTE: the SDK retries 408/409/429/5xx/529 and timeouts by itself (`max_retries`, default 2,
 with backoff honouring `retry-after`). A test that asserts on ONE injected failure must build
@@ -26,9 +29,7 @@ Run alone: `scripts/anthropic_standin --port 8082 [--api-key K] [--reply TEXT ..
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import math
 import secrets
 import string
 from collections import deque
@@ -36,7 +37,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -50,6 +50,12 @@ from scripts.standins._common import (
     as_tuple,
     fault_fields,
     json_response,
+)
+from scripts.standins._prompt_cache import (
+    PromptCache,
+    breakpoint_problem,
+    content_tokens,
+    count_tokens,
 )
 from scripts.standins._script import Credentials, script_parser, serve_forever
 
@@ -156,11 +162,6 @@ def last_user_text(body: Mapping[str, Any]) -> str:
 def system_text(body: Mapping[str, Any]) -> str:
     """The system prompt of a Messages request as one string (blocks joined)."""
     return _text_of(body.get("system"))
-
-
-def _tokens(value: Any) -> int:
-    """A rough token estimate: four bytes of JSON per token, at least one."""
-    return max(1, math.ceil(len(orjson.dumps(value)) / 4))
 
 
 # ---------------------------------------------------------------------- public data types
@@ -286,7 +287,7 @@ class MessagesApiStandIn(StandInBase[MessagesFault]):
         self._initial_default_reply: Reply = default_reply
         self._initial_replies: tuple[Reply, ...] = tuple(replies)
         self._replies: deque[Reply] = deque(self._initial_replies)
-        self._cache: set[str] = set()
+        self.prompt_cache = PromptCache()  # `advance(seconds)` ages its entries
         self._app = self._serve(
             [
                 Route("/v1/messages", self._messages, methods=["POST"]),
@@ -406,7 +407,7 @@ class MessagesApiStandIn(StandInBase[MessagesFault]):
         with self._lock:
             self._replies = deque(self._initial_replies)
             self.default_reply = self._initial_default_reply
-            self._cache.clear()
+            self.prompt_cache.clear()
 
     # ------------------------------------------------------------------ what was asked
 
@@ -546,7 +547,7 @@ class MessagesApiStandIn(StandInBase[MessagesFault]):
         if early is not None:
             return early
         body: dict[str, Any] = record.body
-        problem = _validate(body)
+        problem = _validate(body) or breakpoint_problem(body)
         if problem is not None:
             return self._error(record, "invalid_request_error", problem)
         if body.get("stream"):
@@ -586,8 +587,6 @@ class MessagesApiStandIn(StandInBase[MessagesFault]):
             if any(isinstance(b, dict) and b.get("type") == "tool_use" for b in content)
             else "end_turn"
         )
-        total = _tokens([body.get("system"), body.get("tools"), body["messages"]])
-        created, read = self._cache_tokens(body)
         message: dict[str, Any] = {
             "id": _new_id("msg_"),
             "type": "message",
@@ -597,10 +596,8 @@ class MessagesApiStandIn(StandInBase[MessagesFault]):
             "stop_reason": stop_reason,
             "stop_sequence": None,
             "usage": {
-                "input_tokens": max(1, total - created - read),
-                "output_tokens": _tokens(content),
-                "cache_creation_input_tokens": created,
-                "cache_read_input_tokens": read,
+                **self.prompt_cache.usage(body),
+                "output_tokens": content_tokens(content),
                 "service_tier": "standard",
             },
         }
@@ -610,31 +607,6 @@ class MessagesApiStandIn(StandInBase[MessagesFault]):
             message["usage"].update(usage_overrides)
         return message
 
-    def _cache_tokens(self, body: dict[str, Any]) -> tuple[int, int]:
-        """Prompt caching, roughly: the prefix up to the last `cache_control` block is
-        "created" the first time it is seen and "read" after that (no minimum length, no TTL)."""
-        prefix: list[Any] = []
-        cached: list[Any] | None = None
-        parts: list[Any] = list(body.get("tools") or [])
-        system = body.get("system")
-        parts += system if isinstance(system, list) else ([system] if system else [])
-        for message in body.get("messages") or []:
-            content = message.get("content") if isinstance(message, dict) else None
-            parts += content if isinstance(content, list) else [content]
-        for part in parts:
-            prefix.append(part)
-            if isinstance(part, dict) and part.get("cache_control"):
-                cached = list(prefix)
-        if cached is None:
-            return 0, 0
-        key = hashlib.sha256(orjson.dumps([body.get("model"), cached])).hexdigest()
-        tokens = _tokens(cached)
-        with self._lock:
-            if key in self._cache:
-                return 0, tokens
-            self._cache.add(key)
-            return tokens, 0
-
     async def _count_tokens(self, request: Request) -> Response:
         record, early = await self._begin(request, "count_tokens")
         if early is not None:
@@ -642,7 +614,7 @@ class MessagesApiStandIn(StandInBase[MessagesFault]):
         body: dict[str, Any] = record.body
         if not isinstance(body.get("model"), str) or not isinstance(body.get("messages"), list):
             return self._error(record, "invalid_request_error", "model and messages are required")
-        result = {"input_tokens": _tokens([body.get("system"), body["messages"]])}
+        result = {"input_tokens": count_tokens(body)}
         return self._answer(record, 200, result)
 
     async def _unknown_path(self, request: Request) -> Response:

@@ -187,3 +187,8 @@ async def outbound(redis: Redis, prefix: str, wamid: str, tenant: str = TENANT) 
 def ai_requests(ai: MessagesApiStandIn) -> list[Any]:
     """The recorded `/v1/messages` calls, oldest first."""
     return [r for r in ai.requests if r.kind == "messages"]
+
+
+def said(messages: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """A request's messages as (role, text): each is one text block (worker/prompt.py)."""
+    return [(m["role"], "\n".join(b["text"] for b in m["content"])) for m in messages]

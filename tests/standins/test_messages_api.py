@@ -123,11 +123,15 @@ async def test_content_blocks_and_partial_message(
 
 
 async def test_prompt_cache_usage(ai: MessagesApiStandIn, client: anthropic.AsyncAnthropic) -> None:
-    first = (await create(client)).usage
-    second = (await create(client)).usage
-    assert first.cache_creation_input_tokens and not first.cache_read_input_tokens
-    assert second.cache_read_input_tokens == first.cache_creation_input_tokens
-    assert not second.cache_creation_input_tokens
+    """The rules and the arithmetic in detail: tests/standins/test_prompt_cache.py."""
+    long_system = [dict(SYSTEM[0], text="Sos el asistente. " * 300)]  # 1 350 tokens
+    first = (await create(client, system=long_system)).usage
+    second = (await create(client, system=long_system)).usage
+    assert first.cache_creation_input_tokens == 1350 and not first.cache_read_input_tokens
+    assert second.cache_read_input_tokens == 1350 and not second.cache_creation_input_tokens
+    assert second.input_tokens == first.input_tokens > 0
+    short = (await create(client)).usage  # marked, but far under the minimum: not cached
+    assert short.cache_creation_input_tokens == 0 and short.cache_read_input_tokens == 0
     plain = (await create(client, system="no cache")).usage
     assert plain.cache_creation_input_tokens == 0 and plain.cache_read_input_tokens == 0
 
