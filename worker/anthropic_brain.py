@@ -50,6 +50,7 @@ EMPTY_ANSWER = "empty_answer"
 CUT_ANSWER = "max_tokens"
 TOOL_ROUNDS = "ai_tool_rounds"
 DEADLINE = "ai_deadline"
+MIN_CALL_S = 0.5  # a call with less of the turn's time left would only time out
 # A sentence ends at . ! ? … (closing quotes or brackets may follow) before a space or the
 # end, or at a line break (a list item, a paragraph).
 _SENTENCE_END = re.compile(r"[.!?…](?:[\"'»”’)\]]*)(?=\s|$)|\n")
@@ -142,7 +143,7 @@ class AnthropicBrain:
     async def _ask(self, request: dict[str, Any], deadline: float) -> Message:
         """One Messages API call, within what is left of the turn's deadline."""
         left_s = deadline - asyncio.get_running_loop().time()
-        if left_s <= 0:
+        if left_s < MIN_CALL_S:
             raise NeedsReview(DEADLINE, self._past_deadline())
         try:
             return await self._create(request, min(self._settings.ai_timeout_s, left_s))
