@@ -52,8 +52,10 @@ TOOL_ROUNDS = "ai_tool_rounds"
 DEADLINE = "ai_deadline"
 MIN_CALL_S = 0.5  # a call with less of the turn's time left would only time out
 # A sentence ends at . ! ? … (closing quotes or brackets may follow) before a space or the
-# end, or at a line break (a list item, a paragraph).
+# end, or at a line break (a list item, a paragraph); only if it has a letter since the last
+# end, so a list's "1." is no sentence.
 _SENTENCE_END = re.compile(r"[.!?…](?:[\"'»”’)\]]*)(?=\s|$)|\n")
+_LETTER = re.compile(r"[^\W\d_]")
 
 
 class AnthropicBrain:
@@ -110,7 +112,7 @@ class AnthropicBrain:
             if stop not in ("tool_use", "pause_turn"):
                 text = _text_of(message)
                 if stop in ("max_tokens", "model_context_window_exceeded"):
-                    text = _complete_sentences(batch, text, stop)
+                    text = _complete_sentences(batch, message, text, stop)
                 return self._final(batch, text)
             rounds += 1
             if rounds > s.ai_max_tool_rounds:
@@ -183,10 +185,16 @@ def _content_of(message: Message) -> list[dict[str, Any]]:
     return [b for b in blocks if b["type"] != "text" or b["text"]]
 
 
-def _complete_sentences(batch: Batch, text: str, stop: str) -> str:
-    """A cut answer up to its last complete sentence; review `max_tokens` if none is."""
-    ends = [match.end() for match in _SENTENCE_END.finditer(text.rstrip())]
-    kept = text[: ends[-1]].rstrip() if ends else ""
+def _complete_sentences(batch: Batch, message: Message, text: str, stop: str) -> str:
+    """A cut answer up to its last complete sentence; review `max_tokens` if none is, or if
+    it was cut inside a tool call (its text is only what came before the call)."""
+    if any(block.type == "tool_use" for block in message.content):
+        raise NeedsReview(CUT_ANSWER, f"cut ({stop}) inside a tool call")
+    end = 0
+    for match in _SENTENCE_END.finditer(text.rstrip()):
+        if _LETTER.search(text, end, match.end()):
+            end = match.end()
+    kept = text[:end].rstrip()
     if not kept:
         raise NeedsReview(CUT_ANSWER, f"cut ({stop}) before its first sentence ended")
     log.warning(

@@ -84,11 +84,13 @@ class Toolbox:
         tool = self._tools.get(call.name)
         if tool is None:
             return {**result, "content": f"no tool named {call.name!r}", "is_error": True}
+        bound = asyncio.timeout(timeout_s)
         try:
-            async with asyncio.timeout(timeout_s):
+            async with bound:
                 answer = await tool.handler(batch, dict(call.input or {}))
-        except TimeoutError:
-            return {**result, "content": f"no answer within {timeout_s:g} s", "is_error": True}
+        except TimeoutError as exc:
+            late = f"no answer within {timeout_s:g} s" if bound.expired() else repr(exc)
+            return {**result, "content": late, "is_error": True}
         except HandOverRequested:
             raise
         except Exception as exc:

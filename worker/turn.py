@@ -236,8 +236,8 @@ class Turn:
             await self._send(self._sender, split_reply(text, limit), record_last=True)
         except LeaseLost:
             raise
-        except NeedsReview as exc:
-            return f"{'unknown' if self.state.delivery_unknown else 'failed'}: {exc}"[:500]
+        except NeedsReview as exc:  # a send nobody can confirm is counted once, as the part
+            return "see delivery_unknown" if self.state.delivery_unknown else f"failed: {exc}"[:500]
         except Exception as exc:
             return f"failed: {type(exc).__name__}: {exc}"[:500]
         return "done"
