@@ -1,7 +1,8 @@
 """The built-in brain's tool-use loop with plugin tools (`AI_TOOLS`): the handler gets the
 model's input under the person's lease and its result reaches the next request; a handler's
 error reaches the model as an error result; a loop past `AI_MAX_TOOL_ROUNDS` goes to review as
-`ai_tool_rounds`; a slow tool is cut at `AI_TOOL_TIMEOUT_S` (the model hears of it) and at the
+`ai_tool_rounds`; a slow tool is cut at `AI_TOOL_TIMEOUT_S` (the model hears of it; the lease
+holds meanwhile, renewed) and at the
 turn's deadline (`AI_TURN_TIMEOUT_S`: review as `ai_deadline`). Real worker processes."""
 
 from __future__ import annotations
@@ -133,7 +134,9 @@ async def test_a_slow_tool_is_cut_at_its_timeout_and_the_model_is_told(
 ) -> None:
     person = "5491155550203"
     ai.queue_reply([tool_use("slow_lookup", "toolu_s1", seconds=60)], "No pude revisarlo ahora.")
-    await fleet.start(1, **{**env, **TOOLS, "AI_TOOL_TIMEOUT_S": "1"})
+    # The tool's 3 s are twice the lease: renewed, it holds for the whole loop.
+    lease = {"LEASE_S": "1.5", "LEASE_RENEW_S": "0.3"}
+    await fleet.start(1, **{**env, **TOOLS, **lease, "AI_TOOL_TIMEOUT_S": "3"})
     await push_message(redis, prefix, person, "wamid.u3", "¿y el pedido?")
 
     sent = await graph.await_for(lambda: graph.sent_texts(person), timeout=15)
@@ -143,12 +146,19 @@ async def test_a_slow_tool_is_cut_at_its_timeout_and_the_model_is_told(
         {
             "type": "tool_result",
             "tool_use_id": "toolu_s1",
-            "content": "no answer within 1 s",
+            "content": "no answer within 3 s",
             "is_error": True,
         }
     ]
     events = [r["event"] for r in await records(redis, prefix)]
     assert events == ["slow_start"], "the handler was cancelled, never finished"
+
+    async def done() -> dict[str, int] | None:
+        counts = await stats(redis, prefix)
+        return counts if counts.get("turns") == 1 else None
+
+    counts = await wait_for(done, "the turn done")
+    assert "leases_expired" not in counts and "retries" not in counts
 
 
 async def test_the_turn_deadline_cuts_a_slow_tool_and_parks_the_batch(
