@@ -95,7 +95,7 @@ class Toolbox:
             raise
         except Exception as exc:
             return {**result, "content": f"{type(exc).__name__}: {exc}"[:2000], "is_error": True}
-        return {**result, "content": answer}
+        return {**result, "content": answer if isinstance(answer, str | list) else str(answer)}
 
 
 def hand_over_tool(settings: Settings) -> Tool:
