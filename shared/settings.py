@@ -183,55 +183,22 @@ class Settings:
     ai_timeout_s: float = setting(
         "AI_TIMEOUT_S", 60.0, "a Messages API call slower than this fails", above=0
     )
-    ai_max_continuations: int = setting(
-        "AI_MAX_CONTINUATIONS",
-        2,
-        "an answer cut at `max_tokens` is asked again this many times, the limit doubled each"
-        " time; still cut, it ends at its last complete sentence",
-        at_least=0,
-    )
     ai_fallback_text: str = setting(
-        "AI_FALLBACK_TEXT",
-        "",
-        "sent when the AI's answer is empty (per-tenant `fallback_text` wins); unset: such a"
-        " batch goes to review as `empty_answer`",
+        "AI_FALLBACK_TEXT", "", "sent for an empty AI answer (unset: review `empty_answer`)"
     )
-    ai_tools: tuple[str, ...] = setting(
-        "AI_TOOLS",
-        (),
-        "tools the `anthropic` brain offers Claude: `package.module:attr`, comma-separated"
-        " (docs/extending.md)",
-    )
-    ai_hand_over_tool: bool = setting(
-        "AI_HAND_OVER_TOOL",
-        True,
-        "offer Claude the `hand_over_to_human` tool: a person takes the conversation over",
-    )
+    ai_tools: tuple[str, ...] = setting("AI_TOOLS", (), "the brain's tools (docs/extending.md)")
+    ai_hand_over_tool: bool = setting("AI_HAND_OVER_TOOL", True, "offer the hand-over tool")
     ai_hand_over_text: str = setting(
-        "AI_HAND_OVER_TEXT",
-        "Thank you for your patience: a person from our team will continue here shortly.",
-        "what the person is sent when the AI hands over (per-tenant `hand_over_text` wins)",
-        shown_default="a short English sentence",
+        "AI_HAND_OVER_TEXT", "A person from our team will continue here.", "sent at a hand-over"
     )
     ai_max_tool_rounds: int = setting(
-        "AI_MAX_TOOL_ROUNDS",
-        8,
-        "tool calls (or paused server-tool turns) per turn; one more goes to review as"
-        " `ai_tool_rounds`",
-        above=0,
+        "AI_MAX_TOOL_ROUNDS", 8, "tool rounds per turn (one more: review `ai_tool_rounds`)", above=0
     )
     ai_tool_timeout_s: float = setting(
-        "AI_TOOL_TIMEOUT_S",
-        20.0,
-        "a tool handler slower than this answers the model with an error",
-        above=0,
+        "AI_TOOL_TIMEOUT_S", 20.0, "a tool slower than this answers the model an error", above=0
     )
     ai_turn_timeout_s: float = setting(
-        "AI_TURN_TIMEOUT_S",
-        90.0,
-        "the whole AI turn (every call, tool and continuation); past it the batch goes to"
-        " review as `ai_deadline`",
-        above=0,
+        "AI_TURN_TIMEOUT_S", 90.0, "the AI turn, tools included (then: `ai_deadline`)", above=0
     )
     memory_turns: int = setting(
         "MEMORY_TURNS", 10, "exchanges remembered per person (0: none)", at_least=0

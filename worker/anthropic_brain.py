@@ -11,7 +11,7 @@ an error that retrying cannot fix (bad request, authentication) goes to review w
 
 Each answer's `stop_reason` is read, in a loop bounded by `AI_TURN_TIMEOUT_S`:
 - `end_turn`, `stop_sequence`: the answer's text is the reply.
-- `max_tokens`: asked again with the limit doubled, up to `AI_MAX_CONTINUATIONS` times (the
+- `max_tokens`: asked again with the limit doubled, up to `MAX_CONTINUATIONS` times (the
   answer is generated again rather than continued from a prefilled assistant message, which
   Claude 4.6 models reject); still cut, the reply ends at its last complete sentence (a
   warning says so), or the batch goes to review as `max_tokens` when no sentence is complete.
@@ -50,6 +50,7 @@ EMPTY_ANSWER = "empty_answer"
 CUT_ANSWER = "max_tokens"
 TOOL_ROUNDS = "ai_tool_rounds"
 DEADLINE = "ai_deadline"
+MAX_CONTINUATIONS = 2  # a cut answer is asked again with 2x, then 4x the tokens
 MIN_CALL_S = 0.5  # a call with less of the turn's time left would only time out
 # A sentence ends at . ! ? … (closing quotes or brackets may follow) before a space or the
 # end, or at a line break (a list item, a paragraph); only if it has a letter since the last
@@ -100,7 +101,7 @@ class AnthropicBrain:
             stop = message.stop_reason
             if stop == "refusal":
                 raise NeedsReview(REFUSAL, "the model declined to answer (stop_reason refusal)")
-            if stop == "max_tokens" and cut < s.ai_max_continuations:
+            if stop == "max_tokens" and cut < MAX_CONTINUATIONS:
                 cut += 1
                 request = {**request, "max_tokens": request["max_tokens"] * 2}
                 log.info(

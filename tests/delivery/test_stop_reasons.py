@@ -53,7 +53,7 @@ async def test_a_cut_answer_is_asked_again_with_a_larger_limit_and_sent_whole(
     ai.configure(cut_at_max_tokens=True)
     ai.set_default_reply(LONG)
     # 20 tokens cut it (80 bytes), 40 too, 80 do not: asked three times.
-    await fleet.start(1, **{**env, "AI_MAX_TOKENS": "20", "AI_MAX_CONTINUATIONS": "2"})
+    await fleet.start(1, **{**env, "AI_MAX_TOKENS": "20"})
     await push_message(redis, prefix, person, "wamid.s1", "contame todo")
 
     sent = await graph.await_for(lambda: graph.sent_texts(person), timeout=15)
@@ -84,8 +84,8 @@ async def test_still_cut_after_the_bound_it_ends_at_its_last_complete_sentence(
 
     ai.configure(cut_at_max_tokens=True)
     ai.set_default_reply(reply)
-    # 10 tokens, then 20 (80 bytes): still cut, two sentences of 38 bytes into the answer.
-    await fleet.start(1, **{**env, "AI_MAX_TOKENS": "10", "AI_MAX_CONTINUATIONS": "1"})
+    # 5 tokens, 10, then 20 (80 bytes): still cut, two sentences of 38 bytes into the answer.
+    await fleet.start(1, **{**env, "AI_MAX_TOKENS": "5"})
     await push_message(redis, prefix, whole, "wamid.s2", "contame todo")
     await push_message(redis, prefix, no_sentence, "wamid.s3", "sin fin")
 
@@ -102,7 +102,7 @@ async def test_still_cut_after_the_bound_it_ends_at_its_last_complete_sentence(
     assert await remembered(redis, prefix, no_sentence) == []
     log = fleet.logs[0].read_text()
     assert "sending it up to its last complete sentence" in log
-    assert len(ai.bodies()) == 4, "each asked twice: once, then once more (AI_MAX_CONTINUATIONS)"
+    assert len(ai.bodies()) == 6, "each asked three times: once, then twice more"
 
 
 async def test_a_refusal_sends_nothing_and_goes_to_review(
