@@ -72,6 +72,10 @@ class TenantConfig:
     max_tokens: int | None = None
     memory_turns: int | None = None
     language: str | None = None
+    # Sent when the AI's answer is empty (else the batch goes to review as `empty_answer`).
+    fallback_text: str | None = None
+    # Sent when the AI hands the conversation over to a person (`hand_over_to_human`).
+    hand_over_text: str | None = None
 
 
 @dataclass(frozen=True)
@@ -228,6 +232,23 @@ class Settings:
         "while a turn runs, WhatsApp's typing indicator is shown again this often (Meta drops"
         " it after 25 s) until the reply goes out",
         above=0,
+    )
+    ai_fallback_text: str = setting(
+        "AI_FALLBACK_TEXT", "", "sent for an empty AI answer (unset: review `empty_answer`)"
+    )
+    ai_tools: tuple[str, ...] = setting("AI_TOOLS", (), "the brain's tools (docs/extending.md)")
+    ai_hand_over_tool: bool = setting("AI_HAND_OVER_TOOL", True, "offer the hand-over tool")
+    ai_hand_over_text: str = setting(
+        "AI_HAND_OVER_TEXT", "A person from our team will continue here.", "sent at a hand-over"
+    )
+    ai_max_tool_rounds: int = setting(
+        "AI_MAX_TOOL_ROUNDS", 8, "tool rounds per turn (one more: review `ai_tool_rounds`)", above=0
+    )
+    ai_tool_timeout_s: float = setting(
+        "AI_TOOL_TIMEOUT_S", 20.0, "a tool slower than this answers the model an error", above=0
+    )
+    ai_turn_timeout_s: float = setting(
+        "AI_TURN_TIMEOUT_S", 90.0, "the AI turn, tools included (then: `ai_deadline`)", above=0
     )
     memory_turns: int = setting(
         "MEMORY_TURNS", 10, "exchanges remembered per person (0: none)", at_least=0

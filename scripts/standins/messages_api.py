@@ -12,9 +12,15 @@ max_tokens, messages, at most 4 cache marks), and the answer is a Message the SD
 deterministic tokenizer of 4 characters a token (scripts/standins/_prompt_cache.py): `usage`
 says what was read from the cache, what was written and what came after. Replies come from a
 queue (strings, content-block lists, partial Message dicts, callables taking the request JSON,
-or a `MessagesFault`), else from the default reply "stand-in reply to: <last user text>". Errors
-use Anthropic's body `{"type": "error", "error": {"type", "message"}, "request_id"}` and a
-`request-id` header.
+or a `MessagesFault`), else from the default reply "stand-in reply to: <last user text>".
+`stop_reason` is `tool_use` when the content has a `tool_use` block, else `end_turn`, unless
+the reply says otherwise (a partial Message dict: `{"content": [], "stop_reason": "refusal"}`,
+`"pause_turn"`, `"max_tokens"`); with `cut_at_max_tokens` a text longer than the request's
+`max_tokens` (four bytes a token) is cut there and answered as `max_tokens`, as the API does.
+Tool use is checked as the API checks it: every `tool_use` of an assistant message needs its
+`tool_result` in the next user message, every `tool_result` its `tool_use` in the previous one,
+and a final assistant message may not end with whitespace. Errors use Anthropic's body
+`{"type": "error", "error": {"type", "message"}, "request_id"}` and a `request-id` header.
 
 NOTE: the SDK retries 408/409/429/5xx/529 and timeouts by itself (`max_retries`, default 2,
 with backoff honouring `retry-after`). A test that asserts on ONE injected failure must build
@@ -256,6 +262,8 @@ class MessagesApiStandIn(StandInBase[MessagesFault]):
       empty (a text, or a callable taking the request JSON).
     - `models`: if given, other model names get 404 not_found_error (as retired models do).
     - `require_version`: demand the `anthropic-version` header (the SDK always sends it).
+    - `cut_at_max_tokens`: cut a reply's text at the request's `max_tokens` (four bytes a
+      token) and answer `stop_reason: max_tokens`, as the API does (off: replies are whole).
     - `seed`: seeds the RNG used by `fail_fraction`.
     - `host`, `port`: where `start()` listens (port 0: a free one).
     """
@@ -270,6 +278,7 @@ class MessagesApiStandIn(StandInBase[MessagesFault]):
         default_reply: Reply = default_reply,
         models: Iterable[str] | None = None,
         require_version: bool = True,
+        cut_at_max_tokens: bool = False,
         seed: int | None = 0,
         host: str = "127.0.0.1",
         port: int = 0,
@@ -278,10 +287,12 @@ class MessagesApiStandIn(StandInBase[MessagesFault]):
         self.api_keys = as_tuple(api_keys)
         self.models = frozenset(models) if models is not None else None
         self.require_version = require_version
+        self.cut_at_max_tokens = cut_at_max_tokens
         self._initial_config = {
             "api_keys": self.api_keys,
             "models": self.models,
             "require_version": require_version,
+            "cut_at_max_tokens": cut_at_max_tokens,
         }
         self.default_reply: Reply = default_reply
         self._initial_default_reply: Reply = default_reply
@@ -303,9 +314,12 @@ class MessagesApiStandIn(StandInBase[MessagesFault]):
         api_keys: str | Iterable[str] | None = UNSET,
         models: Iterable[str] | None = UNSET,
         require_version: bool = UNSET,
+        cut_at_max_tokens: bool = UNSET,
     ) -> None:
         """Change settings at runtime (only the ones given; None for keys/models = any)."""
         with self._lock:
+            if cut_at_max_tokens is not UNSET:
+                self.cut_at_max_tokens = bool(cut_at_max_tokens)
             if api_keys is not UNSET:
                 self.api_keys = as_tuple(api_keys)
             if models is not UNSET:
@@ -447,7 +461,8 @@ class MessagesApiStandIn(StandInBase[MessagesFault]):
           content_type, delay, count (null = forever), probability, drop), plus `seed`.
         - `{"op": "hang", "seconds": 30, "count": 1}`
         - `config` takes `api_keys` ([...] or null), `models` ([...] or null),
-          `require_version`; `reset_all` also restores the replies and empties the prompt cache.
+          `require_version`, `cut_at_max_tokens`; `reset_all` also restores the replies and
+          empties the prompt cache.
         """
         return {
             **super()._control_ops(),
@@ -486,6 +501,7 @@ class MessagesApiStandIn(StandInBase[MessagesFault]):
                 "api_keys": list(self.api_keys) if self.api_keys is not None else None,
                 "models": sorted(self.models) if self.models is not None else None,
                 "require_version": self.require_version,
+                "cut_at_max_tokens": self.cut_at_max_tokens,
                 **self._fault_state(),
                 "pending_replies": len(self._replies),
             }
@@ -587,6 +603,9 @@ class MessagesApiStandIn(StandInBase[MessagesFault]):
             if any(isinstance(b, dict) and b.get("type") == "tool_use" for b in content)
             else "end_turn"
         )
+        if self.cut_at_max_tokens and "stop_reason" not in overrides:
+            content, cut = _cut_at(content, body["max_tokens"])
+            stop_reason = "max_tokens" if cut else stop_reason
         message: dict[str, Any] = {
             "id": _new_id("msg_"),
             "type": "message",
@@ -620,6 +639,62 @@ class MessagesApiStandIn(StandInBase[MessagesFault]):
     async def _unknown_path(self, request: Request) -> Response:
         record = await self._receive(request, kind="invalid")
         return self._error(record, "not_found_error", "Not Found")
+
+
+def _cut_at(content: list[Any], max_tokens: int) -> tuple[list[Any], bool]:
+    """The content as far as `max_tokens` reach (text blocks only, four bytes a token), and
+    whether anything was cut."""
+    budget = max_tokens * 4
+    kept: list[Any] = []
+    for block in content:
+        if not (isinstance(block, dict) and block.get("type") == "text"):
+            kept.append(block)
+            continue
+        raw = str(block.get("text", "")).encode()
+        if len(raw) > budget:
+            text = raw[:budget].decode(errors="ignore")
+            return ([*kept, {**block, "text": text}] if text else kept), True
+        budget -= len(raw)
+        kept.append(block)
+    return kept, False
+
+
+def _ids(content: Any, kind: str, key: str) -> list[str]:
+    if not isinstance(content, list):
+        return []
+    return [str(b.get(key)) for b in content if isinstance(b, dict) and b.get("type") == kind]
+
+
+def _tool_problem(messages: list[Any]) -> str | None:
+    """How the messages break the API's tool-use pairing, or None."""
+    for i, message in enumerate(messages):
+        content = message.get("content")
+        uses = _ids(content, "tool_use", "id") if message["role"] == "assistant" else []
+        if uses and i + 1 < len(messages):
+            answered = set(_ids(messages[i + 1].get("content"), "tool_result", "tool_use_id"))
+            missing = [u for u in uses if u not in answered]
+            if missing:
+                return (
+                    f"messages.{i + 1}: `tool_use` ids were found without `tool_result` blocks"
+                    f" immediately after: {', '.join(missing)}. Each `tool_use` block must have"
+                    " a corresponding `tool_result` block in the next message."
+                )
+        results = _ids(content, "tool_result", "tool_use_id") if message["role"] == "user" else []
+        previous = _ids(messages[i - 1].get("content"), "tool_use", "id") if i else []
+        unexpected = [r for r in results if r not in previous]
+        if unexpected:
+            return (
+                f"messages.{i}.content: unexpected `tool_use_id` found in `tool_result` blocks:"
+                f" {', '.join(unexpected)}. Each `tool_result` block must have a corresponding"
+                " `tool_use` block in the previous message."
+            )
+    last = messages[-1]
+    content = last.get("content")
+    final = content[-1] if isinstance(content, list) and content else content
+    text = final.get("text") if isinstance(final, dict) else final
+    if last["role"] == "assistant" and isinstance(text, str) and text != text.rstrip():
+        return "messages: final assistant content cannot end with trailing whitespace"
+    return None
 
 
 def _validate(body: dict[str, Any]) -> str | None:
@@ -663,6 +738,14 @@ def _validate(body: dict[str, Any]) -> str | None:
             for b in system
         ):
             return "system: Input should be a valid string or a list of text blocks"
+    for i, tool in enumerate(body.get("tools") or []):
+        if not isinstance(tool, dict) or not isinstance(tool.get("name"), str):
+            return f"tools.{i}.name: Field required"
+        if "type" not in tool and not isinstance(tool.get("input_schema"), dict):
+            return f"tools.{i}.custom.input_schema: Field required"
+    problem = _tool_problem(messages)
+    if problem is not None:
+        return problem
     temperature = body.get("temperature")
     if temperature is not None and (
         not isinstance(temperature, int | float) or not 0 <= temperature <= 1

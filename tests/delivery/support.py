@@ -48,6 +48,11 @@ template_language = "{TEMPLATE_LANGUAGE}"
 """
 
 
+def add_to_tenant(env: dict[str, str], lines: str) -> None:
+    """Append TOML `lines` to TENANT's table in the workers' tenants file."""
+    Path(env["TENANTS_FILE"]).write_text(TENANTS_TOML + lines)
+
+
 def worker_env(
     redis_url: str, prefix: str, graph: GraphApiStandIn, ai: MessagesApiStandIn, tenants: Path
 ) -> dict[str, str]:
