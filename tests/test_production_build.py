@@ -37,7 +37,7 @@ from packaging.utils import canonicalize_name
 from scripts.dev.redis_server import RedisServer, free_port
 from scripts.devstack import procfile_argv, read_procfile
 from scripts.standins import GraphApiStandIn, MessagesApiStandIn
-from tests.support.helpers import API_KEY, APP_SECRET, TOKEN, fixture_bytes, fixture_json, sign
+from tests.support.helpers import API_KEY, APP_SECRET, TOKEN, fixture_json, sign
 
 REPO = Path(__file__).resolve().parents[1]
 PIP_TIMEOUT_S = 900.0
@@ -200,7 +200,11 @@ def dynos(
     finally:
         codes = {name: dyno.stop() for name, dyno in running.items()}
         print("\n".join(dyno.output() for dyno in running.values()))  # shown on failure
-        assert codes == {"web": 0, "worker": 0}, "a process did not stop cleanly on SIGTERM"
+        # Both stop cleanly on SIGTERM (Heroku's stop signal). uvicorn re-raises the signal
+        # after its graceful shutdown, so the web process ends "by" SIGTERM once it is done.
+        assert codes["worker"] == 0, running["worker"].output()
+        assert codes["web"] in (0, -signal.SIGTERM), running["web"].output()
+        assert "Application shutdown complete" in running["web"].output()
 
 
 def wait_ready(base_url: str, running: dict[str, Dyno]) -> httpx.Response:
@@ -226,9 +230,11 @@ def test_the_procfile_runs_from_the_slug_and_answers_a_webhook(
     base_url, running = dynos
     wait_ready(base_url, running)
 
-    body = fixture_bytes("whatsapp/text.json")
-    person = fixture_json("whatsapp/text.json")["entry"][0]["changes"][0]["value"]["contacts"]
-    wa_id = person[0]["wa_id"]
+    payload = fixture_json("whatsapp/text.json")
+    value = payload["entry"][0]["changes"][0]["value"]
+    value["messages"][0]["timestamp"] = str(int(time.time()))  # older ones go to review
+    wa_id = value["contacts"][0]["wa_id"]
+    body = json.dumps(payload).encode()
     answer = httpx.post(
         f"{base_url}/webhooks/whatsapp",
         content=body,
