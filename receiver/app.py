@@ -4,6 +4,13 @@ Verifies, fans out and stores; answers 200 only once Redis confirmed every item 
 (invariant 1, docs/invariants.md); a bad request changes nothing (invariant 8).
 Redis is connected in the lifespan, never at import. No input produces a 500: an unexpected
 error is logged and answered 503, which the provider retries (dedupe makes that safe).
+
+While Redis does not take a webhook (a failover, a restart, a stall) the request is held and
+its write retried for up to `WEBHOOK_HOLD_S` after it arrived, below the 5 s Chatwoot waits:
+Chatwoot never retries account webhooks, so an answer that is not 200 loses the message. Only
+then does it get the provider's `unavailable_status`, the one that provider retries (Chatwoot
+agent bots: 500; Meta: 503). A retried write is safe: `ingest.lua` skips what it has already
+stored (invariant 2). The hold is the failure path only: a write Redis answers never enters it.
 """
 
 from __future__ import annotations
@@ -42,7 +49,7 @@ from shared.logs import (
     warn_if_not_persistent,
 )
 from shared.provider import InboundProvider, WebhookRequest
-from shared.redis_client import make_redis
+from shared.redis_client import explain, make_redis
 from shared.scripts import Scripts
 from shared.settings import Settings
 
@@ -56,6 +63,10 @@ Endpoint = Callable[[Request], Awaitable[Response]]
 FORBIDDEN = PlainTextResponse("forbidden", status_code=403)
 UNAVAILABLE = PlainTextResponse("unavailable, retry later", status_code=503)
 OK = PlainTextResponse("ok")
+
+# Retrying a held webhook's write (`Receiver._hold`): the first pause, doubling up to the cap.
+HOLD_FIRST_PAUSE_S = 0.05
+HOLD_MAX_PAUSE_S = 0.5
 
 
 def never_500(endpoint: Endpoint) -> Endpoint:
@@ -158,7 +169,7 @@ class Receiver:
         try:
             await asyncio.wait_for(self.scripts.load(self.redis), self.settings.redis_timeout_s)
         except Exception as exc:
-            logger.warning("Redis not reachable at start-up (%r); /readyz reports it", exc)
+            logger.warning("Redis not reachable at start-up (%s); /readyz reports it", explain(exc))
             return
         await warn_if_not_persistent(self.redis, self.settings.redis_timeout_s, logger)
 
@@ -183,8 +194,9 @@ class Receiver:
         200 once Redis confirmed every item, with the counts in headers (`x-stored`,
         `x-duplicates`, `x-deadlettered`) and an empty body, which uvicorn writes in one
         `write()` (a body costs a second one); 413 too large, 400 malformed
-        Content-Length, 401 unsigned, 403 wrongly signed (or no secret configured), 503 when
-        Redis failed or did not confirm in time, or on any unexpected error (never a 500).
+        Content-Length, 401 unsigned, 403 wrongly signed (or no secret configured); when Redis
+        failed or did not confirm within `WEBHOOK_HOLD_S`, the provider's `unavailable_status`
+        (Chatwoot 500, WhatsApp 503); 503 on any unexpected error.
         """
         started = time.perf_counter()
         if inbound is None:
@@ -237,7 +249,11 @@ class Receiver:
         except SignatureError as exc:
             logger.info("%s webhook refused: %s", inbound.channel, exc)
             return (401, b"missing signature") if exc.status_code == 401 else (403, b"forbidden")
-        return await self._store(inbound.parse(request, now_ns // 1_000_000), body)
+        parsed = inbound.parse(request, now_ns // 1_000_000)
+        try:
+            return await self._store(parsed, body)
+        except StoreUnavailable as exc:
+            return await self._hold(parsed, body, inbound, now_ns, exc)
 
     async def _store(self, parsed: Parsed, body: bytes) -> tuple[int, Any]:
         """Store the understood items; dead-letter the whole body if anything was not understood.
@@ -253,11 +269,7 @@ class Receiver:
             return 200, _counts(0, 0)
         if self.writer is None:
             raise RuntimeError("receiver used outside its lifespan")
-        try:
-            saved = await self.writer.save(parsed.items, deadletter)
-        except StoreUnavailable as exc:
-            logger.warning("webhook not stored, answering 503: %s", exc)
-            return 503, b"unavailable, retry later"
+        saved = await self.writer.save(parsed.items, deadletter)
         if deadletter is not None:
             logger.warning(
                 "signed webhook body (%d bytes) dead-lettered, %d items kept: %s",
@@ -268,6 +280,44 @@ class Receiver:
         self.metrics.saved(saved.stored, saved.duplicates, deadletter is not None)
         return 200, _counts(saved.stored, saved.duplicates, deadletter is not None)
 
+    async def _hold(
+        self,
+        parsed: Parsed,
+        body: bytes,
+        inbound: InboundProvider,
+        received_ns: int,
+        error: Exception,
+    ) -> tuple[int, Any]:
+        """Redis did not take the webhook: retry until `WEBHOOK_HOLD_S` after it arrived, then
+        answer the provider's `unavailable_status` (see the module docstring)."""
+        deadline_s = received_ns / 1e9 + self.settings.webhook_hold_s
+        attempts, pause_s = 1, HOLD_FIRST_PAUSE_S
+        while (left_s := deadline_s - time.time()) > 0:
+            await asyncio.sleep(min(pause_s, left_s))
+            left_s = deadline_s - time.time()
+            if left_s <= 0:
+                break
+            attempts, pause_s = attempts + 1, min(pause_s * 2, HOLD_MAX_PAUSE_S)
+            try:
+                # A write still out at the deadline is given up on here; if Redis takes it
+                # later, the provider's retry is a duplicate.
+                async with asyncio.timeout(left_s):
+                    answer = await self._store(parsed, body)
+            except (StoreUnavailable, TimeoutError) as exc:
+                error = exc
+                continue
+            logger.info("webhook stored after %d attempts (Redis: %s)", attempts, error)
+            return answer
+        status = inbound.unavailable_status
+        logger.warning(
+            "webhook not stored after %d attempts in %.1fs, answering %d: %s",
+            attempts,
+            time.time() - received_ns / 1e9,
+            status,
+            explain(error),
+        )
+        return status, b"unavailable, retry later"
+
     async def healthz(self, request: Request) -> Response:
         return OK
 
@@ -277,7 +327,7 @@ class Receiver:
         try:
             await asyncio.wait_for(self.redis.ping(), self.settings.redis_timeout_s)
         except Exception as exc:
-            logger.info("not ready: Redis does not answer (%r)", exc)
+            logger.info("not ready: Redis does not answer (%s)", explain(exc))
             return UNAVAILABLE
         return PlainTextResponse("ready")
 

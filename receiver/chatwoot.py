@@ -60,6 +60,9 @@ class ChatwootInbound:
     channel = CHANNEL
     path = "/webhooks/chatwoot"
     header_names = frozenset({SIGNATURE, TIMESTAMP, DELIVERY})
+    # Agent bots retry a 429 or a 500 (three times, 3 s apart), never a 503; account webhooks
+    # retry nothing (docs/providers/chatwoot.md).
+    unavailable_status = 500
 
     def __init__(
         self,

@@ -20,8 +20,10 @@ reach theirs, and the worker taking it would find nothing yet.
 Merging is what makes this fast: the Redis client's cost is per command, so one script call
 for 32 requests' items costs a fraction of 32 calls. Each request still learns its own
 outcome only after Redis answered the whole round; any error, or no answer within the
-timeout, raises `StoreUnavailable` (the webhook answers 503 and the provider retries, which
-the dedupe markers make safe).
+timeout, raises `StoreUnavailable`: the receiver holds the webhook and saves it again, and
+answers a status the provider retries only if Redis still does not take it (receiver/app.py);
+the dedupe markers make every repeat safe. Repeats cost the hot path nothing: they are the
+caller's, on the failure path.
 
 At most `rounds_in_flight` rounds are in flight at once, each on its own connection; while
 every slot is busy the next round gathers, so a request waits at most for the rounds in

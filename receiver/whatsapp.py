@@ -41,6 +41,7 @@ class WhatsAppInbound:
     channel = CHANNEL
     path = "/webhooks/whatsapp"
     header_names = frozenset({b"x-hub-signature-256"})
+    unavailable_status = 503  # Meta retries any answer but 200, for up to 7 days
 
     def __init__(self, app_secrets: tuple[str, ...]) -> None:
         self.signatures = SignatureChecker(app_secrets)

@@ -48,6 +48,8 @@ class InboundProvider(Protocol):
     channel: str
     path: str  # the webhook route, e.g. "/webhooks/chatwoot"
     header_names: frozenset[bytes]  # request headers `verify`/`parse` read (lower case)
+    # The answer when Redis did not take a webhook in time: a status this provider retries.
+    unavailable_status: int
 
     @property
     def configured(self) -> bool:

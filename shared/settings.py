@@ -11,6 +11,7 @@ outside the repo drive the product with them.
 from __future__ import annotations
 
 import os
+import ssl
 import sys
 import tomllib
 from collections.abc import Mapping
@@ -37,9 +38,27 @@ def _no_trailing_slash(url: str) -> str:
     return url.rstrip("/")
 
 
+def _is_ca_file(path: str) -> bool:
+    # Loaded as the Redis client will load it, so a wrong path or a file that is not PEM
+    # stops start-up instead of failing every connection later.
+    if not path:
+        return True
+    try:
+        ssl.create_default_context(cafile=path)
+    except (OSError, ValueError):  # ssl.SSLError is an OSError
+        return False
+    return True
+
+
+def _is_webhook_hold(hold_s: float) -> bool:
+    # Chatwoot gives up on a webhook after 5 s and does not retry a timed-out one.
+    return 0 <= hold_s < 5
+
+
 @dataclass(frozen=True)
 class TenantConfig:
-    """Per-tenant overrides read from `TENANTS_FILE` (TOML, one `[tenants."<id>"]` table each)."""
+    """Per-tenant overrides read from `TENANTS_FILE` (TOML, one `[tenants."<id>"]` table each);
+    None: the global setting."""
 
     debounce_window_s: float | None = None
     max_wait_s: float | None = None
@@ -47,6 +66,16 @@ class TenantConfig:
     access_token: str | None = None
     template: str | None = None
     template_language: str = "en_US"
+    # The AI of this tenant: `AI_MODEL`, `AI_MAX_TOKENS`, `MEMORY_TURNS`, and the language its
+    # answers are in (a name, "Spanish", or a locale, "es-AR": a hint in the system prompt).
+    model: str | None = None
+    max_tokens: int | None = None
+    memory_turns: int | None = None
+    language: str | None = None
+    # Sent when the AI's answer is empty (else the batch goes to review as `empty_answer`).
+    fallback_text: str | None = None
+    # Sent when the AI hands the conversation over to a person (`hand_over_to_human`).
+    hand_over_text: str | None = None
 
 
 @dataclass(frozen=True)
@@ -69,8 +98,26 @@ class Settings:
     redis_timeout_s: float = setting(
         "REDIS_TIMEOUT_S",
         2.0,
-        "a Redis answer slower than this makes the receiver answer 503",
+        "a Redis answer slower than this fails (the receiver's writes: see `WEBHOOK_HOLD_S`)",
         above=0,
+    )
+    redis_tls_verify: str = setting(
+        "REDIS_TLS_VERIFY",
+        "required",
+        "`required`: check a `rediss://` server's certificate and name; `none`: not (Heroku)",
+        choices=("required", "none"),
+    )
+    redis_tls_ca_file: str = setting(
+        "REDIS_TLS_CA_FILE",
+        "",
+        "a PEM file of the CA certificates to trust for `rediss://` ([TLS](deploying.md#tls))",
+        rule=(_is_ca_file, "name a readable PEM file of CA certificates"),
+    )
+    webhook_hold_s: float = setting(
+        "WEBHOOK_HOLD_S",
+        4.0,
+        "how long the receiver retries a webhook Redis did not take (then 503; Chatwoot 500)",
+        rule=(_is_webhook_hold, "be >= 0 and < 5 (Chatwoot waits 5 s for an answer)"),
     )
     key_prefix: str = setting(
         "KEY_PREFIX",
@@ -165,7 +212,7 @@ class Settings:
         "ANTHROPIC_API_KEY", "", "setting it makes `anthropic` the brain", secret=True
     )
     ai_model: str = setting(
-        "AI_MODEL", "claude-sonnet-4-5", "models are retired over time: set yours"
+        "AI_MODEL", "claude-sonnet-5-5", "models are retired over time: set yours"
     )
     system_prompt: str = setting(
         "SYSTEM_PROMPT",
@@ -178,6 +225,30 @@ class Settings:
     )
     ai_timeout_s: float = setting(
         "AI_TIMEOUT_S", 60.0, "a Messages API call slower than this fails", above=0
+    )
+    typing_refresh_s: float = setting(
+        "TYPING_REFRESH_S",
+        20.0,
+        "while a turn runs, WhatsApp's typing indicator is shown again this often (Meta drops"
+        " it after 25 s) until the reply goes out",
+        above=0,
+    )
+    ai_fallback_text: str = setting(
+        "AI_FALLBACK_TEXT", "", "sent for an empty AI answer (unset: review `empty_answer`)"
+    )
+    ai_tools: tuple[str, ...] = setting("AI_TOOLS", (), "the brain's tools (docs/extending.md)")
+    ai_hand_over_tool: bool = setting("AI_HAND_OVER_TOOL", True, "offer the hand-over tool")
+    ai_hand_over_text: str = setting(
+        "AI_HAND_OVER_TEXT", "A person from our team will continue here.", "sent at a hand-over"
+    )
+    ai_max_tool_rounds: int = setting(
+        "AI_MAX_TOOL_ROUNDS", 8, "tool rounds per turn (one more: review `ai_tool_rounds`)", above=0
+    )
+    ai_tool_timeout_s: float = setting(
+        "AI_TOOL_TIMEOUT_S", 20.0, "a tool slower than this answers the model an error", above=0
+    )
+    ai_turn_timeout_s: float = setting(
+        "AI_TURN_TIMEOUT_S", 90.0, "the AI turn, tools included (then: `ai_deadline`)", above=0
     )
     memory_turns: int = setting(
         "MEMORY_TURNS", 10, "exchanges remembered per person (0: none)", at_least=0
@@ -321,6 +392,7 @@ class Settings:
                 f"AI_OUTAGE_MAX_PAUSE_S ({self.ai_outage_max_pause_s}) must be >= "
                 f"AI_OUTAGE_PAUSE_S ({self.ai_outage_pause_s})"
             )
+        _check_tls(self)
         if self.max_wait_s < self.debounce_window_s:
             raise ConfigError(
                 f"MAX_WAIT_S ({self.max_wait_s}) must be >= DEBOUNCE_WINDOW_S "
@@ -342,6 +414,10 @@ class Settings:
     def max_wait_for(self, tenant_id: str) -> float:
         return self.tenant(tenant_id).max_wait_s or self.max_wait_s
 
+    def memory_turns_for(self, tenant_id: str) -> int:
+        turns = self.tenant(tenant_id).memory_turns
+        return self.memory_turns if turns is None else turns
+
     def masked(self) -> dict[str, Any]:
         """Effective configuration for start-up logs, with secrets masked."""
         out = {spec.name: spec.shown(getattr(self, spec.name)) for spec in SPECS}
@@ -356,6 +432,14 @@ def env_names() -> frozenset[str]:
     """Every environment variable `Settings.from_env` reads (tools that must keep a
     developer's own settings out of a child process strip these)."""
     return frozenset(spec.env for spec in SPECS)
+
+
+def _check_tls(settings: Settings) -> None:
+    if settings.redis_tls_ca_file and settings.redis_tls_verify == "none":
+        raise ConfigError(
+            "REDIS_TLS_CA_FILE is set but REDIS_TLS_VERIFY=none turns verification off:"
+            " keep one of them"
+        )
 
 
 def exit_on_config_error(error: ConfigError) -> NoReturn:
@@ -392,5 +476,23 @@ def load_tenants(path: str) -> dict[str, TenantConfig]:
                 raise ConfigError(
                     f"TENANTS_FILE {path!r}: tenants.{tenant_id}.{key} must be a number > 0"
                 )
+        problem = _ai_problem(table)
+        if problem:
+            raise ConfigError(f"TENANTS_FILE {path!r}: tenants.{tenant_id}.{problem}")
         out[str(tenant_id)] = TenantConfig(**table)
     return out
+
+
+def _ai_problem(table: Mapping[str, Any]) -> str:
+    """What is wrong with a tenant's AI keys ("" if nothing): `key must be ...`."""
+    for key, least in (("max_tokens", 1), ("memory_turns", 0)):
+        value = table.get(key, least)
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            return f"{key} must be a whole number >= {least}"
+    for key in ("model", "language"):
+        value = table.get(key, "x")
+        if not isinstance(value, str) or not value.strip():
+            return f"{key} must be a non-empty string"
+    if not isinstance(table.get("system_prompt", ""), str):
+        return "system_prompt must be a string"
+    return ""

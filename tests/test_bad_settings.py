@@ -1,6 +1,8 @@
 """A bad setting stops every process before it does anything: one line on stderr naming the
 variable, exit code 2, no traceback. Run as real processes: the Procfile's `web` and `worker`
-lines through the shell, as a platform runs them, and the operators' CLIs."""
+lines through the shell, as a platform runs them, and the operators' CLIs. A CLI that cannot
+reach Redis says so in one line too (exit code 1); a worker waits for it
+(tests/worker/test_startup.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import certifi
 import pytest
 
 from scripts.dev.redis_server import RedisServer, free_port
@@ -36,18 +39,40 @@ def run(command: list[str], **settings: str) -> subprocess.CompletedProcess[str]
     return subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
 
 
+CA_FILE = "configuration error: REDIS_TLS_CA_FILE must name a readable PEM file of CA certificates"
+
+
 @pytest.mark.parametrize("process", sorted(COMMANDS))
 @pytest.mark.parametrize(
-    ("name", "value", "line"),
+    ("settings", "line"),
     [
-        ("LEASE_S", "2m", "configuration error: LEASE_S must be a number, got '2m'"),
-        ("KEY_PREFIX", "wa:x", "configuration error: KEY_PREFIX must be non-empty"),
+        ({"LEASE_S": "2m"}, "configuration error: LEASE_S must be a number, got '2m'"),
+        ({"KEY_PREFIX": "wa:x"}, "configuration error: KEY_PREFIX must be non-empty"),
+        (
+            {"REDIS_TLS_VERIFY": "off"},
+            "configuration error: REDIS_TLS_VERIFY must be required or none, got 'off'",
+        ),
+        ({"REDIS_TLS_CA_FILE": "/nonexistent/ca.pem"}, f"{CA_FILE}, got '/nonexistent/ca.pem'"),
+        ({"REDIS_TLS_CA_FILE": str(REPO / "README.md")}, CA_FILE),  # a file, but not PEM
+        (
+            {"REDIS_TLS_VERIFY": "none", "REDIS_TLS_CA_FILE": certifi.where()},  # a real bundle
+            "configuration error: REDIS_TLS_CA_FILE is set but REDIS_TLS_VERIFY=none turns",
+        ),
+        (
+            {"WEBHOOK_HOLD_S": "5"},
+            "configuration error: WEBHOOK_HOLD_S must be >= 0 and < 5 (Chatwoot waits 5 s",
+        ),
+        (
+            {"TENANTS_FILE": "/nonexistent/tenants.toml"},
+            "configuration error: TENANTS_FILE '/nonexistent/tenants.toml' cannot be read",
+        ),
     ],
+    ids=["number", "rule", "tls-verify", "ca-missing", "ca-not-pem", "ca-and-none", "hold", "file"],
 )
 def test_a_bad_setting_is_one_line_and_exit_code_2(
-    process: str, name: str, value: str, line: str
+    process: str, settings: dict[str, str], line: str
 ) -> None:
-    done = run(COMMANDS[process], **{name: value})
+    done = run(COMMANDS[process], **settings)
     assert done.returncode == 2, (done.stdout, done.stderr)
     assert done.stderr.count("\n") == 1 and done.stderr.startswith(line), done.stderr
     assert done.stdout == "", done.stdout
@@ -67,3 +92,11 @@ def test_a_brain_that_cannot_be_loaded_stops_the_worker_the_same_way(
     assert done.returncode == 2, (done.stdout, done.stderr)
     assert done.stderr.startswith("configuration error: BRAIN='no_such_package.brain:Brain'")
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("process", ["inspect", "review"])
+def test_a_cli_that_cannot_reach_redis_says_so_in_one_line(process: str) -> None:
+    done = run(COMMANDS[process])  # nothing listens at REDIS_URL
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith("error: cannot"), done.stderr
+    assert "Error 111 connecting" in done.stderr and done.stdout == ""  # ECONNREFUSED

@@ -159,6 +159,15 @@ def test_tenants_file_overrides_window_and_max_wait(tmp_path: Path) -> None:
         ('[tenants."1"]\ndebounce_window_s = 0\n', "debounce_window_s must be a number > 0"),
         ('[tenants."1"]\nmax_wait_s = "soon"\n', "max_wait_s must be a number > 0"),
         ('tenants = "x"\n', "[tenants] must be a table"),
+        ('[tenants."1"]\nmax_tokens = 0\n', "tenants.1.max_tokens must be a whole number >= 1"),
+        ('[tenants."1"]\nmax_tokens = 2.5\n', "max_tokens must be a whole number >= 1"),
+        ('[tenants."1"]\nmax_tokens = true\n', "max_tokens must be a whole number >= 1"),
+        ('[tenants."1"]\nmemory_turns = -1\n', "memory_turns must be a whole number >= 0"),
+        ('[tenants."1"]\nmemory_turns = "5"\n', "memory_turns must be a whole number >= 0"),
+        ('[tenants."1"]\nmodel = ""\n', "tenants.1.model must be a non-empty string"),
+        ('[tenants."1"]\nmodel = 4\n', "model must be a non-empty string"),
+        ('[tenants."1"]\nlanguage = " "\n', "language must be a non-empty string"),
+        ('[tenants."1"]\nsystem_prompt = 3\n', "system_prompt must be a string"),
     ],
 )
 def test_bad_tenants_files_name_the_file(tmp_path: Path, content: str, message: str) -> None:
@@ -167,6 +176,30 @@ def test_bad_tenants_files_name_the_file(tmp_path: Path, content: str, message: 
     with pytest.raises(ConfigError) as caught:
         Settings.from_env({"TENANTS_FILE": str(path)})
     assert "TENANTS_FILE" in str(caught.value) and message in str(caught.value)
+
+
+def test_tenants_file_ai_settings_and_their_fallbacks(tmp_path: Path) -> None:
+    path = tmp_path / "tenants.toml"
+    path.write_text(
+        '[tenants."111"]\nmodel = "claude-opus-4-8"\nmax_tokens = 300\nmemory_turns = 0\n'
+        'language = "es-AR"\n'
+        '[tenants."222"]\nmemory_turns = 3\n'
+    )
+    s = Settings.from_env({"TENANTS_FILE": str(path), "MEMORY_TURNS": "6"})
+    first = s.tenant("111")
+    assert (first.model, first.max_tokens, first.language) == ("claude-opus-4-8", 300, "es-AR")
+    assert s.memory_turns_for("111") == 0, "0 is a value: no memory, not the default"
+    assert s.memory_turns_for("222") == 3 and s.memory_turns_for("333") == 6
+    assert s.tenant("222").model is None and s.tenant("222").max_tokens is None
+
+
+def test_the_default_model_is_a_current_one_the_sdk_knows() -> None:
+    from typing import get_args
+
+    from anthropic.types.model_param import ModelParam
+
+    known = {name for arg in get_args(ModelParam) for name in get_args(arg)}
+    assert Settings().ai_model in known and "sonnet" in Settings().ai_model
 
 
 def test_a_missing_tenants_file_is_a_config_error(tmp_path: Path) -> None:

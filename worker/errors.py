@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 DELIVERY_UNKNOWN = "delivery_unknown"
+AI_HAND_OVER = "ai_hand_over"
 
 
 class TurnError(Exception):
@@ -32,6 +33,17 @@ class NeedsReview(TurnError):
         super().__init__(f"{reason}: {detail}" if detail else reason)
         self.reason = reason
         self.detail = detail
+
+
+class HandOverRequested(NeedsReview):
+    """The AI asked for a person (the built-in `hand_over_to_human` tool, worker/tools.py):
+    the turn sends `text` to the person, once, then parks the batch for review as
+    "ai_hand_over" with the AI's `reason` as its detail. Raised by a brain or a tool handler;
+    a review decided before the text goes out, so a resumed turn never sends it again."""
+
+    def __init__(self, reason: str, text: str) -> None:
+        super().__init__(AI_HAND_OVER, reason)
+        self.text = text
 
 
 class DeliveryUnknown(NeedsReview):

@@ -23,7 +23,7 @@ import orjson
 from redis.exceptions import RedisError
 
 from shared.keys import KeyError_, Keys
-from shared.redis_client import make_redis
+from shared.redis_client import explain, make_redis
 from shared.settings import ConfigError, Settings, exit_on_config_error
 from worker import live_state
 from worker.unknowns import describe, utc
@@ -270,7 +270,8 @@ def main(argv: list[str] | None = None) -> int:
         state = asyncio.run(read(args, settings))
     except (RedisError, OSError) as exc:
         print(
-            f"error: cannot read Redis at {settings.masked()['redis_url']}: {exc}", file=sys.stderr
+            f"error: cannot read Redis at {settings.masked()['redis_url']}: {explain(exc)}",
+            file=sys.stderr,
         )
         return 1
     print(render(args, state))

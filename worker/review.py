@@ -22,10 +22,11 @@ import sys
 from typing import Any
 
 import orjson
+from redis.exceptions import RedisError
 
 from shared import script_calls, wake
 from shared.keys import Keys
-from shared.redis_client import make_redis
+from shared.redis_client import explain, make_redis
 from shared.scripts import Scripts
 from shared.settings import ConfigError, Settings
 from worker.review_journal import current_names
@@ -143,7 +144,12 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"configuration error: {exc}", file=sys.stderr)
         return 2
-    return asyncio.run(_run(args, settings))
+    try:
+        return asyncio.run(_run(args, settings))
+    except (RedisError, OSError) as exc:
+        url = settings.masked()["redis_url"]
+        print(f"error: cannot reach Redis at {url}: {explain(exc)}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

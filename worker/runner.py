@@ -31,7 +31,7 @@ from redis.exceptions import RedisClusterException, RedisError
 from shared.group_commit import GroupCommitter
 from shared.keys import Keys
 from shared.logs import log_startup, warn_if_not_persistent
-from shared.redis_client import make_redis
+from shared.redis_client import explain, make_redis
 from shared.scripts import Scripts
 from shared.settings import Settings
 from worker.ai_pause import AIPause
@@ -200,7 +200,7 @@ class Worker:
                     "redis not reachable at start-up (%s, attempt %d): %s; next try in %.1fs",
                     url,
                     attempt,
-                    exc,
+                    explain(exc),
                     delay,
                 )
                 await self._scheduler.sleep(delay)  # a signal ends the wait at once

@@ -10,7 +10,10 @@ as `no_sender`).
 A sender is any object with `async def send(self, batch, text, part) -> str | None` that sends
 part number `part` of the reply and returns the provider's message id (None if the provider
 gives none; delivery statuses are tracked by that id). It may also have
-`async def begin_turn(self, batch)` (read receipt, typing indicator; called before the AI) and
+`async def begin_turn(self, batch)` (read receipt, typing indicator; called before the AI),
+`async def keep_typing(self, batch)` (called every `TYPING_REFRESH_S` while the AI works),
+`def can_send_text(self, batch) -> bool` (False: no AI is asked, `send(batch, "", 0)` sends the
+provider's fallback, WhatsApp's template outside the 24-hour window),
 `max_part_chars` (how long one part may be; 4096 if absent), and
 `async def hand_over(self, batch, reason, detail) -> bool | str` (the batch was parked for
 review: give the conversation to a person; True if the provider was told, a text for the

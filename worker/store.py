@@ -214,7 +214,7 @@ class ConversationStore:
             window_ms=window_ms,
             max_wait_ms=max_wait_ms,
             remember=remember,
-            memory_turns=self._settings.memory_turns,
+            memory_turns=self._settings.memory_turns_for(batch.tenant),
             memory_ttl_ms=int(self._settings.memory_ttl_s * 1000),
             last_part=last_part_index,
             last_part_id=last_part_id,

@@ -13,11 +13,12 @@ resumed batch finishes that same review and hands the conversation over at most 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, TypeVar
 
 import orjson
@@ -29,17 +30,28 @@ from shared.settings import Settings
 from worker.ai_pause import AIPause, AIPaused
 from worker.batch import Batch
 from worker.brains import Brain
-from worker.errors import DELIVERY_UNKNOWN, AIUnavailable, DeliveryUnknown, LeaseLost, NeedsReview
+from worker.errors import (
+    DELIVERY_UNKNOWN,
+    AIUnavailable,
+    DeliveryUnknown,
+    HandOverRequested,
+    LeaseLost,
+    NeedsReview,
+)
+from worker.formatting import for_channel
 from worker.leases import Leases
-from worker.review_journal import ReviewJournal
+from worker.review_journal import SENDING, ReviewJournal
 from worker.senders import Sender, takes_delivery
 from worker.split import WHATSAPP_MAX_CHARS, split_reply
 from worker.store import ConversationStore
-from worker.turn_state import Delivery, TurnState
+from worker.turn_state import Delivery, TurnState, usage_of_turn
+from worker.typing_refresh import typing_kept_up
 from worker.unknowns import UnknownDelivery, utc
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+# The review journal's step of the text the AI's hand-over sends (HandOverRequested).
+HAND_OVER_TEXT = "hand_over_text"
 
 
 @dataclass(frozen=True)
@@ -77,6 +89,7 @@ class Turn:
                 extra=_fields(batch, "review"),
             )
             state.delivery_unknown = state.journal.delivery_unknown
+            _settle_hand_over_text(state.journal)
             await self._review(state.journal.reason, state.journal.detail)
             return
         # Late is worse than never (invariant 6): a person answers a batch this old.
@@ -89,6 +102,9 @@ class Turn:
             reply = await self._reply()
         except AIPaused as exc:
             await self._wait_for_ai(exc)
+        except HandOverRequested as exc:
+            _log_review(batch, exc.reason)
+            await self._ai_hand_over(exc)
         except NeedsReview as exc:
             _log_review(batch, exc.reason)
             await self._review(exc.reason, exc.detail)
@@ -120,6 +136,12 @@ class Turn:
         if sender is None:
             raise NeedsReview("no_sender", f"no sender configured for channel {batch.channel!r}")
         reply = self.state.reply
+        can_send_text = getattr(sender, "can_send_text", None)
+        if reply is None and can_send_text is not None and not can_send_text(batch):
+            # The window is known to be closed: only the tenant's template can go out (or the
+            # batch goes to review), so no AI answer is bought and no typing promises one.
+            await self._send(sender, [""])
+            return None
         if reply is None:
             pause = self._tools.ai_pause
             admission = await pause.gate()  # while the AI is paused the batch waits: AIPaused
@@ -128,23 +150,52 @@ class Turn:
             # paused AI shows them only once the AI answered.
             if begin is not None and not admission.probe:
                 await begin(batch)
-            answer = await pause.ask(admission, lambda: self._tools.brain.reply(batch))
-            if begin is not None and admission.probe:
-                await begin(batch)
-            if not answer:
-                return None
-            reply = await self._while_leased(
-                lambda: self._store.save_reply(batch, answer), "store the reply"
+            typing = (
+                contextlib.nullcontext()
+                if admission.probe
+                else typing_kept_up(sender, batch, self._settings.typing_refresh_s)
             )
+            async with typing:
+                answer = await pause.ask(admission, self._ask_brain)
+                if begin is not None and admission.probe:
+                    await begin(batch)
+                if not answer:
+                    return None
+                reply = await self._while_leased(
+                    lambda: self._store.save_reply(batch, answer), "store the reply"
+                )
             if reply is None:
                 raise LeaseLost
             self.state.reply = reply
         limit = getattr(sender, "max_part_chars", WHATSAPP_MAX_CHARS)
-        await self._send(sender, split_reply(reply, limit))
+        await self._send(sender, split_reply(for_channel(batch.channel, reply), limit))
         return reply
 
-    async def _send(self, sender: Sender, parts: list[str]) -> None:
-        """Send the parts not sent yet, recording each but the last (the finish does that)."""
+    async def _ask_brain(self) -> str | None:
+        """The brain's answer; the tokens its AI calls report are logged (one line a turn)."""
+        batch = self.batch
+        with usage_of_turn() as usage:
+            try:
+                return await self._tools.brain.reply(batch)
+            finally:
+                if usage.calls:
+                    self.state.usage = usage
+                    log.info(
+                        "ai usage tenant=%s batch=%s calls=%d input=%d output=%d"
+                        " cache_read=%d cache_write=%d",
+                        batch.tenant,
+                        batch.id,
+                        usage.calls,
+                        usage.input_tokens,
+                        usage.output_tokens,
+                        usage.cache_read_input_tokens,
+                        usage.cache_creation_input_tokens,
+                        extra={**_fields(batch, "ai"), **asdict(usage)},
+                    )
+
+    async def _send(self, sender: Sender, parts: list[str], record_last: bool = False) -> None:
+        """Send the parts not sent yet, recording each but the last (the finish does that,
+        unless `record_last`)."""
         batch, state = self.batch, self.state
         state.parts_total = len(parts)
         for index, part in enumerate(parts):
@@ -164,7 +215,7 @@ class Turn:
                     text=exc.label if exc.what == "template" else part,
                 )
                 raise NeedsReview(exc.reason, state.delivery_unknown.sentence()) from exc
-            if index == len(parts) - 1:
+            if index == len(parts) - 1 and not record_last:
                 # The finish records the last part in the same script call (one call fewer
                 # per turn; a crash in between re-sends it, exactly as before recording).
                 state.unrecorded_part = (index, provider_id)
@@ -224,13 +275,44 @@ class Turn:
         wait, error = paused.wait_s, paused.detail
         await self._finish(lambda: self._store.finish_retry(batch, wait, error, False))
 
-    async def _review(self, reason: str, detail: str) -> None:
+    async def _ai_hand_over(self, request: HandOverRequested) -> None:
+        """The AI asked for a person: the review is journaled, its text sent (each part
+        recorded), then the batch parked. A worker dying after the journal leaves the batch
+        to be finished as this review: the text is never sent again."""
+        journal = ReviewJournal(request.reason, request.detail, int(time.time() * 1000))
+        journal.steps[HAND_OVER_TEXT] = SENDING
+        self.state.journal = journal
+        try:
+            await self.save_journal()
+            journal.steps[HAND_OVER_TEXT] = await self._send_hand_over_text(request.text)
+            await self.save_journal()
+        except LeaseLost:
+            log.warning("lease lost in a hand-over batch=%s", self.batch.id)
+            return
+        await self._review(request.reason, request.detail, resumed=False)
+
+    async def _send_hand_over_text(self, text: str) -> str:
+        """Send `text` as a reply; what came of it ("done", "failed: ...", "unknown: ...")."""
+        assert self._sender is not None  # checked before the brain was asked
+        limit = getattr(self._sender, "max_part_chars", WHATSAPP_MAX_CHARS)
+        try:
+            await self._send(self._sender, split_reply(text, limit), record_last=True)
+        except LeaseLost:
+            raise
+        except NeedsReview as exc:  # a send nobody can confirm is counted once, as the part
+            return "see delivery_unknown" if self.state.delivery_unknown else f"failed: {exc}"[:500]
+        except Exception as exc:
+            return f"failed: {type(exc).__name__}: {exc}"[:500]
+        return "done"
+
+    async def _review(self, reason: str, detail: str, *, resumed: bool | None = None) -> None:
         """Park the batch for review, after handing the conversation to a person where the
         provider can (Chatwoot). The decision is journaled on the batch first, still under
         the lease (worker/review_journal.py): a worker that dies meanwhile leaves the batch to
         be resumed by another, which finishes this same review and hands over at most once."""
         batch, state = self.batch, self.state
-        resumed = state.journal is not None
+        if resumed is None:
+            resumed = state.journal is not None
         try:
             if state.journal is None:
                 now_ms = int(time.time() * 1000)
@@ -353,6 +435,14 @@ class LeasedDelivery(Delivery):
 
     async def save_journal(self) -> None:
         await self._turn.save_journal()
+
+
+def _settle_hand_over_text(journal: ReviewJournal) -> None:
+    """A resumed hand-over whose text was being sent: it is unknown, never sent again."""
+    if journal.steps.get(HAND_OVER_TEXT) == SENDING:
+        journal.steps[HAND_OVER_TEXT] = (
+            "unknown: the worker sending it stopped before the provider answered; not sent again"
+        )
 
 
 def _log_review(batch: Batch, reason: str) -> None:

@@ -5,6 +5,9 @@ the parts the provider accepted, the template noted, a send nobody can confirm, 
 journal. A resumed batch starts from what earlier attempts recorded in Redis, so a retried or
 resumed turn neither asks the AI again nor re-sends an accepted part.
 
+`Usage` is what the turn's AI calls cost in tokens: a brain reports each answer's `usage` with
+`note_usage`, the turn sums and logs them.
+
 `Delivery` is what a sender that declares a `delivery` keyword parameter gets with each call
 (worker/senders.py): the state, and the two writes a sender makes about it. This base keeps
 them in memory, for a sender called outside a worker's turn (its unit tests); in a worker's
@@ -13,7 +16,11 @@ turn they are written on the batch in Redis under the lease first (worker/turn.p
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
+from typing import Any
 
 from worker.batch import Batch
 from worker.review_journal import JOURNAL_FIELD, ReviewJournal
@@ -42,6 +49,8 @@ class TurnState:
     journal: ReviewJournal | None = None
     # The last part, sent but left for the finish to record: (index, provider id).
     unrecorded_part: tuple[int, str] | None = None
+    # The tokens this attempt's AI calls used (None: the brain reported none).
+    usage: Usage | None = None
 
     @classmethod
     def resumed(cls, batch: Batch) -> TurnState:
@@ -60,6 +69,57 @@ class TurnState:
             template_ms=int(fields.get("template_ms") or 0),
             journal=None if journal is None else ReviewJournal.read(journal),
         )
+
+
+@dataclass
+class Usage:
+    """The tokens of one turn's AI calls, summed (a tool loop makes several), as the Messages
+    API's `usage` counts them: `input_tokens` after the last cache hit or write."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_input_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+    calls: int = 0
+
+    def add(self, usage: Any) -> None:
+        """Add one answer's `usage` (the SDK's `message.usage`, or a dict of the same)."""
+        self.calls += 1
+        for name in USAGE_FIELDS:
+            setattr(self, name, getattr(self, name) + _count(usage, name))
+
+
+USAGE_FIELDS = (
+    "input_tokens",
+    "output_tokens",
+    "cache_read_input_tokens",
+    "cache_creation_input_tokens",
+)
+_TURN_USAGE: ContextVar[Usage | None] = ContextVar("turn_usage", default=None)
+
+
+def note_usage(usage: Any) -> None:
+    """A brain reports the `usage` of each Messages API answer (`message.usage`) to the turn
+    it runs in; nothing happens outside a turn."""
+    current = _TURN_USAGE.get()
+    if current is not None:
+        current.add(usage)
+
+
+@contextmanager
+def usage_of_turn() -> Iterator[Usage]:
+    """What `note_usage` reports inside this block (the turn's brain call) is summed here."""
+    usage = Usage()
+    token = _TURN_USAGE.set(usage)
+    try:
+        yield usage
+    finally:
+        _TURN_USAGE.reset(token)
+
+
+def _count(usage: Any, name: str) -> int:
+    value = usage.get(name) if isinstance(usage, Mapping) else getattr(usage, name, None)
+    return int(value or 0)
 
 
 class Delivery:

@@ -1,7 +1,9 @@
 """Replies through the WhatsApp Cloud API (Graph API `/{version}/{phone_number_id}/messages`).
 
-- `begin_turn` marks the last message read and shows the typing indicator (one call); it is
-  best effort: a failure there never fails the turn.
+- `begin_turn` marks the last message read and shows the typing indicator (one call), and
+  `keep_typing` repeats it while a long turn runs; best effort: a failure there never fails
+  the turn. `can_send_text` says whether the window is known to be closed: the turn then sends
+  the template (or parks the batch) without asking the AI.
 - `send` sends one text part and returns the wamid Meta gave it. Outside the 24-hour window
   (known from the person's last inbound message, or Meta's error 131047, on any part) it sends
   the tenant's template instead of the rest of the reply, once per batch (noted on the batch
@@ -77,16 +79,23 @@ class WhatsAppSender:
     def _token(self, tenant: str) -> str:
         return self._settings.tenant(tenant).access_token or self._settings.whatsapp_access_token
 
-    async def begin_turn(self, batch: Batch) -> None:
-        """Read receipt + typing indicator before the AI is asked (best effort).
+    def can_send_text(self, batch: Batch) -> bool:
+        """Whether a reply may go out as text: False once the 24-hour window is known to be
+        closed (the person's last inbound message). The turn then asks no AI and shows no
+        typing: it calls `send(batch, "", 0)`, which sends the tenant's template or parks the
+        batch for review when there is none."""
+        return not batch.window_closed(time.time())
 
-        Outside the 24-hour window without a template no reply can be sent at all: park the
-        batch for review now, before paying for an AI answer nobody would receive.
-        """
-        if batch.window_closed(time.time()):
-            if not self._settings.tenant(batch.tenant).template:
-                raise NeedsReview("window_closed", "last message over 24 h ago")
-            return  # the typing indicator promises a reply: only a template can follow
+    async def begin_turn(self, batch: Batch) -> None:
+        """Read receipt + typing indicator before the AI is asked (best effort); nothing
+        outside the window, where the typing indicator would promise a reply that cannot
+        come."""
+        if self.can_send_text(batch):
+            await self.keep_typing(batch)
+
+    async def keep_typing(self, batch: Batch) -> None:
+        """The same read + typing call again: Meta drops the indicator after 25 s, so the turn
+        repeats it while the reply is not out yet (worker/turn.py). Best effort."""
         if not batch.messages:
             return
         body = {

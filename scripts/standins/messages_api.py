@@ -8,10 +8,19 @@
 
 `POST /v1/messages` behaves like the real endpoint for non-streaming calls: `x-api-key` (or
 `Authorization: Bearer`) and `anthropic-version` are checked, the body is validated (model,
-max_tokens, messages), and the answer is a Message the SDK parses (`content[0].text`, `usage`
-with cache fields, `stop_reason`). Replies come from a queue (strings, content-block lists,
-partial Message dicts, callables taking the request JSON, or a `MessagesFault`), else from the
-default reply "stand-in reply to: <last user text>". Errors use Anthropic's body
+max_tokens, messages, at most 4 cache marks), and the answer is a Message the SDK parses
+(`content[0].text`, `usage`, `stop_reason`). Prompt caching follows the documented rules, with a
+deterministic tokenizer of 4 characters a token (scripts/standins/_prompt_cache.py): `usage`
+says what was read from the cache, what was written and what came after. Replies come from a
+queue (strings, content-block lists, partial Message dicts, callables taking the request JSON,
+or a `MessagesFault`), else from the default reply "stand-in reply to: <last user text>".
+`stop_reason` is `tool_use` when the content has a `tool_use` block, else `end_turn`, unless
+the reply says otherwise (a partial Message dict: `{"content": [], "stop_reason": "refusal"}`,
+`"pause_turn"`, `"max_tokens"`); with `cut_at_max_tokens` a text longer than the request's
+`max_tokens` (four bytes a token) is cut there and answered as `max_tokens`, as the API does.
+Tool use is checked as the API checks it: every `tool_use` of an assistant message needs its
+`tool_result` in the next user message, every `tool_result` its `tool_use` in the previous one,
+and a final assistant message may not end with whitespace. Errors use Anthropic's body
 `{"type": "error", "error": {"type", "message"}, "request_id"}` and a `request-id` header.
 
 NOTE: the SDK retries 408/409/429/5xx/529 and timeouts by itself (`max_retries`, default 2,
@@ -27,9 +36,7 @@ Run alone: `scripts/anthropic_standin --port 8082 [--api-key K] [--reply TEXT ..
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import math
 import secrets
 import string
 import time
@@ -38,7 +45,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -52,6 +58,12 @@ from scripts.standins._common import (
     as_tuple,
     fault_fields,
     json_response,
+)
+from scripts.standins._prompt_cache import (
+    PromptCache,
+    breakpoint_problem,
+    content_tokens,
+    count_tokens,
 )
 from scripts.standins._script import Credentials, script_parser, serve_forever
 
@@ -160,11 +172,6 @@ def system_text(body: Mapping[str, Any]) -> str:
     return _text_of(body.get("system"))
 
 
-def _tokens(value: Any) -> int:
-    """A rough token estimate: four bytes of JSON per token, at least one."""
-    return max(1, math.ceil(len(orjson.dumps(value)) / 4))
-
-
 # ---------------------------------------------------------------------- public data types
 
 
@@ -259,6 +266,8 @@ class MessagesApiStandIn(StandInBase[MessagesFault]):
       empty (a text, or a callable taking the request JSON).
     - `models`: if given, other model names get 404 not_found_error (as retired models do).
     - `require_version`: demand the `anthropic-version` header (the SDK always sends it).
+    - `cut_at_max_tokens`: cut a reply's text at the request's `max_tokens` (four bytes a
+      token) and answer `stop_reason: max_tokens`, as the API does (off: replies are whole).
     - `seed`: seeds the RNG used by `fail_fraction`.
     - `host`, `port`: where `start()` listens (port 0: a free one).
     """
@@ -273,6 +282,7 @@ class MessagesApiStandIn(StandInBase[MessagesFault]):
         default_reply: Reply = default_reply,
         models: Iterable[str] | None = None,
         require_version: bool = True,
+        cut_at_max_tokens: bool = False,
         seed: int | None = 0,
         host: str = "127.0.0.1",
         port: int = 0,
@@ -281,16 +291,18 @@ class MessagesApiStandIn(StandInBase[MessagesFault]):
         self.api_keys = as_tuple(api_keys)
         self.models = frozenset(models) if models is not None else None
         self.require_version = require_version
+        self.cut_at_max_tokens = cut_at_max_tokens
         self._initial_config = {
             "api_keys": self.api_keys,
             "models": self.models,
             "require_version": require_version,
+            "cut_at_max_tokens": cut_at_max_tokens,
         }
         self.default_reply: Reply = default_reply
         self._initial_default_reply: Reply = default_reply
         self._initial_replies: tuple[Reply, ...] = tuple(replies)
         self._replies: deque[Reply] = deque(self._initial_replies)
-        self._cache: set[str] = set()
+        self.prompt_cache = PromptCache()  # `advance(seconds)` ages its entries
         self._app = self._serve(
             [
                 Route("/v1/messages", self._messages, methods=["POST"]),
@@ -306,9 +318,12 @@ class MessagesApiStandIn(StandInBase[MessagesFault]):
         api_keys: str | Iterable[str] | None = UNSET,
         models: Iterable[str] | None = UNSET,
         require_version: bool = UNSET,
+        cut_at_max_tokens: bool = UNSET,
     ) -> None:
         """Change settings at runtime (only the ones given; None for keys/models = any)."""
         with self._lock:
+            if cut_at_max_tokens is not UNSET:
+                self.cut_at_max_tokens = bool(cut_at_max_tokens)
             if api_keys is not UNSET:
                 self.api_keys = as_tuple(api_keys)
             if models is not UNSET:
@@ -432,7 +447,7 @@ class MessagesApiStandIn(StandInBase[MessagesFault]):
         with self._lock:
             self._replies = deque(self._initial_replies)
             self.default_reply = self._initial_default_reply
-            self._cache.clear()
+            self.prompt_cache.clear()
 
     # ------------------------------------------------------------------ what was asked
 
@@ -474,7 +489,8 @@ class MessagesApiStandIn(StandInBase[MessagesFault]):
         - `{"op": "outage", "seconds": 60, "error": "overloaded", "retry_after": 1}`: every
           call for that long fails (`fail_for`), then the API answers again.
         - `config` takes `api_keys` ([...] or null), `models` ([...] or null),
-          `require_version`; `reset_all` also restores the replies and empties the prompt cache.
+          `require_version`, `cut_at_max_tokens`; `reset_all` also restores the replies and
+          empties the prompt cache.
         """
         return {
             **super()._control_ops(),
@@ -519,6 +535,7 @@ class MessagesApiStandIn(StandInBase[MessagesFault]):
                 "api_keys": list(self.api_keys) if self.api_keys is not None else None,
                 "models": sorted(self.models) if self.models is not None else None,
                 "require_version": self.require_version,
+                "cut_at_max_tokens": self.cut_at_max_tokens,
                 **self._fault_state(),
                 "pending_replies": len(self._replies),
             }
@@ -583,7 +600,7 @@ class MessagesApiStandIn(StandInBase[MessagesFault]):
         if early is not None:
             return early
         body: dict[str, Any] = record.body
-        problem = _validate(body)
+        problem = _validate(body) or breakpoint_problem(body)
         if problem is not None:
             return self._error(record, "invalid_request_error", problem)
         if body.get("stream"):
@@ -623,8 +640,9 @@ class MessagesApiStandIn(StandInBase[MessagesFault]):
             if any(isinstance(b, dict) and b.get("type") == "tool_use" for b in content)
             else "end_turn"
         )
-        total = _tokens([body.get("system"), body.get("tools"), body["messages"]])
-        created, read = self._cache_tokens(body)
+        if self.cut_at_max_tokens and "stop_reason" not in overrides:
+            content, cut = _cut_at(content, body["max_tokens"])
+            stop_reason = "max_tokens" if cut else stop_reason
         message: dict[str, Any] = {
             "id": _new_id("msg_"),
             "type": "message",
@@ -634,10 +652,8 @@ class MessagesApiStandIn(StandInBase[MessagesFault]):
             "stop_reason": stop_reason,
             "stop_sequence": None,
             "usage": {
-                "input_tokens": max(1, total - created - read),
-                "output_tokens": _tokens(content),
-                "cache_creation_input_tokens": created,
-                "cache_read_input_tokens": read,
+                **self.prompt_cache.usage(body),
+                "output_tokens": content_tokens(content),
                 "service_tier": "standard",
             },
         }
@@ -647,31 +663,6 @@ class MessagesApiStandIn(StandInBase[MessagesFault]):
             message["usage"].update(usage_overrides)
         return message
 
-    def _cache_tokens(self, body: dict[str, Any]) -> tuple[int, int]:
-        """Prompt caching, roughly: the prefix up to the last `cache_control` block is
-        "created" the first time it is seen and "read" after that (no minimum length, no TTL)."""
-        prefix: list[Any] = []
-        cached: list[Any] | None = None
-        parts: list[Any] = list(body.get("tools") or [])
-        system = body.get("system")
-        parts += system if isinstance(system, list) else ([system] if system else [])
-        for message in body.get("messages") or []:
-            content = message.get("content") if isinstance(message, dict) else None
-            parts += content if isinstance(content, list) else [content]
-        for part in parts:
-            prefix.append(part)
-            if isinstance(part, dict) and part.get("cache_control"):
-                cached = list(prefix)
-        if cached is None:
-            return 0, 0
-        key = hashlib.sha256(orjson.dumps([body.get("model"), cached])).hexdigest()
-        tokens = _tokens(cached)
-        with self._lock:
-            if key in self._cache:
-                return 0, tokens
-            self._cache.add(key)
-            return tokens, 0
-
     async def _count_tokens(self, request: Request) -> Response:
         record, early = await self._begin(request, "count_tokens")
         if early is not None:
@@ -679,12 +670,68 @@ class MessagesApiStandIn(StandInBase[MessagesFault]):
         body: dict[str, Any] = record.body
         if not isinstance(body.get("model"), str) or not isinstance(body.get("messages"), list):
             return self._error(record, "invalid_request_error", "model and messages are required")
-        result = {"input_tokens": _tokens([body.get("system"), body["messages"]])}
+        result = {"input_tokens": count_tokens(body)}
         return self._answer(record, 200, result)
 
     async def _unknown_path(self, request: Request) -> Response:
         record = await self._receive(request, kind="invalid")
         return self._error(record, "not_found_error", "Not Found")
+
+
+def _cut_at(content: list[Any], max_tokens: int) -> tuple[list[Any], bool]:
+    """The content as far as `max_tokens` reach (text blocks only, four bytes a token), and
+    whether anything was cut."""
+    budget = max_tokens * 4
+    kept: list[Any] = []
+    for block in content:
+        if not (isinstance(block, dict) and block.get("type") == "text"):
+            kept.append(block)
+            continue
+        raw = str(block.get("text", "")).encode()
+        if len(raw) > budget:
+            text = raw[:budget].decode(errors="ignore")
+            return ([*kept, {**block, "text": text}] if text else kept), True
+        budget -= len(raw)
+        kept.append(block)
+    return kept, False
+
+
+def _ids(content: Any, kind: str, key: str) -> list[str]:
+    if not isinstance(content, list):
+        return []
+    return [str(b.get(key)) for b in content if isinstance(b, dict) and b.get("type") == kind]
+
+
+def _tool_problem(messages: list[Any]) -> str | None:
+    """How the messages break the API's tool-use pairing, or None."""
+    for i, message in enumerate(messages):
+        content = message.get("content")
+        uses = _ids(content, "tool_use", "id") if message["role"] == "assistant" else []
+        if uses and i + 1 < len(messages):
+            answered = set(_ids(messages[i + 1].get("content"), "tool_result", "tool_use_id"))
+            missing = [u for u in uses if u not in answered]
+            if missing:
+                return (
+                    f"messages.{i + 1}: `tool_use` ids were found without `tool_result` blocks"
+                    f" immediately after: {', '.join(missing)}. Each `tool_use` block must have"
+                    " a corresponding `tool_result` block in the next message."
+                )
+        results = _ids(content, "tool_result", "tool_use_id") if message["role"] == "user" else []
+        previous = _ids(messages[i - 1].get("content"), "tool_use", "id") if i else []
+        unexpected = [r for r in results if r not in previous]
+        if unexpected:
+            return (
+                f"messages.{i}.content: unexpected `tool_use_id` found in `tool_result` blocks:"
+                f" {', '.join(unexpected)}. Each `tool_result` block must have a corresponding"
+                " `tool_use` block in the previous message."
+            )
+    last = messages[-1]
+    content = last.get("content")
+    final = content[-1] if isinstance(content, list) and content else content
+    text = final.get("text") if isinstance(final, dict) else final
+    if last["role"] == "assistant" and isinstance(text, str) and text != text.rstrip():
+        return "messages: final assistant content cannot end with trailing whitespace"
+    return None
 
 
 def _validate(body: dict[str, Any]) -> str | None:
@@ -728,6 +775,14 @@ def _validate(body: dict[str, Any]) -> str | None:
             for b in system
         ):
             return "system: Input should be a valid string or a list of text blocks"
+    for i, tool in enumerate(body.get("tools") or []):
+        if not isinstance(tool, dict) or not isinstance(tool.get("name"), str):
+            return f"tools.{i}.name: Field required"
+        if "type" not in tool and not isinstance(tool.get("input_schema"), dict):
+            return f"tools.{i}.custom.input_schema: Field required"
+    problem = _tool_problem(messages)
+    if problem is not None:
+        return problem
     temperature = body.get("temperature")
     if temperature is not None and (
         not isinstance(temperature, int | float) or not 0 <= temperature <= 1

@@ -23,3 +23,16 @@ class TwoPartBrain:
     async def reply(self, batch: Batch) -> str | None:
         CALLS.append(batch.id)
         return "\n\n".join(parts_of(batch.user_text))
+
+
+MARKDOWN = "## Horarios\n**Sábado**: 10 a 13, más en [la web](https://turnos.example)"
+
+
+class MarkdownBrain:
+    """Answers in Markdown, as Claude does: Chatwoot renders it, so it goes out unchanged."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    async def reply(self, batch: Batch) -> str | None:
+        return MARKDOWN

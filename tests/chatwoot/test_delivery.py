@@ -264,6 +264,21 @@ async def test_a_retried_turn_never_resends_a_part_chatwoot_accepted(
     assert len(brains.CALLS) == 1, "the stored reply was sent on, the AI not asked again"
 
 
+async def test_markdown_goes_to_chatwoot_as_it_is(
+    redis: Redis,
+    prefix: str,
+    workers: InProcessWorkers,
+    receiver_url: str,
+    chatwoot: ChatwootApiStandIn,
+) -> None:
+    """Chatwoot renders Markdown itself: WhatsApp's conversion (worker/formatting.py) is for
+    WhatsApp conversations only."""
+    await workers.start(BRAIN="tests.chatwoot.brains:MarkdownBrain")
+    await post_message(receiver_url, 1101, "¿horarios?")
+    (reply,) = await chatwoot.await_for(lambda: chatwoot.replies(CONVERSATION), timeout=10)
+    assert reply.content == brains.MARKDOWN
+
+
 async def test_a_reply_chatwoot_may_have_created_is_not_posted_again_and_the_agent_is_told(
     redis: Redis,
     prefix: str,

@@ -48,6 +48,11 @@ template_language = "{TEMPLATE_LANGUAGE}"
 """
 
 
+def add_to_tenant(env: dict[str, str], lines: str) -> None:
+    """Append TOML `lines` to TENANT's table in the workers' tenants file."""
+    Path(env["TENANTS_FILE"]).write_text(TENANTS_TOML + lines)
+
+
 def worker_env(
     redis_url: str, prefix: str, graph: GraphApiStandIn, ai: MessagesApiStandIn, tenants: Path
 ) -> dict[str, str]:
@@ -189,3 +194,8 @@ async def outbound(redis: Redis, prefix: str, wamid: str, tenant: str = TENANT) 
 def ai_requests(ai: MessagesApiStandIn) -> list[Any]:
     """The recorded `/v1/messages` calls, oldest first."""
     return [r for r in ai.requests if r.kind == "messages"]
+
+
+def said(messages: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """A request's messages as (role, text): each is one text block (worker/prompt.py)."""
+    return [(m["role"], "\n".join(b["text"] for b in m["content"])) for m in messages]

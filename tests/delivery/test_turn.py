@@ -28,6 +28,7 @@ from tests.delivery.support import (
     image,
     inbound,
     post_webhook,
+    said,
 )
 from tests.worker.support import push_message, review_items, stats, wait_for
 
@@ -65,9 +66,8 @@ async def test_a_burst_is_one_ai_request_and_one_reply_after_read_and_typing(
     (request,) = ai_requests(ai)
     body = request.body
     assert body["model"] == MODEL
-    assert body["system"] == [
-        {"type": "text", "text": TENANT_PROMPT, "cache_control": {"type": "ephemeral"}}
-    ]
+    # A prompt this short cannot be cached (under 1 024 tokens): no cache mark.
+    assert body["system"] == [{"type": "text", "text": TENANT_PROMPT}]
     assert [m["role"] for m in body["messages"]] == ["user"]
     assert last_user_text(body).splitlines() == [
         "hola",
@@ -157,21 +157,21 @@ async def test_memory_carries_earlier_exchanges_capped_and_expiring(
             await push_message(redis, prefix, PERSON, f"wamid.m{n}.{i}", line)
         await graph.await_for(lambda n=n: len(graph.sent_texts(to=PERSON)) == n, timeout=10)
 
-    requests = [r.body["messages"] for r in ai_requests(ai)]
+    requests = [said(r.body["messages"]) for r in ai_requests(ai)]
     assert len(requests) == 4
-    assert requests[0] == [{"role": "user", "content": "hola\nuna consulta"}]
+    assert requests[0] == [("user", "hola\nuna consulta")]
     assert requests[1] == [
-        {"role": "user", "content": "hola\nuna consulta"},
-        {"role": "assistant", "content": "R1"},
-        {"role": "user", "content": "quiero turno"},
+        ("user", "hola\nuna consulta"),
+        ("assistant", "R1"),
+        ("user", "quiero turno"),
     ]
     # MEMORY_TURNS=2: the fourth turn sees the second and third exchanges, not the first.
     assert requests[3] == [
-        {"role": "user", "content": "quiero turno"},
-        {"role": "assistant", "content": "R2"},
-        {"role": "user", "content": "el sábado"},
-        {"role": "assistant", "content": "R3"},
-        {"role": "user", "content": "gracias"},
+        ("user", "quiero turno"),
+        ("assistant", "R2"),
+        ("user", "el sábado"),
+        ("assistant", "R3"),
+        ("user", "gracias"),
     ]
     assert [m.body for m in graph.sent_texts(to=PERSON)] == ["R1", "R2", "R3", "R4"]
 

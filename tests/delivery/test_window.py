@@ -1,6 +1,7 @@
 """The 24-hour customer-service window: outside it only the tenant's approved template may be
 sent (once per batch); without a template the batch goes to review as "window_closed". The
-window is known from the person's last inbound message, or from Meta answering 131047."""
+window is known from the person's last inbound message (then no AI answer is bought and no
+typing indicator shown), or from Meta answering 131047."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from tests.delivery.support import (
     THREE_PARTS,
     InProcessWorkers,
     ai_requests,
+    said,
 )
 from tests.worker.support import push_message, review_items, stats, wait_for
 from worker.review import ReviewList
@@ -39,7 +41,7 @@ async def _turns(redis: Redis, prefix: str, count: int) -> None:
     await wait_for(counted, f"{count} turn(s) ended")
 
 
-async def test_outside_the_window_the_template_is_sent_once_instead_of_the_reply(
+async def test_outside_the_window_the_template_is_sent_once_and_the_ai_is_not_asked(
     redis: Redis,
     prefix: str,
     workers: InProcessWorkers,
@@ -47,11 +49,12 @@ async def test_outside_the_window_the_template_is_sent_once_instead_of_the_reply
     ai: MessagesApiStandIn,
 ) -> None:
     await workers.start(**PATIENT)
-    ai.queue_reply(THREE_PARTS)  # three parts: still one template
     old = int(time.time()) - DAY_S - 600
     await push_message(redis, prefix, PERSON, "wamid.w1", "hola", ts=old)
     await _turns(redis, prefix, 1)
 
+    assert ai_requests(ai) == [], "an answer the template would replace is not bought"
+    assert graph.read_receipts() == [], "no typing indicator promising a reply"
     (template,) = graph.sent_templates(PERSON)
     assert template.template_name == TEMPLATE
     assert template.template_language == TEMPLATE_LANGUAGE
@@ -134,18 +137,41 @@ async def test_a_reply_replaced_by_the_template_is_not_remembered_as_said(
     graph: GraphApiStandIn,
     ai: MessagesApiStandIn,
 ) -> None:
-    """The person never saw that reply: the next turn must not be told it was sent."""
-    await workers.start(**PATIENT)
+    """Meta says 131047 to the reply: the person never saw it, so the next turn must not be
+    told it was sent."""
+    await workers.start()
     ai.queue_reply("Respuesta que nunca llegó.", "Ahora sí.")
-    await push_message(redis, prefix, PERSON, "wamid.w5", "hola", ts=int(time.time()) - DAY_S - 600)
+    graph.fail_next(1, 131047, kinds=["text"])
+    await push_message(redis, prefix, PERSON, "wamid.w5", "hola")
     await _turns(redis, prefix, 1)
     assert len(graph.sent_templates(PERSON)) == 1
 
-    await push_message(redis, prefix, PERSON, "wamid.w6", "¿sigue abierto?")  # reopens the window
+    await push_message(redis, prefix, PERSON, "wamid.w6", "¿sigue abierto?")
     (text,) = await graph.await_for(lambda: graph.sent_texts(PERSON), timeout=10)
     assert text.body == "Ahora sí."
     second = ai_requests(ai)[1].body["messages"]
-    assert second == [{"role": "user", "content": "¿sigue abierto?"}]
+    assert said(second) == [("user", "¿sigue abierto?")]
+
+
+async def test_a_closed_window_then_a_new_message_asks_the_ai_with_nothing_remembered(
+    redis: Redis,
+    prefix: str,
+    workers: InProcessWorkers,
+    graph: GraphApiStandIn,
+    ai: MessagesApiStandIn,
+) -> None:
+    await workers.start(**PATIENT)
+    old = int(time.time()) - DAY_S - 600
+    await push_message(redis, prefix, PERSON, "wamid.w12", "hola", ts=old)
+    await _turns(redis, prefix, 1)
+    assert len(graph.sent_templates(PERSON)) == 1 and ai_requests(ai) == []
+
+    await push_message(redis, prefix, PERSON, "wamid.w13", "¿sigue abierto?")  # reopens it
+    (text,) = await graph.await_for(lambda: graph.sent_texts(PERSON), timeout=10)
+    assert text.body == "stand-in reply to: ¿sigue abierto?"
+    (request,) = ai_requests(ai)
+    assert said(request.body["messages"]) == [("user", "¿sigue abierto?")]
+    assert [r.message_id for r in graph.read_receipts()] == ["wamid.w13"]
 
 
 async def test_a_day_old_batch_requeued_from_review_gets_the_template(
@@ -170,7 +196,7 @@ async def test_a_day_old_batch_requeued_from_review_gets_the_template(
     assert template.template_name == TEMPLATE
     await _turns(redis, prefix, 2)
     assert graph.sent_texts() == [] and graph.read_receipts() == []
-    assert len(ai_requests(ai)) == 1 and await review_items(redis, prefix) == []
+    assert ai_requests(ai) == [] and await review_items(redis, prefix) == []
 
 
 def _template_requests(graph: GraphApiStandIn, person: str) -> list[Any]:
@@ -195,7 +221,6 @@ async def test_a_template_whose_answer_never_came_is_not_sent_again_and_a_person
     # A 1 s client timeout (no ordinary answer takes that long, even on a loaded machine).
     await workers.start(WHATSAPP_TIMEOUT_S=1, **PATIENT)
     graph.hang_next(1, 3.0, kinds=["template"])  # accepted after 3 s, the client gone by then
-    ai.queue_reply("Hola, ¿seguimos?")
     before_ms = int(time.time() * 1000)
     await push_message(redis, prefix, PERSON, "wamid.w8", "hola", ts=int(time.time()) - DAY_S - 600)
     await _turns(redis, prefix, 1)
@@ -211,7 +236,7 @@ async def test_a_template_whose_answer_never_came_is_not_sent_again_and_a_person
     assert counts["unknown:template"] == 1 and "retries" not in counts and "turns" not in counts
     await graph.await_for(lambda: graph.sent_templates(PERSON), timeout=10)  # the hung one
     assert len(_template_requests(graph, PERSON)) == 1
-    assert graph.sent_texts() == [] and len(ai_requests(ai)) == 1
+    assert graph.sent_texts() == [] and ai_requests(ai) == []
 
 
 def _first_text_then_131047(graph: GraphApiStandIn, person: str) -> None:
@@ -284,7 +309,6 @@ async def test_a_template_meta_refused_is_sent_again_by_the_retry(
     sends it (the note only stops a second one, never the first)."""
     await workers.start(**PATIENT)
     graph.fail_next(1, 131000, kinds=["template"])
-    ai.queue_reply("Hola, ¿seguimos?")
     await push_message(
         redis, prefix, PERSON, "wamid.w11", "hola", ts=int(time.time()) - DAY_S - 600
     )
@@ -292,5 +316,6 @@ async def test_a_template_meta_refused_is_sent_again_by_the_retry(
 
     assert len(_template_requests(graph, PERSON)) == 2
     assert len(graph.sent_templates(PERSON)) == 1
+    assert ai_requests(ai) == [], "neither attempt asked the AI"
     counts = await stats(redis, prefix)
     assert counts["retries"] == 1 and counts["turns"] == 1, counts

@@ -122,12 +122,73 @@ async def test_content_blocks_and_partial_message(
     assert message.content[0].text == "cut sh" and message.usage.output_tokens == 256
 
 
+async def test_cut_at_max_tokens_cuts_the_text_as_the_api_does(
+    ai: MessagesApiStandIn, client: anthropic.AsyncAnthropic
+) -> None:
+    text = "0123456789" * 5  # 50 bytes: 13 tokens at four bytes a token
+    ai.set_default_reply(text)
+    assert (await create(client, max_tokens=5)).content[0].text == text, "off by default"
+    ai.control({"op": "config", "cut_at_max_tokens": True})
+    cut = await create(client, max_tokens=5)
+    assert cut.stop_reason == "max_tokens" and cut.content[0].text == text[:20]
+    whole = await create(client, max_tokens=13)
+    assert whole.stop_reason == "end_turn" and whole.content[0].text == text
+    ai.queue_reply({"content": [], "stop_reason": "refusal"})
+    refused = await create(client, max_tokens=5)
+    assert refused.stop_reason == "refusal" and refused.content == [], "scripted wins"
+    ai.reset()
+    assert ai.state()["cut_at_max_tokens"] is False
+
+
+TOOL_USE = {"type": "tool_use", "id": "toolu_01", "name": "agenda", "input": {}}
+TOOL_RESULT = {"type": "tool_result", "tool_use_id": "toolu_01", "content": "16:00"}
+
+
+@pytest.mark.parametrize(
+    ("messages", "problem"),
+    [
+        (
+            [*MESSAGES, {"role": "assistant", "content": [TOOL_USE]}, MESSAGES[0]],
+            "`tool_use` ids were found without `tool_result` blocks immediately after: toolu_01",
+        ),
+        (
+            [
+                *MESSAGES,
+                {"role": "assistant", "content": "x"},
+                {"role": "user", "content": [TOOL_RESULT]},
+            ],
+            "unexpected `tool_use_id` found in `tool_result` blocks: toolu_01",
+        ),
+        (
+            [*MESSAGES, {"role": "assistant", "content": "half an answer "}],
+            "final assistant content cannot end with trailing whitespace",
+        ),
+        (None, ""),  # tool_use answered in the next message: accepted
+    ],
+)
+async def test_tool_use_is_paired_as_the_api_demands(
+    client: anthropic.AsyncAnthropic, messages: list[Any] | None, problem: str
+) -> None:
+    if messages is None:
+        answered = [*MESSAGES, {"role": "assistant", "content": [TOOL_USE]}]
+        answered.append({"role": "user", "content": [TOOL_RESULT]})
+        assert (await create(client, messages=answered)).content
+        return
+    with pytest.raises(anthropic.BadRequestError) as caught:
+        await create(client, messages=messages)
+    assert problem in caught.value.message
+
+
 async def test_prompt_cache_usage(ai: MessagesApiStandIn, client: anthropic.AsyncAnthropic) -> None:
-    first = (await create(client)).usage
-    second = (await create(client)).usage
-    assert first.cache_creation_input_tokens and not first.cache_read_input_tokens
-    assert second.cache_read_input_tokens == first.cache_creation_input_tokens
-    assert not second.cache_creation_input_tokens
+    """The rules and the arithmetic in detail: tests/standins/test_prompt_cache.py."""
+    long_system = [dict(SYSTEM[0], text="Sos el asistente. " * 300)]  # 1 350 tokens
+    first = (await create(client, system=long_system)).usage
+    second = (await create(client, system=long_system)).usage
+    assert first.cache_creation_input_tokens == 1350 and not first.cache_read_input_tokens
+    assert second.cache_read_input_tokens == 1350 and not second.cache_creation_input_tokens
+    assert second.input_tokens == first.input_tokens > 0
+    short = (await create(client)).usage  # marked, but far under the minimum: not cached
+    assert short.cache_creation_input_tokens == 0 and short.cache_read_input_tokens == 0
     plain = (await create(client, system="no cache")).usage
     assert plain.cache_creation_input_tokens == 0 and plain.cache_read_input_tokens == 0
 

@@ -10,6 +10,10 @@ the cluster alone. Such a test reaches Redis only through `redis_target` (URL an
 for the processes it starts) and `redis` (the test's own client: a cluster client on the
 cluster).
 
+`redis_tls` is a Redis like Heroku's: TLS only, a self-signed certificate and a password (one
+per test session; tests keep to their own key prefix). A process reaches it with `REDIS_URL` =
+its `url` and either `REDIS_TLS_VERIFY=none` or `REDIS_TLS_CA_FILE` = its `ca_file`.
+
 Also here: the Graph API and Messages API stand-ins (one each per module, reset around every
 test), in-process workers (`workers`) and real worker processes (`fleet`). Those two run with
 what the requesting directory's conftest gives them: `env` (the workers' environment) and
@@ -19,12 +23,19 @@ what the requesting directory's conftest gives them: `env` (the workers' environ
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from redis.asyncio import Redis
 
-from scripts.dev.redis_server import RedisCluster, RedisServer
+from scripts.dev.redis_server import (
+    RedisCluster,
+    RedisServer,
+    find_server_binary,
+    self_signed_certificate,
+    supports_tls,
+)
 from scripts.standins import GraphApiStandIn, MessagesApiStandIn
 from shared.settings import Settings
 from tests.delivery.support import InProcessWorkers
@@ -62,6 +73,46 @@ def redis_cluster() -> Iterator[RedisCluster]:
         yield cluster
     finally:
         cluster.close()
+
+
+TLS_PASSWORD = "tls-test-password"
+
+
+@dataclass(frozen=True)
+class TlsRedis:
+    """A running Redis that speaks TLS only (`rediss://`, password in the URL); `ca_file` is
+    its self-signed certificate, the one thing a client can trust it by."""
+
+    url: str
+    ca_file: str
+    server: RedisServer
+
+    def client(self) -> Redis:
+        """A client of the test's own, trusting the certificate."""
+        return Redis.from_url(self.url, ssl_ca_certs=self.ca_file)
+
+    def env(self, verify: str = "none") -> dict[str, str]:
+        """A process's Redis settings: `none` (Heroku's way), `ca_file`, or `required` (the
+        default, which refuses this certificate)."""
+        with_ca = verify == "ca_file"
+        return {
+            "REDIS_URL": self.url,
+            "REDIS_CLUSTER": "false",
+            "REDIS_TLS_VERIFY": "required" if with_ca else verify,
+            "REDIS_TLS_CA_FILE": self.ca_file if with_ca else "",
+        }
+
+
+@pytest.fixture(scope="session")
+def redis_tls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsRedis]:
+    if not supports_tls():
+        pytest.skip(f"{find_server_binary()} was built without TLS")
+    files = self_signed_certificate(tmp_path_factory.mktemp("redis-tls"))
+    server = RedisServer(tls=files, password=TLS_PASSWORD).start()
+    try:
+        yield TlsRedis(server.url, str(files.ca_file), server)
+    finally:
+        server.close()
 
 
 @pytest.fixture
