@@ -132,11 +132,12 @@ async def test_a_long_prompt_is_cached_and_each_turn_logs_its_tokens(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """A 4 550-character prompt (1 138 stand-in tokens): the first turn writes it and the
-    batch, the second reads all of that back and writes its own exchange."""
+    batch, the second reads all of that back and writes its own exchange. No tools, so the
+    prompt is the whole stable prefix (a tool's definition would come first)."""
     caplog.set_level(logging.INFO, logger="worker.turn")
     tenants = tmp_path / "cached-tenants.toml"
     tenants.write_text(f'[tenants."{TENANT}"]\nsystem_prompt = "{LONG_PROMPT}"\n')
-    await workers.start(TENANTS_FILE=tenants)
+    await workers.start(TENANTS_FILE=tenants, AI_HAND_OVER_TOOL="false")
     for n, line in enumerate(["hola", "¿hay turno el sábado?"]):
         await push_message(redis, prefix, PERSON, f"wamid.k6.{n}", line)
         await _turn_done(redis, prefix, n + 1)
