@@ -13,6 +13,7 @@ Layout (prefix `wa`, tenant 106540352242922, person 16505551234):
     wa:handoff                          ZSET    the relay queue of the previous release (drained)
     wa:deadletter                       LIST    signed bodies that could not be parsed, whole
     wa:sweep                            STRING  id of the worker sweeping this interval (PX)
+    wa:workers                          HASH    worker id -> its heartbeat (JSON)
     wa:{106540352242922}:inbox          LIST    events from the receiver (LPUSH; worker RPOPs)
     wa:{106540352242922}:seen:<id>      STRING  dedupe marker of one provider item (TTL)
     wa:{106540352242922}:due            ZSET    person -> when its conversation is due (ms)
@@ -90,6 +91,12 @@ class Keys:
     def sweep_guard(self) -> str:
         """Set NX with a PX by the worker that does the fleet's safety sweep this interval."""
         return f"{self.prefix}:sweep"
+
+    @property
+    def workers(self) -> str:
+        """Worker id -> its last heartbeat, JSON (shared/heartbeats.py); the workers write
+        and prune it."""
+        return f"{self.prefix}:workers"
 
     # --- per tenant ---------------------------------------------------------------------
     def tenant(self, tenant: str) -> TenantKeys:

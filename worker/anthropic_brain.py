@@ -12,6 +12,7 @@ an error that retrying cannot fix (bad request, authentication) goes to review w
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import anthropic
@@ -19,6 +20,7 @@ import anthropic
 from shared.settings import Settings
 from worker.batch import Batch
 from worker.errors import NeedsReview, RetryLater
+from worker.turn_state import record_ai_call
 
 RETRYABLE_STATUS = frozenset({408, 409, 429})
 
@@ -51,6 +53,7 @@ class AnthropicBrain:
         }
 
     async def reply(self, batch: Batch) -> str | None:
+        started, message = time.perf_counter(), None
         try:
             message = await self._client.messages.create(**self.request(batch))
         except anthropic.APIConnectionError as exc:  # includes timeouts
@@ -60,5 +63,7 @@ class AnthropicBrain:
                 raise RetryLater(f"Anthropic {exc.status_code}: {exc.message}") from exc
             reason = "ai_auth" if exc.status_code in (401, 403) else "ai_rejected"
             raise NeedsReview(reason, f"Anthropic {exc.status_code}: {exc.message}") from exc
+        finally:  # one AI call of the turn and its tokens, for the tenant's figures
+            record_ai_call(time.perf_counter() - started, message.usage if message else None)
         text = "".join(block.text for block in message.content if block.type == "text").strip()
         return text or None

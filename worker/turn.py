@@ -23,8 +23,10 @@ import orjson
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from shared import turn_figures
 from shared.logs import redact_person
 from shared.settings import Settings
+from worker import turn_state
 from worker.batch import Batch
 from worker.brains import Brain
 from worker.errors import DELIVERY_UNKNOWN, DeliveryUnknown, LeaseLost, NeedsReview
@@ -61,6 +63,24 @@ class Turn:
         self._delivery = LeasedDelivery(self)
 
     async def run(self) -> None:
+        with turn_state.running(self.state):
+            await self._run()
+        await self._record_figures()
+
+    async def _record_figures(self) -> None:
+        """Add this attempt's AI calls, sends and tokens to the tenant's figures: one round
+        of HINCRBYs (shared/turn_figures.py); best effort, after the finish."""
+        state = self.state
+        usage = vars(state.usage)
+        increments = turn_figures.increments(state.ai_calls_ms, state.sends_ms, usage)
+        if not increments:
+            return
+        try:
+            await self._store.add_figures(self.batch.tenant, increments)
+        except Exception as exc:
+            log.info("turn figures not recorded tenant=%s: %r", self.batch.tenant, exc)
+
+    async def _run(self) -> None:
         batch, state = self.batch, self.state
         if state.journal is not None:
             # An earlier attempt decided on review and its worker stopped before the finish:
@@ -119,7 +139,13 @@ class Turn:
             begin = getattr(sender, "begin_turn", None)
             if begin is not None:
                 await begin(batch)  # read receipt + typing indicator, where the provider has it
-            answer = await self._tools.brain.reply(batch)
+            calls = len(self.state.ai_calls_ms)
+            asked = time.perf_counter()
+            try:
+                answer = await self._tools.brain.reply(batch)
+            finally:
+                if len(self.state.ai_calls_ms) == calls:  # the brain reported no call itself
+                    self.state.ai_calls_ms.append((time.perf_counter() - asked) * 1000)
             if not answer:
                 return None
             reply = await self._while_leased(
@@ -141,7 +167,7 @@ class Turn:
                 continue
             asked_ms = int(time.time() * 1000)
             try:
-                provider_id = await self._call(sender.send, batch, part, index) or ""
+                provider_id = await self._timed_send(sender, part, index)
             except DeliveryUnknown as exc:
                 # Not retried (it may be a second copy), not counted as sent: a person is told.
                 state.delivery_unknown = UnknownDelivery(
@@ -165,6 +191,14 @@ class Turn:
             if not recorded:
                 raise LeaseLost
             state.sent_parts[index] = provider_id
+
+    async def _timed_send(self, sender: Sender, part: str, index: int) -> str:
+        """`sender.send`, its latency kept for the turn's figures whatever the outcome."""
+        started = time.perf_counter()
+        try:
+            return await self._call(sender.send, self.batch, part, index) or ""
+        finally:
+            self.state.sends_ms.append((time.perf_counter() - started) * 1000)
 
     async def _call(self, method: Callable[..., Awaitable[T]], *args: Any) -> T:
         """A sender's method, given the turn's `Delivery` if it declares that parameter."""

@@ -13,7 +13,11 @@ turn they are written on the batch in Redis under the lease first (worker/turn.p
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
+from typing import Any
 
 from worker.batch import Batch
 from worker.review_journal import JOURNAL_FIELD, ReviewJournal
@@ -42,6 +46,11 @@ class TurnState:
     journal: ReviewJournal | None = None
     # The last part, sent but left for the finish to record: (index, provider id).
     unrecorded_part: tuple[int, str] | None = None
+    # This attempt's figures, added to the tenant's stats when the turn ends
+    # (shared/turn_figures.py): the AI's token usage, each AI call's and each send's latency.
+    usage: TokenUsage = field(default_factory=lambda: TokenUsage())
+    ai_calls_ms: list[float] = field(default_factory=list)
+    sends_ms: list[float] = field(default_factory=list)
 
     @classmethod
     def resumed(cls, batch: Batch) -> TurnState:
@@ -60,6 +69,55 @@ class TurnState:
             template_ms=int(fields.get("template_ms") or 0),
             journal=None if journal is None else ReviewJournal.read(journal),
         )
+
+
+@dataclass
+class TokenUsage:
+    """Tokens of this attempt's AI calls, summed (the Messages API's `usage` names)."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_input_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+
+    def add(self, usage: Any) -> None:
+        """Add one call's usage: the SDK's `message.usage`, or a mapping; a missing or None
+        field counts 0."""
+        for name in vars(self):
+            value = usage.get(name) if isinstance(usage, dict) else getattr(usage, name, None)
+            if isinstance(value, int) and value > 0:
+                setattr(self, name, getattr(self, name) + value)
+
+
+_current: ContextVar[TurnState | None] = ContextVar("turn_state", default=None)
+
+
+@contextmanager
+def running(state: TurnState) -> Iterator[None]:
+    """Make `state` the current turn's for the code run inside (the turn's task only)."""
+    token = _current.set(state)
+    try:
+        yield
+    finally:
+        _current.reset(token)
+
+
+def current() -> TurnState | None:
+    """The state of the turn this code runs in (the brain's call included), else None."""
+    return _current.get()
+
+
+def record_ai_call(seconds: float, usage: Any = None) -> None:
+    """For a brain: one AI call of the running turn took `seconds` and used `usage` (the SDK's
+    `message.usage`, a mapping with its names, or None when the call failed). The turn adds
+    them to the tenant's figures when it ends; outside a turn this does nothing. A brain that
+    never calls it has its whole `reply()` counted as one AI call, without tokens."""
+    state = _current.get()
+    if state is None:
+        return
+    state.ai_calls_ms.append(seconds * 1000)
+    if usage is not None:
+        state.usage.add(usage)
 
 
 class Delivery:
