@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import time
 from collections.abc import AsyncIterator, Iterator
 
 import httpx
@@ -23,7 +24,7 @@ from shared.scripts import Scripts
 from shared.settings import ConfigError, Settings
 from tests.receiver.support import TENANT, counts, dumps, payload, post, running, text_message
 from tests.support.helpers import fixture_bytes
-from tests.worker.support import push_message
+from tests.worker.support import push_message, wait_for
 from worker.review_journal import ReviewJournal
 from worker.store import ConversationStore
 from worker.turn_state import TurnState
@@ -457,3 +458,26 @@ def test_metrics_settings_read_from_the_environment() -> None:
     assert s.metrics_token == "t0k" and s.masked()["metrics_token"] == "***"
     assert s.metrics_tenants == ("106500000000001", "106500000000002")
     assert (s.metrics_tenants_top_n, s.metrics_fleet_max_age_s, s.dyno) == (0, 5.0, "web.2")
+
+
+async def test_a_slow_read_serves_the_figures_read_before(settings: Settings, redis: Redis) -> None:
+    """Redis paused during a read: a scrape that has figures waits at most SCRAPE_WAIT_S for
+    it and gets the earlier ones (their age says so); the read completes for a later scrape."""
+    keys = Keys(settings.key_prefix)
+    await redis.sadd(keys.tenants, TENANT)
+    await redis.hset(keys.tenant(TENANT).stats, "messages", 1)
+    async with running(metrics_settings(settings)) as client:
+        assert value(await scrape(client), "wa_messages_total") == 1
+        await redis.hset(keys.tenant(TENANT).stats, "messages", 2)
+        await redis.execute_command("CLIENT", "PAUSE", 3000, "ALL")
+        began = time.monotonic()
+        stale = await scrape(client)
+        assert time.monotonic() - began < 2.0  # SCRAPE_WAIT_S (0.5 s), not the pause (3 s)
+        assert value(stale, "wa_messages_total") == 1
+        assert value(stale, "wa_fleet_scrape_ok") == 1
+
+        async def fresh() -> Samples | None:
+            samples = await scrape(client)
+            return samples if value(samples, "wa_messages_total") == 2 else None
+
+        await wait_for(fresh, "the read after the pause", timeout_s=10, every_s=0.2)
