@@ -35,7 +35,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from receiver.chatwoot import ChatwootInbound
-from receiver.metrics import ReceiverMetrics, read_fleet
+from receiver.metrics import ReceiverMetrics, authorized
 from receiver.parsing import Parsed
 from receiver.providers import inbound_providers
 from receiver.signature import SignatureError, token_matches
@@ -63,6 +63,9 @@ Endpoint = Callable[[Request], Awaitable[Response]]
 FORBIDDEN = PlainTextResponse("forbidden", status_code=403)
 UNAVAILABLE = PlainTextResponse("unavailable, retry later", status_code=503)
 OK = PlainTextResponse("ok")
+UNAUTHORIZED = PlainTextResponse(
+    "unauthorized", status_code=401, headers={"www-authenticate": "Bearer"}
+)
 
 # Retrying a held webhook's write (`Receiver._hold`): the first pause, doubling up to the cap.
 HOLD_FIRST_PAUSE_S = 0.05
@@ -116,7 +119,7 @@ class Receiver:
         self.signatures = self._whatsapp().signatures
         self.redis: Any = None
         self.writer: InboxWriter | None = None
-        self.metrics = ReceiverMetrics()
+        self.metrics = ReceiverMetrics(settings)
 
     @asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
@@ -332,21 +335,22 @@ class Receiver:
         return PlainTextResponse("ready")
 
     async def metrics_endpoint(self, request: Request) -> Response:
-        """Prometheus text: this receiver's figures, and the fleet's as Redis has them now."""
-        fleet = None
-        if self.redis is not None:
-            try:
-                fleet = await read_fleet(self.redis, self.keys, self.settings.redis_timeout_s)
-            except Exception as exc:
-                logger.info("fleet metrics not read from Redis: %r", exc)
-        return Response(self.metrics.render(fleet), media_type=CONTENT_TYPE_LATEST)
+        """Prometheus text for the holder of `METRICS_TOKEN` (401 for anyone else): this
+        receiver's figures, and the fleet's as read from Redis at most every
+        `METRICS_FLEET_MAX_AGE_S` (receiver/metrics.py)."""
+        if not authorized(request.headers.get("authorization"), self.settings.metrics_token):
+            return UNAUTHORIZED
+        text = await self.metrics.exposition(self.redis)
+        return Response(text, media_type=CONTENT_TYPE_LATEST)
 
     def routes(self) -> list[Route]:
+        # Without METRICS_TOKEN there is no /metrics at all: 404, like any unknown path.
+        metrics = [Route("/metrics", never_500(self.metrics_endpoint), methods=["GET"])]
         return [
             Route(WEBHOOK_PATH, never_500(self.verify), methods=["GET"]),
             Route("/healthz", self.healthz, methods=["GET"]),
             Route("/readyz", never_500(self.readyz), methods=["GET"]),
-            Route("/metrics", never_500(self.metrics_endpoint), methods=["GET"]),
+            *(metrics if self.settings.metrics_token else []),
         ]
 
 

@@ -68,6 +68,7 @@ DEV_DEFAULTS = {
     "LOG_FORMAT": "text",
     "WHATSAPP_APP_SECRET": "dev-secret",
     "WHATSAPP_VERIFY_TOKEN": "dev-verify",
+    "METRICS_TOKEN": "dev-metrics",  # curl -H 'Authorization: Bearer dev-metrics' …/metrics
     "DEBOUNCE_WINDOW_S": "3",
     "MAX_WAIT_S": "10",
     "LEASE_S": "30",

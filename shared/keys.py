@@ -15,6 +15,7 @@ Layout (prefix `wa`, tenant 106540352242922, person 16505551234):
     wa:sweep                            STRING  id of the worker sweeping this interval (PX)
     wa:ai:paused                        STRING  the fleet's pause of AI calls (JSON; PX)
     wa:ai:probe                         STRING  token of the one worker probing the AI (NX PX)
+    wa:workers                          HASH    worker id -> its heartbeat (JSON)
     wa:{106540352242922}:inbox          LIST    events from the receiver (LPUSH; worker RPOPs)
     wa:{106540352242922}:seen:<id>      STRING  dedupe marker of one provider item (TTL)
     wa:{106540352242922}:due            ZSET    person -> when its conversation is due (ms)
@@ -103,6 +104,12 @@ class Keys:
     def ai_probe(self) -> str:
         """Set NX with a PX by the one worker that asks the AI again when a pause ends."""
         return f"{self.prefix}:ai:probe"
+
+    @property
+    def workers(self) -> str:
+        """Worker id -> its last heartbeat, JSON (shared/heartbeats.py); the workers write
+        and prune it."""
+        return f"{self.prefix}:workers"
 
     # --- per tenant ---------------------------------------------------------------------
     def tenant(self, tenant: str) -> TenantKeys:

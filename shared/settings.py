@@ -34,6 +34,9 @@ def _is_key_prefix(prefix: str) -> bool:
     return bool(prefix) and not any(c in prefix for c in "{}: ")
 
 
+_TOP_N = (lambda n: 0 <= n <= 1000, "be between 0 and 1000")
+
+
 def _no_trailing_slash(url: str) -> str:
     return url.rstrip("/")
 
@@ -354,6 +357,24 @@ class Settings:
         "`json`: one JSON object per line on stdout (Heroku convention); `text` for humans",
         choices=("json", "text"),
         normalize=str.lower,
+    )
+
+    # --- Metrics and worker heartbeats (docs/operating.md#metrics) --------------------------
+    metrics_token: str = setting(
+        "METRICS_TOKEN", "", "bearer token `GET /metrics` requires (unset: 404)", secret=True
+    )
+    metrics_fleet_max_age_s: float = setting(
+        "METRICS_FLEET_MAX_AGE_S", 5.0, "fleet figures are read at most this often", at_least=0
+    )
+    metrics_tenants_top_n: int = setting(
+        "METRICS_TENANTS_TOP_N", 20, "the N busiest tenants get series of their own", rule=_TOP_N
+    )
+    metrics_tenants: tuple[str, ...] = setting(
+        "METRICS_TENANTS", (), "tenant ids (comma-separated) with series of their own anyway"
+    )
+    dyno: str = setting("DYNO", "", "set by Heroku (`web.1`): the receiver's `dyno` label")
+    heartbeat_interval_s: float = setting(
+        "HEARTBEAT_INTERVAL_S", 5.0, "a worker's heartbeat interval (dead after 3)", above=0
     )
 
     tenants: Mapping[str, TenantConfig] = field(default_factory=dict)  # from TENANTS_FILE

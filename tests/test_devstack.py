@@ -417,7 +417,8 @@ def test_a_procfile_without_a_worker_line_is_refused_by_name(tmp_path: Path) -> 
 def scrape(url: str) -> dict[str, float]:
     """Each sample of a Prometheus text page, summed over its labels (all tenants)."""
     totals: dict[str, float] = {}
-    for family in text_string_to_metric_families(httpx.get(url, timeout=10).text):
+    page = httpx.get(url, timeout=10, headers={"Authorization": "Bearer dev-metrics"})
+    for family in text_string_to_metric_families(page.text):
         for sample in family.samples:
             totals[sample.name] = totals.get(sample.name, 0.0) + sample.value
     return totals

@@ -4,8 +4,8 @@ One `AsyncAnthropic` client per process; `ANTHROPIC_BASE_URL` is honoured by the
 The whole batch is one user turn (every message's text in order, non-text described by the
 receiver, e.g. "[image: caption]"), after the person's recent exchanges from memory; the request
 (the tenant's model, prompt and memory length, and the prompt-cache marks) is built by
-worker/prompt.py. Each answer's token usage is reported to the turn (`note_usage`), which logs
-it.
+worker/prompt.py. Each call's latency and token usage is reported to the turn
+(`record_ai_call`), which logs them and adds them to the tenant's figures.
 
 The SDK's own retries are off: the worker retries the whole turn, under the lease. What an error
 means is decided in worker/ai_errors.py: an outage of the API waits for it without using up the
@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -47,7 +48,7 @@ from worker.batch import Batch
 from worker.errors import NeedsReview, RetryLater
 from worker.prompt import build_request
 from worker.tools import load_tools
-from worker.turn_state import note_usage
+from worker.turn_state import record_ai_call
 
 log = logging.getLogger(__name__)
 # Review reasons of the stop-reason loop.
@@ -159,11 +160,14 @@ class AnthropicBrain:
         )
 
     async def _create(self, request: dict[str, Any], timeout_s: float) -> Message:
+        started, usage = time.perf_counter(), None
         try:
             message: Message = await self._client.messages.create(**request, timeout=timeout_s)
+            usage = message.usage
         except anthropic.APIError as exc:
             raise classify(exc) from exc
-        note_usage(message.usage)  # every call of the turn counts (worker/turn_state.py)
+        finally:  # every call of the turn counts, its latency and tokens (worker/turn_state.py)
+            record_ai_call(time.perf_counter() - started, usage)
         return message
 
 

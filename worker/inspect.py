@@ -66,10 +66,25 @@ def render_fleet(state: dict[str, Any]) -> list[str]:
             + (f" unknown={t['unknown']}" if t.get("unknown") else "")
         )
     lines.append(f"  dead-letter list: {state['deadletter']} bodies")
+    lines += render_workers(state["workers"])
     lines.append(
         f"  workers listening: {state['workers_listening']}; tenants waiting for a worker: "
         f"{state['wake_queue']} with new work, {state['relay_queue']} relayed"
     )
+    return lines
+
+
+def render_workers(workers: dict[str, Any]) -> list[str]:
+    """Which workers are alive (heartbeats), since when, and how many turns each runs."""
+    live = workers["live"]
+    lines = [f"  workers alive: {len(live)}"]
+    for w in live:
+        lines.append(
+            f"    {w['worker']}  up {duration(w['up_ms'])} (since {clock(w['started_ms'])}), "
+            f"seen {duration(w['seen_ago_ms'])} ago, running {w['running']}/{w['concurrency']}"
+        )
+    if workers["dead_entries"]:
+        lines.append(f"    ({workers['dead_entries']} dead workers' heartbeats not yet removed)")
     return lines
 
 
@@ -114,7 +129,7 @@ def render_tenant(state: dict[str, Any]) -> list[str]:
     counters = " ".join(
         f"{name}={value}"
         for name, value in state["counters"].items()
-        if not name.startswith("lag_")
+        if not name.startswith(("lag_", "ai_", "send_"))  # histogram buckets
     )
     lines.append(f"  counters    {counters or '(none)'}")
     if state["unroutable"]:

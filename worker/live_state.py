@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from shared import dispatch_lag, wake
+from shared import dispatch_lag, heartbeats, wake
 from shared.keys import PENDING, Keys
 from worker.review_journal import JOURNAL_FIELD, ReviewJournal, current_names
 from worker.unknowns import describe
@@ -62,6 +62,7 @@ async def fleet(redis: Any, keys: Keys) -> dict[str, Any]:
     return {
         "now_ms": await redis_now_ms(redis),
         "tenants": rows,
+        "workers": await workers(redis, keys),
         "deadletter": int(await redis.llen(keys.deadletter)),
         "workers_listening": await wake.listening_workers(redis, keys),
         "wake_queue": int(await redis.zcard(keys.wake_queue)),
@@ -69,6 +70,28 @@ async def fleet(redis: Any, keys: Keys) -> dict[str, Any]:
         # after one release).
         "relay_queue": int(await redis.zcard(keys.relay_queue))
         + int(await redis.zcard(keys.legacy_relay_queue)),
+    }
+
+
+async def workers(redis: Any, keys: Keys) -> dict[str, Any]:
+    """The workers alive by their heartbeats (shared/heartbeats.py), oldest first, and how many
+    dead workers' entries are still there (the live workers delete them)."""
+    state = await heartbeats.read(redis, keys.workers)
+    return {
+        "live": [
+            {
+                "worker": b.worker,
+                "host": b.host,
+                "pid": b.pid,
+                "started_ms": b.started_ms,
+                "up_ms": state.now_ms - b.started_ms,
+                "seen_ago_ms": state.now_ms - b.seen_ms,
+                "running": b.running,
+                "concurrency": b.concurrency,
+            }
+            for b in state.live
+        ],
+        "dead_entries": len(state.dead),
     }
 
 

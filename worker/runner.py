@@ -37,6 +37,7 @@ from shared.settings import Settings
 from worker.ai_pause import AIPause
 from worker.batch import Batch
 from worker.brains import Brain, load_brain
+from worker.heartbeat import Heartbeat
 from worker.leases import Leases, RunningTurn
 from worker.scheduler import Scheduler
 from worker.senders import Sender, load_senders
@@ -76,6 +77,7 @@ class Worker:
         self._leases = Leases(settings)
         self._scheduler = Scheduler(settings, self.keys, self.worker_id, self._leases)
         self._turn_tools: TurnTools | None = None  # set at start-up
+        self._heartbeat: Heartbeat | None = None  # set at start-up
         self._force_exit = asyncio.Event()
         self._background: list[asyncio.Task[None]] = []
         self._listeners: list[asyncio.Task[None]] = []  # stopped first at shutdown
@@ -167,8 +169,10 @@ class Worker:
             # Remove after one release (shared/wake.py: the rolling deploy of the rename).
             asyncio.create_task(self.wakeups.legacy_relays(), name="legacy-relays"),
         ]
+        self._heartbeat = Heartbeat(self.redis, self.keys, self.worker_id, s, self._leases.__len__)
         self._background = [
-            asyncio.create_task(self._leases.renew_forever(self.store), name="renew")
+            asyncio.create_task(self._leases.renew_forever(self.store), name="renew"),
+            asyncio.create_task(self._heartbeat.beat_forever(), name="heartbeat"),
         ]
         # Connected first, then one sweep of its own (set by the listener) covers everything
         # from before; without the wait the first sweep would run twice.
@@ -234,6 +238,8 @@ class Worker:
         for task in self._background:
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
+        if self._heartbeat is not None:
+            await self._heartbeat.remove()
         await self._close_owned()
         await self._close_clients()
         log.info("worker %s stopped", self.worker_id)

@@ -6,6 +6,7 @@ goes through the group committer, so the concurrent turns of one process share r
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -138,6 +139,14 @@ class ConversationStore:
         )
         return bool(int(result))
 
+    async def add_figures(self, tenant: str, increments: dict[str, int]) -> None:
+        """Add a turn's figures to the tenant's stats (shared/turn_figures.py): one HINCRBY
+        per field, all in one round of the committer."""
+        stats = self.keys.tenant(tenant).stats
+        await self._committer.run(
+            [functools.partial(_hincrby, stats, f, n) for f, n in increments.items()]
+        )
+
     async def finish_retry(
         self, batch: Batch, delay_s: float, error: str, count_attempt: bool = True
     ) -> bool:
@@ -224,3 +233,7 @@ class ConversationStore:
         )
         result = await self._committer.submit(lambda p: self._scripts.finish.queue(p, keys, args))
         return bool(int(result))
+
+
+def _hincrby(key: str, field: str, n: int, pipe: Any) -> None:
+    pipe.hincrby(key, field, n)

@@ -25,8 +25,10 @@ import orjson
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from shared import turn_figures
 from shared.logs import redact_person
 from shared.settings import Settings
+from worker import turn_state
 from worker.ai_pause import AIPause, AIPaused
 from worker.batch import Batch
 from worker.brains import Brain
@@ -44,7 +46,7 @@ from worker.review_journal import SENDING, ReviewJournal
 from worker.senders import Sender, takes_delivery
 from worker.split import WHATSAPP_MAX_CHARS, split_reply
 from worker.store import ConversationStore
-from worker.turn_state import Delivery, TurnState, usage_of_turn
+from worker.turn_state import Delivery, TurnState
 from worker.typing_refresh import typing_kept_up
 from worker.unknowns import UnknownDelivery, utc
 
@@ -76,6 +78,25 @@ class Turn:
         self._delivery = LeasedDelivery(self)
 
     async def run(self) -> None:
+        with turn_state.running(self.state):
+            await self._run()
+        await self._record_figures()
+
+    async def _record_figures(self) -> None:
+        """Add this attempt's AI calls, sends and tokens to the tenant's figures: one round
+        of HINCRBYs (shared/turn_figures.py); best effort, after the finish."""
+        state = self.state
+        increments = turn_figures.increments(
+            state.ai_calls_ms, state.sends_ms, state.usage.tokens()
+        )
+        if not increments:
+            return
+        try:
+            await self._store.add_figures(self.batch.tenant, increments)
+        except Exception as exc:
+            log.info("turn figures not recorded tenant=%s: %r", self.batch.tenant, exc)
+
+    async def _run(self) -> None:
         batch, state = self.batch, self.state
         if state.journal is not None:
             # An earlier attempt decided on review and its worker stopped before the finish:
@@ -172,26 +193,26 @@ class Turn:
         return reply
 
     async def _ask_brain(self) -> str | None:
-        """The brain's answer; the tokens its AI calls report are logged (one line a turn)."""
-        batch = self.batch
-        with usage_of_turn() as usage:
-            try:
-                return await self._tools.brain.reply(batch)
-            finally:
-                if usage.calls:
-                    self.state.usage = usage
-                    log.info(
-                        "ai usage tenant=%s batch=%s calls=%d input=%d output=%d"
-                        " cache_read=%d cache_write=%d",
-                        batch.tenant,
-                        batch.id,
-                        usage.calls,
-                        usage.input_tokens,
-                        usage.output_tokens,
-                        usage.cache_read_input_tokens,
-                        usage.cache_creation_input_tokens,
-                        extra={**_fields(batch, "ai"), **asdict(usage)},
-                    )
+        """The brain's answer. Its AI calls' latency and tokens are in the turn's state
+        (`record_ai_call`); a brain that reports none counts as one call, timed here. The
+        tokens are logged, one line a turn."""
+        batch, state = self.batch, self.state
+        calls, asked = len(state.ai_calls_ms), time.perf_counter()
+        try:
+            return await self._tools.brain.reply(batch)
+        finally:
+            if len(state.ai_calls_ms) == calls:  # the brain reported no call itself
+                state.ai_calls_ms.append((time.perf_counter() - asked) * 1000)
+            usage = state.usage
+            if usage.calls:
+                log.info(
+                    "ai usage tenant=%s batch=%s calls=%d input=%d output=%d"
+                    " cache_read=%d cache_write=%d",
+                    *(batch.tenant, batch.id, usage.calls, usage.input_tokens),
+                    *(usage.output_tokens, usage.cache_read_input_tokens),
+                    usage.cache_creation_input_tokens,
+                    extra={**_fields(batch, "ai"), **asdict(usage)},
+                )
 
     async def _send(self, sender: Sender, parts: list[str], record_last: bool = False) -> None:
         """Send the parts not sent yet, recording each but the last (the finish does that,
@@ -203,7 +224,7 @@ class Turn:
                 continue
             asked_ms = int(time.time() * 1000)
             try:
-                provider_id = await self._call(sender.send, batch, part, index) or ""
+                provider_id = await self._timed_send(sender, part, index)
             except DeliveryUnknown as exc:
                 # Not retried (it may be a second copy), not counted as sent: a person is told.
                 state.delivery_unknown = UnknownDelivery(
@@ -227,6 +248,14 @@ class Turn:
             if not recorded:
                 raise LeaseLost
             state.sent_parts[index] = provider_id
+
+    async def _timed_send(self, sender: Sender, part: str, index: int) -> str:
+        """`sender.send`, its latency kept for the turn's figures whatever the outcome."""
+        started = time.perf_counter()
+        try:
+            return await self._call(sender.send, self.batch, part, index) or ""
+        finally:
+            self.state.sends_ms.append((time.perf_counter() - started) * 1000)
 
     async def _call(self, method: Callable[..., Awaitable[T]], *args: Any) -> T:
         """A sender's method, given the turn's `Delivery` if it declares that parameter."""

@@ -49,8 +49,12 @@ class TurnState:
     journal: ReviewJournal | None = None
     # The last part, sent but left for the finish to record: (index, provider id).
     unrecorded_part: tuple[int, str] | None = None
-    # The tokens this attempt's AI calls used (None: the brain reported none).
-    usage: Usage | None = None
+    # This attempt's figures, added to the tenant's stats when the turn ends
+    # (shared/turn_figures.py) and logged: the AI's token usage, each AI call's and each send's
+    # latency.
+    usage: Usage = field(default_factory=lambda: Usage())
+    ai_calls_ms: list[float] = field(default_factory=list)
+    sends_ms: list[float] = field(default_factory=list)
 
     @classmethod
     def resumed(cls, batch: Batch) -> TurnState:
@@ -83,10 +87,15 @@ class Usage:
     calls: int = 0
 
     def add(self, usage: Any) -> None:
-        """Add one answer's `usage` (the SDK's `message.usage`, or a dict of the same)."""
+        """Add one answer's `usage` (the SDK's `message.usage`, or a dict of the same); a
+        missing or None field counts 0."""
         self.calls += 1
         for name in USAGE_FIELDS:
             setattr(self, name, getattr(self, name) + _count(usage, name))
+
+    def tokens(self) -> dict[str, int]:
+        """The four token counts by their API names (without `calls`)."""
+        return {name: getattr(self, name) for name in USAGE_FIELDS}
 
 
 USAGE_FIELDS = (
@@ -95,31 +104,41 @@ USAGE_FIELDS = (
     "cache_read_input_tokens",
     "cache_creation_input_tokens",
 )
-_TURN_USAGE: ContextVar[Usage | None] = ContextVar("turn_usage", default=None)
-
-
-def note_usage(usage: Any) -> None:
-    """A brain reports the `usage` of each Messages API answer (`message.usage`) to the turn
-    it runs in; nothing happens outside a turn."""
-    current = _TURN_USAGE.get()
-    if current is not None:
-        current.add(usage)
+_current: ContextVar[TurnState | None] = ContextVar("turn_state", default=None)
 
 
 @contextmanager
-def usage_of_turn() -> Iterator[Usage]:
-    """What `note_usage` reports inside this block (the turn's brain call) is summed here."""
-    usage = Usage()
-    token = _TURN_USAGE.set(usage)
+def running(state: TurnState) -> Iterator[None]:
+    """Make `state` the current turn's for the code run inside (the turn's task only)."""
+    token = _current.set(state)
     try:
-        yield usage
+        yield
     finally:
-        _TURN_USAGE.reset(token)
+        _current.reset(token)
+
+
+def current() -> TurnState | None:
+    """The state of the turn this code runs in (the brain's call included), else None."""
+    return _current.get()
+
+
+def record_ai_call(seconds: float, usage: Any = None) -> None:
+    """For a brain: one AI call of the running turn took `seconds` and used `usage` (the SDK's
+    `message.usage`, a mapping with its names, or None when the call failed). The turn logs
+    the tokens and adds them to the tenant's figures when it ends; outside a turn this does
+    nothing. A brain that never calls it has its whole `reply()` counted as one AI call,
+    without tokens."""
+    state = _current.get()
+    if state is None:
+        return
+    state.ai_calls_ms.append(seconds * 1000)
+    if usage is not None:
+        state.usage.add(usage)
 
 
 def _count(usage: Any, name: str) -> int:
     value = usage.get(name) if isinstance(usage, Mapping) else getattr(usage, name, None)
-    return int(value or 0)
+    return value if isinstance(value, int) and value > 0 else 0
 
 
 class Delivery:
