@@ -26,15 +26,12 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from shared import turn_figures
-from shared.logs import redact_person
 from shared.settings import Settings
 from worker import turn_state
 from worker.ai_pause import AIPause, AIPaused
 from worker.batch import Batch
 from worker.brains import Brain
 from worker.errors import (
-    DELIVERY_UNKNOWN,
-    AIUnavailable,
     DeliveryUnknown,
     HandOverRequested,
     LeaseLost,
@@ -42,13 +39,13 @@ from worker.errors import (
 )
 from worker.formatting import for_channel
 from worker.leases import Leases
-from worker.review_journal import SENDING, ReviewJournal
 from worker.senders import Sender, takes_delivery
 from worker.split import WHATSAPP_MAX_CHARS, split_reply
 from worker.store import ConversationStore
+from worker.turn_endings import TurnEndings, log_review, settle_hand_over_text, turn_fields
 from worker.turn_state import Delivery, TurnState
 from worker.typing_refresh import typing_kept_up
-from worker.unknowns import UnknownDelivery, utc
+from worker.unknowns import UnknownDelivery
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -73,9 +70,10 @@ class Turn:
         self.batch = batch
         self.state = TurnState.resumed(batch)
         self._tools = tools
-        self._store = tools.store
-        self._sender = tools.senders.get(batch.channel)
+        self.store = tools.store
+        self.sender = tools.senders.get(batch.channel)
         self._delivery = LeasedDelivery(self)
+        self._endings = TurnEndings(self)
 
     async def run(self) -> None:
         with turn_state.running(self.state):
@@ -92,7 +90,7 @@ class Turn:
         if not increments:
             return
         try:
-            await self._store.add_figures(self.batch.tenant, increments)
+            await self.store.add_figures(self.batch.tenant, increments)
         except Exception as exc:
             log.info("turn figures not recorded tenant=%s: %r", self.batch.tenant, exc)
 
@@ -107,43 +105,43 @@ class Turn:
                 batch.tenant,
                 batch.id,
                 state.journal.reason,
-                extra=_fields(batch, "review"),
+                extra=turn_fields(batch, "review"),
             )
             state.delivery_unknown = state.journal.delivery_unknown
-            _settle_hand_over_text(state.journal)
-            await self._review(state.journal.reason, state.journal.detail)
+            settle_hand_over_text(state.journal)
+            await self._endings.review(state.journal.reason, state.journal.detail)
             return
         # Late is worse than never (invariant 6): a person answers a batch this old.
         age_ms = batch.claimed_ms - batch.oldest_ts * 1000
-        if not batch.requeued and batch.oldest_ts and age_ms > self._settings.review_after_s * 1000:
-            _log_review(batch, "too_old")
-            await self._review("too_old", f"oldest message {age_ms / 1000:.0f}s old")
+        if not batch.requeued and batch.oldest_ts and age_ms > self.settings.review_after_s * 1000:
+            log_review(batch, "too_old")
+            await self._endings.review("too_old", f"oldest message {age_ms / 1000:.0f}s old")
             return
         try:
             reply = await self._reply()
         except AIPaused as exc:
-            await self._wait_for_ai(exc)
+            await self._endings.wait_for_ai(exc)
         except HandOverRequested as exc:
-            _log_review(batch, exc.reason)
-            await self._ai_hand_over(exc)
+            log_review(batch, exc.reason)
+            await self._endings.ai_hand_over(exc)
         except NeedsReview as exc:
-            _log_review(batch, exc.reason)
-            await self._review(exc.reason, exc.detail)
+            log_review(batch, exc.reason)
+            await self._endings.review(exc.reason, exc.detail)
         except LeaseLost:
             log.warning("lease lost mid-turn tenant=%s batch=%s", batch.tenant, batch.id)
         except Exception as exc:
-            await self._failed(exc)
+            await self._endings.failed(exc)
         else:
             remember = b""
             # A reply replaced by a template never reached the person: not part of the chat.
             if reply and not state.template_sent:
                 remember = orjson.dumps({"user": batch.user_text, "assistant": reply})
             last = state.unrecorded_part
-            await self._finish(lambda: self._store.finish_done(batch, remember, last))
-            log.debug("turn done batch=%s", batch.id, extra=_fields(batch, "done"))
+            await self.finish(lambda: self.store.finish_done(batch, remember, last))
+            log.debug("turn done batch=%s", batch.id, extra=turn_fields(batch, "done"))
 
     @property
-    def _settings(self) -> Settings:
+    def settings(self) -> Settings:
         return self._tools.settings
 
     async def _reply(self) -> str | None:
@@ -153,7 +151,7 @@ class Turn:
         provider accepted is recorded with its id, so a resumed or retried turn neither asks
         the AI again nor re-sends an accepted part.
         """
-        batch, sender = self.batch, self._sender
+        batch, sender = self.batch, self.sender
         if sender is None:
             raise NeedsReview("no_sender", f"no sender configured for channel {batch.channel!r}")
         reply = self.state.reply
@@ -161,7 +159,7 @@ class Turn:
         if reply is None and can_send_text is not None and not can_send_text(batch):
             # The window is known to be closed: only the tenant's template can go out (or the
             # batch goes to review), so no AI answer is bought and no typing promises one.
-            await self._send(sender, [""])
+            await self.send_parts(sender, [""])
             return None
         if reply is None:
             pause = self._tools.ai_pause
@@ -174,7 +172,7 @@ class Turn:
             typing = (
                 contextlib.nullcontext()
                 if admission.probe
-                else typing_kept_up(sender, batch, self._settings.typing_refresh_s)
+                else typing_kept_up(sender, batch, self.settings.typing_refresh_s)
             )
             async with typing:
                 answer = await pause.ask(admission, self._ask_brain)
@@ -183,13 +181,13 @@ class Turn:
                 if not answer:
                     return None
                 reply = await self._while_leased(
-                    lambda: self._store.save_reply(batch, answer), "store the reply"
+                    lambda: self.store.save_reply(batch, answer), "store the reply"
                 )
             if reply is None:
                 raise LeaseLost
             self.state.reply = reply
         limit = getattr(sender, "max_part_chars", WHATSAPP_MAX_CHARS)
-        await self._send(sender, split_reply(for_channel(batch.channel, reply), limit))
+        await self.send_parts(sender, split_reply(for_channel(batch.channel, reply), limit))
         return reply
 
     async def _ask_brain(self) -> str | None:
@@ -211,10 +209,10 @@ class Turn:
                     *(batch.tenant, batch.id, usage.calls, usage.input_tokens),
                     *(usage.output_tokens, usage.cache_read_input_tokens),
                     usage.cache_creation_input_tokens,
-                    extra={**_fields(batch, "ai"), **asdict(usage)},
+                    extra={**turn_fields(batch, "ai"), **asdict(usage)},
                 )
 
-    async def _send(self, sender: Sender, parts: list[str], record_last: bool = False) -> None:
+    async def send_parts(self, sender: Sender, parts: list[str], record_last: bool = False) -> None:
         """Send the parts not sent yet, recording each but the last (the finish does that,
         unless `record_last`)."""
         batch, state = self.batch, self.state
@@ -242,7 +240,7 @@ class Turn:
                 state.unrecorded_part = (index, provider_id)
                 break
             recorded = await self._while_leased(
-                functools.partial(self._store.record_part, batch, index, provider_id),
+                functools.partial(self.store.record_part, batch, index, provider_id),
                 "record a part",
             )
             if not recorded:
@@ -253,151 +251,21 @@ class Turn:
         """`sender.send`, its latency kept for the turn's figures whatever the outcome."""
         started = time.perf_counter()
         try:
-            return await self._call(sender.send, self.batch, part, index) or ""
+            return await self.call_sender(sender.send, self.batch, part, index) or ""
         finally:
             self.state.sends_ms.append((time.perf_counter() - started) * 1000)
 
-    async def _call(self, method: Callable[..., Awaitable[T]], *args: Any) -> T:
+    async def call_sender(self, method: Callable[..., Awaitable[T]], *args: Any) -> T:
         """A sender's method, given the turn's `Delivery` if it declares that parameter."""
         if takes_delivery(method):
             return await method(*args, delivery=self._delivery)
         return await method(*args)
 
-    async def _failed(self, exc: Exception) -> None:
-        batch, s = self.batch, self._settings
-        attempts = batch.attempt + 1
-        error = f"{type(exc).__name__}: {exc}"
-        if attempts >= s.max_attempts:
-            log.warning(
-                "batch failed %d times, to review tenant=%s batch=%s: %s",
-                attempts,
-                batch.tenant,
-                batch.id,
-                error,
-                extra=_fields(batch, "review"),
-            )
-            await self._review("max_attempts", error)
-        else:
-            delay = s.retry_base_s * 2 ** (attempts - 1)
-            log.warning(
-                "turn failed (attempt %d), retry in %.1fs tenant=%s batch=%s: %s",
-                attempts,
-                delay,
-                batch.tenant,
-                batch.id,
-                error,
-                extra=_fields(batch, "retry"),
-            )
-            await self._finish(lambda: self._store.finish_retry(batch, delay, error))
-
-    async def _wait_for_ai(self, paused: AIPaused) -> None:
-        """Put the batch back until the AI pause ends: a retry whose attempt is not counted."""
-        batch = self.batch
-        # One line per failed AI call; a batch the pause kept from calling logs at DEBUG.
-        level = logging.INFO if isinstance(paused.__cause__, AIUnavailable) else logging.DEBUG
-        log.log(
-            level,
-            "batch waits %.1fs for the AI tenant=%s batch=%s: %s",
-            *(paused.wait_s, batch.tenant, batch.id, paused.detail),
-            extra=_fields(batch, "wait"),
-        )
-        wait, error = paused.wait_s, paused.detail
-        await self._finish(lambda: self._store.finish_retry(batch, wait, error, False))
-
-    async def _ai_hand_over(self, request: HandOverRequested) -> None:
-        """The AI asked for a person: the review is journaled, its text sent (each part
-        recorded), then the batch parked. A worker dying after the journal leaves the batch
-        to be finished as this review: the text is never sent again."""
-        journal = ReviewJournal(request.reason, request.detail, int(time.time() * 1000))
-        journal.steps[HAND_OVER_TEXT] = SENDING
-        self.state.journal = journal
-        try:
-            await self.save_journal()
-            journal.steps[HAND_OVER_TEXT] = await self._send_hand_over_text(request.text)
-            await self.save_journal()
-        except LeaseLost:
-            log.warning("lease lost in a hand-over batch=%s", self.batch.id)
-            return
-        await self._review(request.reason, request.detail, resumed=False)
-
-    async def _send_hand_over_text(self, text: str) -> str:
-        """Send `text` as a reply; what came of it ("done", "failed: ...", "unknown: ...")."""
-        assert self._sender is not None  # checked before the brain was asked
-        limit = getattr(self._sender, "max_part_chars", WHATSAPP_MAX_CHARS)
-        try:
-            await self._send(self._sender, split_reply(text, limit), record_last=True)
-        except LeaseLost:
-            raise
-        except NeedsReview as exc:  # a send nobody can confirm is counted once, as the part
-            return "see delivery_unknown" if self.state.delivery_unknown else f"failed: {exc}"[:500]
-        except Exception as exc:
-            return f"failed: {type(exc).__name__}: {exc}"[:500]
-        return "done"
-
-    async def _review(self, reason: str, detail: str, *, resumed: bool | None = None) -> None:
-        """Park the batch for review, after handing the conversation to a person where the
-        provider can (Chatwoot). The decision is journaled on the batch first, still under
-        the lease (worker/review_journal.py): a worker that dies meanwhile leaves the batch to
-        be resumed by another, which finishes this same review and hands over at most once."""
-        batch, state = self.batch, self.state
-        if resumed is None:
-            resumed = state.journal is not None
-        try:
-            if state.journal is None:
-                now_ms = int(time.time() * 1000)
-                state.journal = ReviewJournal(reason, detail, now_ms, state.delivery_unknown)
-                await self.save_journal()
-            outcome = await self._hand_over(state.journal, reason, detail, resumed)
-        except LeaseLost:
-            log.warning("lease lost during the review tenant=%s batch=%s", batch.tenant, batch.id)
-            return
-        await self._finish(
-            lambda: self._store.finish_review(
-                batch, reason, detail, batch.claimed_ms, outcome, state
-            )
-        )
-
-    async def _hand_over(
-        self, journal: ReviewJournal, reason: str, detail: str, resumed: bool
-    ) -> str:
-        """What the review item says of the hand-over: "done", "failed: <error>", "unknown:
-        <why>" (best effort: the item is stored either way), or "" where the provider has none
-        (WhatsApp). `resumed`: an earlier attempt's worker died after journaling the review.
-        Raises LeaseLost if the journal cannot be written any more."""
-        batch, sender = self.batch, self._sender
-        hand_over = getattr(sender, "hand_over", None)
-        if hand_over is None:
-            return ""
-        if resumed and not getattr(sender, "resumes_hand_over", False):
-            # It may have told the provider already; at most once, so not again.
-            outcome = (
-                "unknown: a worker stopped during the hand-over begun at "
-                f"{utc(journal.at_ms)}; it is not repeated"
-            )
-            journal.steps["hand_over"] = outcome  # counted with the other unknowns
-            return outcome
-        try:
-            told = await self._call(hand_over, batch, reason, detail)
-        except LeaseLost:
-            raise
-        except Exception as exc:
-            log.warning(
-                "hand-over failed tenant=%s batch=%s: %r",
-                batch.tenant,
-                batch.id,
-                exc,
-                extra=_fields(batch, "review"),
-            )
-            return f"failed: {type(exc).__name__}: {exc}"[:500]
-        if isinstance(told, str):
-            return told[:500]
-        return "done" if told else ""
-
     async def note_template(self, sending: bool, part: int) -> None:
         """`Delivery.note_template`: persist, under the lease, whether the template went out."""
         batch = self.batch
         noted = await self._while_leased(
-            lambda: self._store.mark_template(batch, sending, part), "note a template"
+            lambda: self.store.mark_template(batch, sending, part), "note a template"
         )
         if not noted:
             raise LeaseLost
@@ -409,12 +277,12 @@ class Turn:
         batch, journal = self.batch, self.state.journal
         assert journal is not None
         saved = await self._while_leased(
-            lambda: self._store.save_journal(batch, journal), "journal the review"
+            lambda: self.store.save_journal(batch, journal), "journal the review"
         )
         if not saved:
             raise LeaseLost
 
-    async def _finish(self, call: Callable[[], Awaitable[bool]]) -> None:
+    async def finish(self, call: Callable[[], Awaitable[bool]]) -> None:
         if not await self._while_leased(call, "finish the turn"):
             log.warning(
                 "lease lost before finish tenant=%s batch=%s", self.batch.tenant, self.batch.id
@@ -464,34 +332,3 @@ class LeasedDelivery(Delivery):
 
     async def save_journal(self) -> None:
         await self._turn.save_journal()
-
-
-def _settle_hand_over_text(journal: ReviewJournal) -> None:
-    """A resumed hand-over whose text was being sent: it is unknown, never sent again."""
-    if journal.steps.get(HAND_OVER_TEXT) == SENDING:
-        journal.steps[HAND_OVER_TEXT] = (
-            "unknown: the worker sending it stopped before the provider answered; not sent again"
-        )
-
-
-def _log_review(batch: Batch, reason: str) -> None:
-    """The line of a batch going to review (a failed-too-often batch logs its own error)."""
-    # A send nobody can confirm is what a person must act on: above INFO.
-    log.log(
-        logging.WARNING if reason == DELIVERY_UNKNOWN else logging.INFO,
-        "batch to review tenant=%s batch=%s reason=%s",
-        batch.tenant,
-        batch.id,
-        reason,
-        extra=_fields(batch, "review"),
-    )
-
-
-def _fields(batch: Batch, outcome: str) -> dict[str, str]:
-    """Structured log fields of a turn; the person only redacted."""
-    return {
-        "tenant": batch.tenant,
-        "person": redact_person(batch.person),
-        "batch": batch.id,
-        "outcome": outcome,
-    }
