@@ -141,7 +141,7 @@ def _lone_message(
         person=person,
         message_id=message_id,
         type=kind,
-        text=describe_as(kind, message),
+        text=_text(kind, message),
         ts=timestamp(message.get("timestamp"), received_ms),
         received_ms=received_ms,
         name=name,
@@ -173,6 +173,15 @@ def _lone_status(status: Any, tenant: str, received_ms: int) -> dict[str, Any] |
         errors=errors if type(errors) is list else [],
         raw=status,
     )
+
+
+def _text(kind: str, message: dict[str, Any]) -> str:
+    """What the AI is shown; an edit shows its new content (`edit.message`)."""
+    if kind == "edit":
+        edit = message.get("edit")
+        new = edit.get("message") if isinstance(edit, dict) else None
+        return describe_as(message_type(new), new) if isinstance(new, dict) else "[edit]"
+    return describe_as(kind, message)
 
 
 def _plain_id(value: Any) -> TypeGuard[str]:
@@ -246,7 +255,7 @@ def message_from(message: Any, tenant: str, contacts: Contacts, received_ms: int
         person=person,
         message_id=message_id,
         type=kind,
-        text=describe_as(kind, message),
+        text=_text(kind, message),
         ts=timestamp(message.get("timestamp"), received_ms),
         received_ms=received_ms,
         name=contacts.names.get(person, ""),

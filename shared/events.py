@@ -7,6 +7,15 @@ by matching that prefix instead of decoding the whole JSON (it falls back to dec
 Message event (kind "message"):
     v, kind, person, tenant, channel, id, type, text, ts (provider unix seconds),
     received_ms (receiver clock), name (profile name or ""), context (quoted id or ""), raw
+Events that are not messages (kinds from `message_kind`) carry the same fields as a message
+event plus `target` (the message they are about: reacted to, deleted, edited; "" when none)
+and `new_person` (a number change's new id; "" otherwise); they start no turn by themselves
+(shared/lua/claim.lua, docs/architecture.md "Events that are not messages"):
+    "note"     a reaction (a removed one has an empty emoji), a system event (number or
+               identity change), a call-permission reply: context for the next turn
+    "revoke"   the person deleted `target`
+    "edit"     the person edited `target`; `text` is the new content
+    "welcome"  `request_welcome`: a turn only where a welcome text is configured
 Status event (kind "status"):
     v, kind, person (recipient), tenant, channel, id (our outbound id), status, ts,
     received_ms, errors (list), raw
@@ -39,9 +48,10 @@ def message_event(
     name: str = "",
     context: str = "",
 ) -> dict[str, Any]:
-    return {
+    kind = "message" if type in _PLAIN else message_kind(type, raw)
+    event = {
         "v": EVENT_VERSION,
-        "kind": "message",
+        "kind": kind,
         "person": person,
         "tenant": tenant,
         "channel": channel,
@@ -54,6 +64,53 @@ def message_event(
         "context": context,
         "raw": raw,
     }
+    if kind != "message":
+        event["target"], event["new_person"] = _about(type, raw)
+    return event
+
+
+# Types that are always plain messages: most traffic skips the classification below.
+_PLAIN = frozenset({"text", "image", "audio", "video", "document", "sticker", "location"})
+_NOTE_TYPES = frozenset({"reaction", "system"})
+
+
+def message_kind(type: str, raw: Any) -> str:
+    """The event kind of an inbound item of provider type `type` (see the module docstring)."""
+    if type in _NOTE_TYPES:
+        return "note"
+    if type in ("revoke", "edit"):
+        return type
+    if type == "request_welcome":
+        return "welcome"
+    if type == "interactive" and _field(_field(raw, "interactive"), "type") == (
+        "call_permission_reply"
+    ):
+        return "note"
+    return "message"
+
+
+def _about(type: str, raw: Any) -> tuple[str, str]:
+    """(target, new_person) of an event that is not a message."""
+    body = _field(raw, type)
+    if type == "reaction":
+        return _str(_field(body, "message_id")), ""
+    if type in ("revoke", "edit"):
+        return _str(_field(body, "original_message_id")), ""
+    if type == "system" and _field(body, "type") in (
+        "customer_changed_number",
+        "user_changed_number",
+    ):
+        new = _str(_field(body, "wa_id")) or _str(_field(body, "new_wa_id"))
+        return "", new if new and "{" not in new and "}" not in new else ""
+    return "", ""
+
+
+def _field(obj: Any, key: str) -> Any:
+    return obj.get(key) if isinstance(obj, dict) else None
+
+
+def _str(value: Any) -> str:
+    return value if isinstance(value, str) else ""
 
 
 def status_event(

@@ -31,6 +31,8 @@ Layout (prefix `wa`, tenant 106540352242922, person 16505551234):
     wa:{…}:c:16505551234:lastin         STRING  provider ts of the last inbound message (expires
                                                 when the 24-hour window closes)
     wa:{…}:c:16505551234:memory         LIST    recent exchanges for the AI (capped, idle TTL)
+    wa:{…}:c:16505551234:context        LIST    events that are not messages, for the next turn
+                                                (reactions, edits, deletions; capped, TTL)
     wa:{106540352242922}:out:<wamid>    HASH    one sent reply part: batch, person, part, status
 """
 
@@ -175,6 +177,9 @@ class TenantKeys:
     def memory(self, person: str) -> str:
         return f"{self.conversation_prefix}{_check(person, 'person')}:{MEMORY}"
 
+    def context(self, person: str) -> str:
+        return f"{self.conversation_prefix}{_check(person, 'person')}:{CONTEXT}"
+
     def conversations_pattern(self, kind: str) -> str:
         """A SCAN MATCH pattern for one kind of conversation key (PENDING, BATCH, ...) of
         every person of the tenant; `person_in` reads the person back from a match."""
@@ -201,6 +206,7 @@ class TenantKeys:
 # loader writes these suffixes into shared/lua/lib/keys.lua, so this module stays the only
 # place a key is spelled.
 PENDING, BATCH, LOCK, LASTIN, MEMORY = "pending", "batch", "lock", "lastin", "memory"
+CONTEXT = "context"
 
 
 def _glob_escape(text: str) -> str:

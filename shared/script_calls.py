@@ -38,7 +38,11 @@ def claim(
     max_intake: int,
     service_window_s: int,
     early_status_ttl_s: int,
+    welcome: int,
+    context_ttl_s: int,
+    context_max: int,
 ) -> Call:
+    """`welcome`: 1 when the tenant has a welcome text (`request_welcome` starts a turn)."""
     return (
         [k.inbox, k.due, k.running, k.burst, k.stats, k.unroutable, k.review],
         [
@@ -52,6 +56,9 @@ def claim(
             k.outbound_prefix,
             service_window_s,
             early_status_ttl_s,
+            welcome,
+            context_ttl_s,
+            context_max,
         ],
     )
 

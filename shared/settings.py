@@ -93,6 +93,11 @@ class Settings(TurnSettings, AISettings, ProviderSettings, ConnectionSettings):
         turns = self.tenant(tenant_id).memory_turns
         return self.memory_turns if turns is None else turns
 
+    def welcome_text_for(self, tenant_id: str) -> str:
+        """The welcome text (`request_welcome`) of a tenant; "": such events start no turn."""
+        text = self.tenant(tenant_id).welcome_text
+        return (self.welcome_text if text is None else text).strip()
+
     def masked(self) -> dict[str, Any]:
         """Effective configuration for start-up logs, with secrets masked."""
         out = {spec.name: spec.shown(getattr(self, spec.name)) for spec in SPECS}

@@ -215,6 +215,12 @@ class AISettings:
     ai_fallback_text: str = setting(
         "AI_FALLBACK_TEXT", "", "sent for an empty AI answer (unset: review `empty_answer`)"
     )
+    welcome_text: str = setting(
+        "WELCOME_TEXT",
+        "",
+        "sent, without an AI call, when a person opens the chat (`request_welcome`; unset:"
+        " that event starts no turn)",
+    )
     ai_tools: tuple[str, ...] = setting("AI_TOOLS", (), "the brain's tools (docs/extending.md)")
     ai_hand_over_tool: bool = setting("AI_HAND_OVER_TOOL", True, "offer the hand-over tool")
     ai_hand_over_text: str = setting(

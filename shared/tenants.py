@@ -37,6 +37,8 @@ class TenantConfig:
     fallback_text: str | None = None
     # Sent when the AI hands the conversation over to a person (`hand_over_to_human`).
     hand_over_text: str | None = None
+    # Sent when a person opens the chat (`request_welcome`); None: `WELCOME_TEXT`.
+    welcome_text: str | None = None
 
 
 NO_OVERRIDES = TenantConfig()

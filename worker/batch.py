@@ -61,6 +61,9 @@ class Batch:
     history: list[dict[str, Any]] = field(default_factory=list)
     # Provider ts of the person's latest message (0: unknown, or the window has closed).
     last_inbound_ts: int = 0
+    # Events that are not messages since the previous batch, oldest first (shared/lua/claim.lua:
+    # `what`, `type`, `text`, `target`, `target_text`, `ts`, `raw`); worker/prompt.py shows them.
+    context: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
     def from_claim(cls, tenant: str, row: list[Any]) -> Batch:
@@ -84,6 +87,7 @@ class Batch:
             fields=fields,
             history=orjson.loads(fields.pop("history", "[]")),
             last_inbound_ts=int(fields.pop("last_inbound", 0) or 0),
+            context=_context(fields.pop("context", "[]")),
         )
 
     def window_closed(self, now_s: float, window_s: float = SERVICE_WINDOW_S) -> bool:
@@ -102,6 +106,11 @@ class Batch:
         return "\n".join(m.text for m in self.messages if m.text)
 
     @property
+    def only_welcome(self) -> bool:
+        """Whether every message is `request_welcome` (answered with the welcome text)."""
+        return bool(self.messages) and all(m.type == "request_welcome" for m in self.messages)
+
+    @property
     def oldest_ts(self) -> int:
         """Provider timestamp (unix seconds) of the oldest message; 0 if unknown."""
         stamps = [m.ts for m in self.messages if m.ts]
@@ -110,6 +119,12 @@ class Batch:
     @property
     def texts(self) -> list[str]:
         return [m.text for m in self.messages]
+
+
+def _context(raw: str) -> list[dict[str, Any]]:
+    """The batch's context items; Lua's cjson writes an empty array as `{}`."""
+    items = orjson.loads(raw or "[]")
+    return [i for i in items if isinstance(i, dict)] if isinstance(items, list) else []
 
 
 def _s(value: Any) -> str:

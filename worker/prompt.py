@@ -123,8 +123,56 @@ def render_messages(batch: Batch, memory_turns: int) -> list[dict[str, Any]]:
     for exchange in history:
         messages.append(_message("user", exchange.get("user")))
         messages.append(_message("assistant", exchange.get("assistant")))
-    messages.append(_message("user", batch.user_text))
+    lines = render_context(batch.context)
+    messages.append(
+        _message("user", "\n".join([*lines, batch.user_text]) if lines else batch.user_text)
+    )
     return messages
+
+
+def render_context(items: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One line per event that is not a message since the previous turn (a reaction, an edit or
+    deletion of an answered message, a number change, ...), shown before the new messages."""
+    return [f"[{_context_line(item)}]" for item in items]
+
+
+def _context_line(item: Mapping[str, Any]) -> str:
+    what, raw = str(item.get("what", "")), item.get("raw")
+    raw = raw if isinstance(raw, dict) else {}
+    target = _quoted(item.get("target_text")) or f"(id {item.get('target') or 'unknown'})"
+    if what == "reaction":
+        emoji = _sub(raw, "reaction", "emoji")
+        if not emoji:
+            return f"the customer removed their reaction to the message {target}"
+        return f"the customer reacted {emoji} to the message {target}"
+    if what == "revoke_answered":
+        return f"the customer deleted their message {target}"
+    if what == "edit_answered":
+        return f"the customer edited their message {target}; it now reads: {item.get('text', '')}"
+    if what in ("customer_changed_number", "user_changed_number"):
+        return "the customer changed their phone number; this conversation continues"
+    if what == "customer_identity_changed":
+        return "the customer's WhatsApp identity changed (a new phone or a reinstall)"
+    if what == "call_permission_reply":
+        answer = _sub(_sub_obj(raw, "interactive"), "call_permission_reply", "response")
+        return f"the customer answered the request to call them: {answer or 'no answer'}"
+    if what == "request_welcome":
+        return "the customer opened the chat"
+    return f"{what}: {item.get('text', '')}"
+
+
+def _quoted(value: Any) -> str:
+    return f"'{value}'" if isinstance(value, str) and value else ""
+
+
+def _sub_obj(obj: Mapping[str, Any], key: str) -> dict[str, Any]:
+    value = obj.get(key)
+    return value if isinstance(value, dict) else {}
+
+
+def _sub(obj: Mapping[str, Any], key: str, field: str) -> str:
+    value = _sub_obj(obj, key).get(field)
+    return value if isinstance(value, str) else ""
 
 
 def min_cacheable_tokens(model: str) -> int:

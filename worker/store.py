@@ -27,6 +27,9 @@ OUTBOUND_TTL_S = 7 * 24 * 3600
 # How long a status that overtook its send's answer waits for record_part (which normally
 # follows within milliseconds); statuses of messages sent by others expire with it.
 EARLY_STATUS_TTL_S = 3600
+# How many events that are not messages (reactions, edits, deletions, ...) a conversation keeps
+# for its next turn; they live as long as memory does (`MEMORY_TTL_S`).
+CONTEXT_MAX = 20
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,9 @@ class ConversationStore:
             max_intake=MAX_INTAKE_PER_CALL,
             service_window_s=SERVICE_WINDOW_S,
             early_status_ttl_s=EARLY_STATUS_TTL_S,
+            welcome=1 if self._settings.welcome_text_for(tenant) else 0,
+            context_ttl_s=max(1, int(self._settings.memory_ttl_s)),
+            context_max=CONTEXT_MAX,
         )
         row = await self._committer.submit(lambda p: self._scripts.claim.queue(p, keys, args))
         return Claim(

@@ -23,20 +23,33 @@
 -- ARGV[9] service_window_s  the customer-service window (86400): how long `lastin` lives
 -- ARGV[10] early_status_ttl_s  how long a status that arrived before its outbound record
 --         waits for record_part
+-- ARGV[11] welcome     "1": `request_welcome` starts a turn (a welcome text is configured);
+--         "0": it is only context
+-- ARGV[12] context_ttl_s  how long a conversation's context list lives after its last event
+-- ARGV[13] context_max  how many context items a conversation keeps (the newest)
+--
+-- Events that are not messages (kinds "note", "revoke", "edit", "welcome"; shared/events.py)
+-- never make a conversation due: a revoke takes its message out of the pending list (an
+-- emptied list leaves due and burst), an edit replaces it there; when the message is no
+-- longer waiting, and for every note, an item goes on the conversation's context list, which
+-- the next new batch takes (field `context`, a JSON array). A number change moves memory and
+-- `lastin` to the new id. Each is counted in stats as event:<what>.
 --
 -- Returns {now_ms, next_ms, more, b1, b2, ...} where next_ms is the earliest due time or lease
 -- end still pending (-1 if none), more is 1 when the inbox was not drained (nothing was claimed:
 -- a message still in the inbox may belong to a due batch, so call again), and each b is
 -- {person, token, field1, value1, ...}: the batch hash, plus `last_inbound` (provider ts of
 -- the person's last message, 0 if the window has closed) and `history` (the memory, a JSON array).
+-- A batch's `context` field holds the context items it took (a JSON array).
 --
--- uses: lib/keys.lua (conv_key, PENDING, BATCH, LOCK, LASTIN, MEMORY)
+-- uses: lib/keys.lua (conv_key, PENDING, BATCH, LOCK, LASTIN, MEMORY, CONTEXT)
 -- uses: lib/clock.lua (now_ms)
 -- uses: lib/outbound.lua (STATUS_RANK, park_undelivered)
 -- uses: lib/dispatch_lag.lua (record_dispatch_lag)
 local prefix, max_claim, lease = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local window, max_wait, max_intake = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local out_prefix, service_window, early_ttl = ARGV[8], tonumber(ARGV[9]), tonumber(ARGV[10])
+local welcome, context_ttl, context_max = ARGV[11] == '1', tonumber(ARGV[12]), tonumber(ARGV[13])
 local now = now_ms()
 
 local function next_wake()
@@ -82,6 +95,124 @@ local function apply_status(ev, person)
   end
 end
 
+local function take_message(ev, person)
+  redis.call('RPUSH', conv_key(prefix, person, PENDING), ev)
+  local first = now
+  local b = redis.call('HGET', KEYS[4], person)
+  if b then first = tonumber(string.match(b, '^(%d+)')) end
+  redis.call('HSET', KEYS[4], person, first .. ',' .. now)
+  -- While a batch exists (running or waiting for a retry) the conversation is scheduled
+  -- by finish.lua; new messages wait for the next batch.
+  if redis.call('EXISTS', conv_key(prefix, person, BATCH)) == 0 then
+    redis.call('ZADD', KEYS[2], math.min(now + window, first + max_wait), person)
+  end
+end
+
+-- The 24-hour window runs from the person's latest message (provider clock).
+local function saw_inbound(ev, person)
+  local ts = tonumber(string.match(ev, '"ts":(%d+)'))
+  if not ts then return end
+  local lkey = conv_key(prefix, person, LASTIN)
+  if ts > tonumber(redis.call('GET', lkey) or 0) then
+    redis.call('SET', lkey, ts, 'EXAT', ts + service_window)
+  end
+end
+
+-- Where message `id` waits in `key` (a list of events): its index and event, matched on the
+-- event's id or, for an edit put in its place, the id it edited.
+local function find_event(key, id)
+  for i, item in ipairs(redis.call('LRANGE', key, 0, -1)) do
+    local ok, obj = pcall(cjson.decode, item)
+    if ok and type(obj) == 'table' and (obj.id == id or obj.target == id) then
+      return i - 1, obj
+    end
+  end
+  return nil, nil
+end
+
+-- The text of message `id` when a waiting or running batch still holds it, else nil.
+local function known_text(person, id)
+  if id == '' then return nil end
+  local _, obj = find_event(conv_key(prefix, person, PENDING), id)
+  if obj then return obj.text end
+  local msgs = redis.call('HGET', conv_key(prefix, person, BATCH), 'messages')
+  if msgs then
+    local ok, list = pcall(cjson.decode, msgs)
+    if ok and type(list) == 'table' then
+      for _, m in ipairs(list) do
+        if type(m) == 'table' and (m.id == id or m.target == id) then return m.text end
+      end
+    end
+  end
+  return nil
+end
+
+local function add_context(person, what, obj, target_text)
+  local ckey = conv_key(prefix, person, CONTEXT)
+  redis.call('RPUSH', ckey, cjson.encode({
+    what = what, type = obj.type, id = obj.id, text = obj.text, ts = obj.ts,
+    target = obj.target, target_text = target_text, new_person = obj.new_person,
+    raw = obj.raw,
+  }))
+  redis.call('LTRIM', ckey, -context_max, -1)
+  redis.call('EXPIRE', ckey, context_ttl)
+  redis.call('HINCRBY', KEYS[5], 'event:' .. what, 1)
+end
+
+-- A number change: the person's memory and window follow them to the new id (same tenant,
+-- same hash tag: same slot), unless the new id already has its own.
+local function change_number(old, new)
+  for _, kind in ipairs({MEMORY, LASTIN}) do
+    local from = conv_key(prefix, old, kind)
+    if redis.call('EXISTS', from) == 1 then
+      redis.call('RENAMENX', from, conv_key(prefix, new, kind))
+    end
+  end
+end
+
+local function take_other(kind, ev, person)
+  local ok, obj = pcall(cjson.decode, ev)
+  if not ok or type(obj) ~= 'table' then
+    redis.call('LPUSH', KEYS[6], ev)
+    return
+  end
+  local target = type(obj.target) == 'string' and obj.target or ''
+  if obj.type ~= 'system' then saw_inbound(ev, person) end
+  if kind == 'revoke' or kind == 'edit' then
+    local pkey = conv_key(prefix, person, PENDING)
+    local at, old = find_event(pkey, target)
+    if at then
+      if kind == 'revoke' then
+        redis.call('LREM', pkey, 1, redis.call('LINDEX', pkey, at))
+        if redis.call('LLEN', pkey) == 0
+            and redis.call('EXISTS', conv_key(prefix, person, BATCH)) == 0 then
+          redis.call('ZREM', KEYS[2], person)
+          redis.call('HDEL', KEYS[4], person)
+        end
+      else
+        redis.call('LSET', pkey, at, ev)
+      end
+      redis.call('HINCRBY', KEYS[5], 'event:' .. kind .. '_waiting', 1)
+      return
+    end
+    add_context(person, kind .. '_answered', obj, known_text(person, target))
+    return
+  end
+  local what = obj.type
+  if obj.type == 'interactive' then what = 'call_permission_reply' end
+  if obj.type == 'system' then
+    local body = type(obj.raw) == 'table' and obj.raw.system
+    local sub = type(body) == 'table' and body.type
+    if type(sub) == 'string' and sub ~= '' then what = sub end
+    local new = obj.new_person
+    if type(new) == 'string' and new ~= '' and new ~= person then
+      change_number(person, new)
+      person = new
+    end
+  end
+  add_context(person, what, obj, known_text(person, target))
+end
+
 -- 1. Intake: inbox events (oldest first) into per-person pending lists.
 local taken, messages, statuses = 0, 0, 0
 while taken < max_intake do
@@ -94,29 +225,18 @@ while taken < max_intake do
     local ok, obj = pcall(cjson.decode, ev)
     if ok and type(obj) == 'table' then kind, person = obj.kind, obj.person end
   end
-  if kind == 'message' and type(person) == 'string' and person ~= '' then
+  if kind == 'welcome' and welcome then kind = 'message' end
+  local has_person = type(person) == 'string' and person ~= ''
+  if kind == 'message' and has_person then
     messages = messages + 1
-    redis.call('RPUSH', conv_key(prefix, person, PENDING), ev)
-    local first = now
-    local b = redis.call('HGET', KEYS[4], person)
-    if b then first = tonumber(string.match(b, '^(%d+)')) end
-    redis.call('HSET', KEYS[4], person, first .. ',' .. now)
-    -- The 24-hour window runs from the person's latest message (provider clock).
-    local ts = tonumber(string.match(ev, '"ts":(%d+)'))
-    if ts then
-      local lkey = conv_key(prefix, person, LASTIN)
-      if ts > tonumber(redis.call('GET', lkey) or 0) then
-        redis.call('SET', lkey, ts, 'EXAT', ts + service_window)
-      end
-    end
-    -- While a batch exists (running or waiting for a retry) the conversation is scheduled
-    -- by finish.lua; new messages wait for the next batch.
-    if redis.call('EXISTS', conv_key(prefix, person, BATCH)) == 0 then
-      redis.call('ZADD', KEYS[2], math.min(now + window, first + max_wait), person)
-    end
+    take_message(ev, person)
+    saw_inbound(ev, person)
   elseif kind == 'status' then
     statuses = statuses + 1
     apply_status(ev, person)
+  elseif has_person and (kind == 'note' or kind == 'revoke' or kind == 'edit'
+      or kind == 'welcome') then
+    take_other(kind, ev, person)
   else
     -- Not ours to interpret: keep it whole for an operator instead of dropping it.
     redis.call('LPUSH', KEYS[6], ev)
@@ -165,8 +285,12 @@ if max_claim > 0 then
         else
           redis.call('DEL', pkey)
           local seq = redis.call('HINCRBY', KEYS[5], 'batches', 1)
+          local ckey = conv_key(prefix, person, CONTEXT)
+          local context = redis.call('LRANGE', ckey, 0, -1)
+          redis.call('DEL', ckey)
           redis.call('HSET', bkey, 'id', now .. '-' .. seq, 'person', person, 'attempt', 0,
-            'created_ms', now, 'size', #msgs, 'messages', '[' .. table.concat(msgs, ',') .. ']')
+            'created_ms', now, 'size', #msgs, 'messages', '[' .. table.concat(msgs, ',') .. ']',
+            'context', '[' .. table.concat(context, ',') .. ']')
         end
       end
       if ok then

@@ -4,7 +4,7 @@
 -- shared/keys.py only; the loader writes them in for the placeholders.
 
 local PENDING, BATCH, LOCK = '{{PENDING}}', '{{BATCH}}', '{{LOCK}}'
-local LASTIN, MEMORY = '{{LASTIN}}', '{{MEMORY}}'
+local LASTIN, MEMORY, CONTEXT = '{{LASTIN}}', '{{MEMORY}}', '{{CONTEXT}}'
 
 local function conv_key(prefix, person, kind)
   return prefix .. person .. ':' .. kind
