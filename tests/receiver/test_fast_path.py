@@ -47,6 +47,11 @@ ONE_ITEM_FIXTURES = [
     "reaction.json",
     "reply_with_context.json",
     "unsupported.json",
+    "reaction_removed.json",
+    "revoke.json",
+    "edit.json",
+    "call_permission_reply.json",
+    "request_welcome.json",
 ]
 
 

@@ -51,7 +51,49 @@ EXPECTED: dict[str, list[tuple[str, str, str, str, str, str, dict[str, Any]]]] =
         ),
     ],
     "reaction.json": [
-        (TENANT, "message", ANA, "wamid.FIXTURE0011", "reaction", "[reaction: 👍]", {}),
+        (
+            *(TENANT, "note", ANA, "wamid.FIXTURE0011", "reaction", "[reaction: 👍]"),
+            {"target": "wamid.OUTBOUND0001"},
+        ),
+    ],
+    # Events that are not messages: their own kind, and the message they are about.
+    "reaction_removed.json": [
+        (
+            *(TENANT, "note", ANA, "wamid.FIXTURE0022", "reaction", "[reaction]"),
+            {"target": "wamid.OUTBOUND0001"},
+        ),
+    ],
+    "revoke.json": [
+        (
+            *(TENANT, "revoke", ANA, "wamid.FIXTURE0020", "revoke", "[revoke]"),
+            {"target": "wamid.FIXTURE0001"},
+        ),
+    ],
+    "edit.json": [  # the text is the new content
+        (
+            *(TENANT, "edit", ANA, "wamid.FIXTURE0021", "edit", "Hola, ¿abren el domingo?"),
+            {"target": "wamid.FIXTURE0001"},
+        ),
+    ],
+    "system_changed_number.json": [
+        (
+            *(TENANT, "note", ANA, "wamid.FIXTURE0023", "system"),
+            "[system: User A changed from 5491155550001 to 5491155550099]",
+            {"new_person": "5491155550099"},
+        ),
+    ],
+    "system_identity_changed.json": [
+        (
+            *(TENANT, "note", ANA, "wamid.FIXTURE0024", "system"),
+            "[system: User A's security code changed]",
+            {},
+        ),
+    ],
+    "call_permission_reply.json": [
+        (TENANT, "note", ANA, "wamid.FIXTURE0025", "interactive", "[interactive]", {}),
+    ],
+    "request_welcome.json": [
+        (TENANT, "welcome", ANA, "wamid.FIXTURE0026", "request_welcome", "[request_welcome]", {}),
     ],
     "reply_with_context.json": [
         (
@@ -120,10 +162,15 @@ def test_fixture_parses_to_the_right_events(name: str) -> None:
         )
         assert event["channel"] == "whatsapp"
         assert event["received_ms"] == NOW_MS
-        if kind == "message":
+        if kind != "status":
             assert (event["type"], event["text"]) == (what, text)
             assert event["context"] == extra.get("context", "")
             assert event["name"] == extra.get("name", event["name"])
+            if kind != "message":
+                assert event["target"] == extra.get("target", "")
+                assert event["new_person"] == extra.get("new_person", "")
+            else:
+                assert "target" not in event, "a plain message carries no event fields"
         else:
             assert event["status"] == what
         assert event["ts"] == extra.get("ts", event["ts"])

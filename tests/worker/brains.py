@@ -29,6 +29,7 @@ from shared.settings import Settings
 from tests.worker.support import record_key
 from worker.batch import Batch
 from worker.errors import NeedsReview
+from worker.prompt import render_context
 
 
 def directives(batch: Batch) -> dict[str, str]:
@@ -94,6 +95,7 @@ class RecordingBrain:
             "ids": [m.id for m in batch.messages],
             "types": [m.type for m in batch.messages],
             "texts": batch.texts,
+            "context": render_context(batch.context),
             **extra,
         }
         await self._redis.rpush(self._key, json.dumps(record))
