@@ -180,14 +180,18 @@ local function take_other(kind, ev, person)
   if obj.type ~= 'system' then saw_inbound(ev, person) end
   if kind == 'revoke' or kind == 'edit' then
     local pkey = conv_key(prefix, person, PENDING)
-    local at, old = find_event(pkey, target)
+    local at = nil
+    if target ~= '' then at = find_event(pkey, target) end
     if at then
       if kind == 'revoke' then
         redis.call('LREM', pkey, 1, redis.call('LINDEX', pkey, at))
-        if redis.call('LLEN', pkey) == 0
-            and redis.call('EXISTS', conv_key(prefix, person, BATCH)) == 0 then
-          redis.call('ZREM', KEYS[2], person)
+        if redis.call('LLEN', pkey) == 0 then
+          -- Nothing waits any more: no burst, and no due time unless a batch (a retry's)
+          -- holds it.
           redis.call('HDEL', KEYS[4], person)
+          if redis.call('EXISTS', conv_key(prefix, person, BATCH)) == 0 then
+            redis.call('ZREM', KEYS[2], person)
+          end
         end
       else
         redis.call('LSET', pkey, at, ev)
@@ -198,7 +202,7 @@ local function take_other(kind, ev, person)
     add_context(person, kind .. '_answered', obj, known_text(person, target))
     return
   end
-  local what = obj.type
+  local what = type(obj.type) == 'string' and obj.type or 'unknown'
   if obj.type == 'interactive' then what = 'call_permission_reply' end
   if obj.type == 'system' then
     local body = type(obj.raw) == 'table' and obj.raw.system
