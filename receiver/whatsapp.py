@@ -176,7 +176,11 @@ def _lone_status(status: Any, tenant: str, received_ms: int) -> dict[str, Any] |
 
 
 def _text(kind: str, message: dict[str, Any]) -> str:
-    """What the AI is shown; an edit shows its new content (`edit.message`)."""
+    """What the AI is shown; an edit shows its new content (`edit.message`), an unsupported
+    message (a poll, a view-once message) says plainly what arrived."""
+    if kind == "unsupported":
+        what = field_str(message.get("unsupported"), "type") or "unknown"
+        return f"[the customer sent a message of a kind that cannot be shown here: {what}]"
     if kind == "edit":
         edit = message.get("edit")
         new = edit.get("message") if isinstance(edit, dict) else None

@@ -86,6 +86,7 @@ def _ai_problem(table: Mapping[str, Any]) -> str:
         value = table.get(key, "x")
         if not isinstance(value, str) or not value.strip():
             return f"{key} must be a non-empty string"
-    if not isinstance(table.get("system_prompt", ""), str):
-        return "system_prompt must be a string"
+    for key in ("system_prompt", "welcome_text"):
+        if not isinstance(table.get(key, ""), str):
+            return f"{key} must be a string"
     return ""

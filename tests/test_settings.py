@@ -168,6 +168,7 @@ def test_tenants_file_overrides_window_and_max_wait(tmp_path: Path) -> None:
         ('[tenants."1"]\nmodel = 4\n', "model must be a non-empty string"),
         ('[tenants."1"]\nlanguage = " "\n', "language must be a non-empty string"),
         ('[tenants."1"]\nsystem_prompt = 3\n', "system_prompt must be a string"),
+        ('[tenants."1"]\nwelcome_text = 3\n', "welcome_text must be a string"),
     ],
 )
 def test_bad_tenants_files_name_the_file(tmp_path: Path, content: str, message: str) -> None:
@@ -253,3 +254,15 @@ def test_the_longest_ai_pause_cannot_be_shorter_than_the_first() -> None:
     ):
         Settings.from_env({"AI_OUTAGE_PAUSE_S": "2", "AI_OUTAGE_MAX_PAUSE_S": "1"})
     assert Settings.from_env({"AI_OUTAGE_PAUSE_S": "2", "AI_OUTAGE_MAX_PAUSE_S": "2"})
+
+
+def test_welcome_text_per_tenant_falls_back_to_the_setting(tmp_path: Path) -> None:
+    path = tmp_path / "tenants.toml"
+    path.write_text(
+        '[tenants."111"]\nwelcome_text = " ¡Hola! "\n[tenants."222"]\nwelcome_text = ""\n'
+    )
+    s = Settings.from_env({"TENANTS_FILE": str(path), "WELCOME_TEXT": "Hi"})
+    assert s.welcome_text_for("111") == "¡Hola!"
+    assert s.welcome_text_for("222") == "", "an empty tenant text turns the welcome off"
+    assert s.welcome_text_for("333") == "Hi"
+    assert Settings.from_env({}).welcome_text_for("333") == "", "unset: no welcome turn"

@@ -107,7 +107,11 @@ EXPECTED: dict[str, list[tuple[str, str, str, str, str, str, dict[str, Any]]]] =
         ),
     ],
     "unsupported.json": [
-        (TENANT, "message", ANA, "wamid.FIXTURE0012", "unsupported", "[unsupported]", {}),
+        (
+            *(TENANT, "message", ANA, "wamid.FIXTURE0012", "unsupported"),
+            "[the customer sent a message of a kind that cannot be shown here: edit]",
+            {},
+        ),
     ],
     "user_without_phone.json": [
         (
