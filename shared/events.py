@@ -48,7 +48,8 @@ def message_event(
     name: str = "",
     context: str = "",
 ) -> dict[str, Any]:
-    kind = "message" if type in _PLAIN else message_kind(type, raw)
+    # The kinds below are WhatsApp's types; other channels' items are all messages.
+    kind = "message" if type in _PLAIN or channel != "whatsapp" else message_kind(type, raw)
     event = {
         "v": EVENT_VERSION,
         "kind": kind,
