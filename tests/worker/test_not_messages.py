@@ -11,6 +11,7 @@ a welcome text is configured, and then a turn that sends that text without the b
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import time
 from typing import Any
@@ -258,6 +259,25 @@ async def test_worker_a_reaction_runs_no_turn_and_the_next_turn_sees_it(
     assert len(await records.turns()) == 1, "the reaction ran no turn of its own"
 
 
+async def test_worker_a_revoked_lone_message_runs_no_turn(
+    redis: Redis, prefix: str, fleet: WorkerFleet, records: Records
+) -> None:
+    k = Keys(prefix).tenant(TENANT)
+    await fleet.start(1, DEBOUNCE_WINDOW_S="1.5", MAX_WAIT_S="5")
+    await push(redis, prefix, "text.json", timestamp=now_ts())
+    await push(redis, prefix, "revoke.json", timestamp=now_ts())
+    await wait_for(
+        lambda: _stat_is(redis, prefix, "event:revoke_waiting", 1), "the revoke taken in"
+    )
+    assert await redis.zscore(k.due, ANA) is None and await redis.exists(k.pending(ANA)) == 0
+    # Well past the window the message had: had it stayed, its turn would have run.
+    await asyncio.sleep(3)
+    await push(redis, prefix, "location.json", timestamp=now_ts())
+    (turn,) = await wait_for(lambda: records.turns(ANA), "the next message's turn")
+    assert turn.ids == ["wamid.FIXTURE0010"], "the revoked message is in no turn"
+    assert turn.start["context"] == []
+
+
 async def test_worker_request_welcome_sends_the_welcome_text_without_the_brain(
     redis: Redis, prefix: str, fleet: WorkerFleet, records: Records
 ) -> None:
@@ -267,6 +287,10 @@ async def test_worker_request_welcome_sends_the_welcome_text_without_the_brain(
     assert "¡Hola! ¿En qué te ayudamos?" in orjson.dumps(reply).decode()
     assert await records.turns() == [], "no brain call"
     assert (await stats(redis, prefix)).get("turns") == 1
+
+
+async def _stat_is(redis: Redis, prefix: str, name: str, n: int) -> bool:
+    return (await stats(redis, prefix)).get(name) == n
 
 
 async def _llen_is(redis: Redis, key: str, n: int) -> bool:
