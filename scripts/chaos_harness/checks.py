@@ -52,8 +52,9 @@ BatchKey = tuple[Token, ...]
 IN_FLIGHT_KINDS = frozenset({"inbox", "due", "running", "burst", "pending", "batch", "lock"})
 # "sweep": the fleet's safety-sweep guard (SET NX PX, worker/sweep.py); "ai_pause": the
 # fleet's AI pause and probe token (PX, worker/ai_pause.py)
-EXPIRING_KINDS = frozenset({"seen", "out", "lastin", "memory", "sweep", "ai_pause"})
-KEPT_KINDS = frozenset({"tenants", "stats", "review"})  # for people to read and empty
+EXPIRING_KINDS = frozenset({"seen", "out", "lastin", "memory", "context", "sweep", "ai_pause"})
+# "workers": the heartbeats hash, pruned by the workers themselves (shared/heartbeats.py)
+KEPT_KINDS = frozenset({"tenants", "stats", "review", "workers"})  # for people to read and empty
 FORBIDDEN_KINDS = frozenset({"unroutable", "deadletter", "outbox", "other"})
 OVERLAP_TOLERANCE_S = 0.001
 # A send counts as in flight at a kill that fell within this long of it: before its arrival

@@ -13,9 +13,9 @@ from scripts.chaos_harness.checks import Call, LeftKey
 from scripts.chaos_harness.stack import PREFIX, Stack, decoded
 from scripts.chaos_harness.workload import TENANTS, Workload, tokens_in
 from scripts.standins.messages_api import last_user_text
-from shared.keys import BATCH, LASTIN, LOCK, MEMORY, PENDING, Keys
+from shared.keys import BATCH, CONTEXT, LASTIN, LOCK, MEMORY, PENDING, Keys
 
-CONVERSATION_KINDS = (PENDING, BATCH, LOCK, LASTIN, MEMORY)
+CONVERSATION_KINDS = (PENDING, BATCH, LOCK, LASTIN, MEMORY, CONTEXT)
 
 
 def calls_from(
@@ -71,6 +71,8 @@ def classify(key: str, keys: Keys) -> tuple[str, str | None]:
         return "sweep", None
     if key in (keys.ai_paused, keys.ai_probe):
         return "ai_pause", None
+    if key == keys.workers:
+        return "workers", None
     for tenant in TENANTS:
         k = keys.tenant(tenant)
         exact = {
