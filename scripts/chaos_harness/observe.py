@@ -71,6 +71,8 @@ def classify(key: str, keys: Keys) -> tuple[str, str | None]:
         return "sweep", None
     if key in (keys.ai_paused, keys.ai_probe):
         return "ai_pause", None
+    if key == keys.workers:
+        return "workers", None
     for tenant in TENANTS:
         k = keys.tenant(tenant)
         exact = {
