@@ -73,11 +73,14 @@ def build_request(
     tools: Sequence[Mapping[str, Any]] = (),
     *,
     cache: bool = True,
+    media: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     """The `messages.create` keyword arguments for this batch: the tenant's model, `max_tokens`
     and system prompt (with its language hint), its remembered exchanges, the batch as the last
-    user message, `tools` as given; cache marks unless `cache` is False. Nothing given is
-    changed (the tools are copied before a mark goes on the last one)."""
+    user message, `tools` as given; cache marks unless `cache` is False. `media`: the batch's
+    files as content blocks (worker/media.py), after the batch's text in the last user message,
+    past its cache mark (memory keeps the text only, so the next turn's prefix ends there).
+    Nothing given is changed (the tools are copied before a mark goes on the last one)."""
     model = tenant.model or settings.ai_model
     tool_list = [dict(tool) for tool in tools]
     system = [_text_block(system_text(settings, tenant))]
@@ -85,6 +88,7 @@ def build_request(
     messages = render_messages(batch, turns)
     if cache:
         _mark(min_cacheable_tokens(model), tool_list, system, messages, turns)
+    messages[-1]["content"].extend(dict(block) for block in media)
     request: dict[str, Any] = {
         "model": model,
         "max_tokens": tenant.max_tokens or settings.ai_max_tokens,
