@@ -253,8 +253,8 @@ class AISettings:
     media_max_bytes: int = setting(
         "MEDIA_MAX_BYTES",
         20_000_000,
-        "a larger media file is not downloaded: the AI is told it could not be (images over"
-        " 5 MB never reach Claude, the API's limit)",
+        "a larger media file is not downloaded: the AI is told it is too large (images over"
+        " 3.75 MB too, the API's limit)",
         above=0,
     )
     media_timeout_s: float = setting(

@@ -518,6 +518,20 @@ def test_the_chatwoot_standin_stands_in_for_what_the_user_left_unset() -> None:
         assert not devstack.parse_options([], {own: "x"}).chatwoot_standin
 
 
+def test_the_speech_to_text_standin_transcribes_unless_the_user_set_a_transcriber() -> None:
+    devstack = load_devstack()
+    standin = "http://127.0.0.1:9300"
+    redis_url = "redis://127.0.0.1:7000/0"
+    env = devstack.dev_environment({}, redis_url, 9000, None, "env", None, standin)
+    assert env["TRANSCRIBE_BASE_URL"] == f"{standin}/v1"
+    assert env["TRANSCRIBE_API_KEY"] == devstack.DEV_TRANSCRIBE_KEY
+    mine = {"TRANSCRIBE_BASE_URL": "https://api.groq.com/openai/v1", "TRANSCRIBE_API_KEY": "k"}
+    env = devstack.dev_environment(mine, redis_url, 9000, None, "env", None, standin)
+    assert (env["TRANSCRIBE_BASE_URL"], env["TRANSCRIBE_API_KEY"]) == tuple(mine.values())
+    env = devstack.dev_environment({}, redis_url, 9000)
+    assert "TRANSCRIBE_BASE_URL" not in env
+
+
 def test_the_standin_is_the_default_sender_without_the_users_own() -> None:
     devstack = load_devstack()
     assert devstack.parse_options([], {}).sender == "standin"

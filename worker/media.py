@@ -20,7 +20,8 @@ What Claude gets:
   note arrived that the AI cannot hear;
 - a video as its caption and a note that videos cannot be watched (nothing downloaded).
 
-A file larger than `MEDIA_MAX_BYTES` (an image larger than 5 MB, the API's limit), of a type
+A file larger than `MEDIA_MAX_BYTES` (an image larger than 3.75 MB, past the API's limit of 5 MB
+of base64; the files of one turn past 30 MB of base64, the request's limit being 32), of a type
 Claude cannot read, gone (404, 410: Meta keeps media 7 days), unreachable or slower than
 `MEDIA_TIMEOUT_S` becomes one plain sentence for the AI ("[the customer sent an image that could
 not be downloaded]"); never a retry of the turn, which would only fetch it again. All of a
@@ -47,7 +48,11 @@ from worker.transcribe import TranscribeError, Transcriber
 log = logging.getLogger(__name__)
 
 IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/webp", "image/gif"})
-IMAGE_MAX_BYTES = 5 * 1024 * 1024  # the Messages API's limit for one image
+# The Messages API takes an image of at most 5 MB as base64 (3.75 MB of file), and a request
+# of at most 32 MB (https://platform.claude.com/docs/en/build-with-claude/vision, pdf-support):
+# the files of a turn take up to 30 MB of base64, the rest of the request fits in what is left.
+IMAGE_MAX_BYTES = 5 * 1024 * 1024 * 3 // 4
+REQUEST_MEDIA_BUDGET = 30 * 1024 * 1024
 PDF = "application/pdf"
 FETCHED = frozenset({"image", "sticker", "document", "audio"})
 # Chatwoot's attachment `file_type`s, as WhatsApp's message types.
@@ -131,18 +136,16 @@ def items_of_message(message: Message) -> list[Item]:
 
 
 def _chatwoot_items(raw: Mapping[str, Any]) -> list[Item]:
+    """Chatwoot's `attachments` (stored on the event as the webhook gave them): each one's
+    `data_url`, no token; the message's content is the first one's caption."""
     listed = raw.get("attachments")
     if not isinstance(listed, list):
         return []
     caption = _str(raw.get("content"))
     found: list[Item] = []
-    for attachment in listed:
-        kind = (
-            CHATWOOT_KINDS.get(_str(attachment.get("file_type")))
-            if isinstance(attachment, Mapping)
-            else None
-        )
-        if kind is None or not isinstance(attachment, Mapping):
+    for attachment in (a for a in listed if isinstance(a, Mapping)):
+        kind = CHATWOOT_KINDS.get(_str(attachment.get("file_type")))
+        if kind is None:
             continue
         found.append(
             Item(
@@ -187,7 +190,7 @@ class MediaLoader:
         left = deadline - asyncio.get_running_loop().time()
         timeout_s = max(0.1, min(self._settings.media_timeout_s, left / 2))
         presented = await asyncio.gather(*(self._one(batch, item, timeout_s) for item in items))
-        return [block for blocks in presented for block in blocks]
+        return _within_budget(items, presented)
 
     async def _one(self, batch: Batch, item: Item, timeout_s: float) -> list[dict[str, Any]]:
         if item.kind == "video":
@@ -274,7 +277,23 @@ class MediaLoader:
             return [_text(label), _source_block("image", mime, data)]
         if mime == PDF:
             return [_text(item.label), _source_block("document", PDF, data)]
-        return [_text(f"{item.label} (a {mime or 'file'} file you cannot open)")]
+        return [_text(f"{item.label} (a file of type {mime or 'unknown'} that you cannot open)")]
+
+
+def _within_budget(
+    items: list[Item], presented: list[list[dict[str, Any]]]
+) -> list[dict[str, Any]]:
+    """The blocks, in order, with the files past the request's budget of base64 (the request
+    would be refused whole) replaced by the sentence of a file too large."""
+    left = REQUEST_MEDIA_BUDGET
+    kept: list[dict[str, Any]] = []
+    for item, blocks in zip(items, presented, strict=True):
+        size = sum(len(b["source"]["data"]) for b in blocks if "source" in b)
+        if size > left:
+            blocks = [_text(f"[the customer sent {item.a_kind} too large to open]")]
+        left -= size if size <= left else 0
+        kept.extend(blocks)
+    return kept
 
 
 def _source_block(kind: str, mime: str, data: bytes) -> dict[str, Any]:

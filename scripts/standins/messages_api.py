@@ -737,7 +737,7 @@ def _tool_problem(messages: list[Any]) -> str | None:
 
 
 IMAGE_MEDIA_TYPES = ("image/gif", "image/jpeg", "image/png", "image/webp")
-IMAGE_MAX_BYTES = 5 * 1024 * 1024
+IMAGE_MAX_BASE64 = 5 * 1024 * 1024  # of the base64 string
 
 
 def _source_problem(block: dict[str, Any]) -> str | None:
@@ -754,14 +754,15 @@ def _source_problem(block: dict[str, Any]) -> str | None:
     allowed = IMAGE_MEDIA_TYPES if kind == "image" else ("application/pdf",)
     if source.get("media_type") not in allowed:
         return f"source.media_type: Input should be {', '.join(repr(a) for a in allowed)}"
+    encoded = str(source.get("data", ""))
     try:
-        data = base64.b64decode(str(source.get("data", "")), validate=True)
+        data = base64.b64decode(encoded, validate=True)
     except binascii.Error:
         return "source.data: invalid base64 data"
     if not data:
         return "source.data: empty"
-    if kind == "image" and len(data) > IMAGE_MAX_BYTES:
-        return f"source.base64: image exceeds 5 MB maximum: {len(data)} bytes"
+    if kind == "image" and len(encoded) > IMAGE_MAX_BASE64:
+        return f"source.base64: image exceeds 5 MB maximum: {len(encoded)} bytes"
     return None
 
 
