@@ -170,7 +170,7 @@ class TranscribeApiStandIn(StandInBase[TranscribeFault]):
         return self._answer(record, 404, body)
 
     async def _transcribe(self, request: Request) -> Response:
-        record = await self._receive(request, kind="transcription", headers={})
+        record = await self._receive(request, kind="transcription")
         if not await self._delay(record, self.latency):
             return self._stale(record)
         header = request.headers.get("authorization") or ""
