@@ -26,6 +26,10 @@ history changes from its start, so such turns read only tools and system prompt 
 and mark no message (a mark there would be written, at 1.25 times the price, and never read).
 The current message is marked only if the next turn keeps this turn's start (its memory is not
 full yet), the previous one only if this turn kept the previous turn's.
+
+The batch's files (images, PDFs, transcribed voice notes: worker/media.py) follow its text in
+the current user message, after the mark: the memory keeps only the text, so the next turn's
+prefix ends where the mark is.
 """
 
 from __future__ import annotations
