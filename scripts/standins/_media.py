@@ -115,7 +115,8 @@ class MediaServer:
             return self._no_media(record, media_id)
         body = {
             "messaging_product": "whatsapp",
-            "url": self.url(media_id),
+            # Where this request came in (a script's stand-in is served without `start()`).
+            "url": f"{str(request.base_url).rstrip('/')}{DOWNLOAD_PATH}?mid={media_id}",
             "mime_type": media.mime_type,
             "sha256": hashlib.sha256(media.data).hexdigest(),
             "file_size": len(media.data) if media.announce is None else media.announce,
