@@ -282,7 +282,15 @@ def test_sigint_stops_children_then_redis(tmp_path: Path) -> None:
     try:
         stack.wait_for(r"Ctrl-C to stop")
         pids = stack.pids()
-        assert set(pids) == {"redis", "graph.1", "chatwoot.1", "web.1", "worker.1", "worker.2"}
+        assert set(pids) == {
+            "redis",
+            "graph.1",
+            "chatwoot.1",
+            "stt.1",
+            "web.1",
+            "worker.1",
+            "worker.2",
+        }
         stack.process.send_signal(signal.SIGINT)
         code = stack.wait(timeout_s=30)
     finally:
@@ -290,9 +298,9 @@ def test_sigint_stops_children_then_redis(tmp_path: Path) -> None:
     output = stack.output
     assert code == 0, output
     assert "started demo" not in output
-    assert output.index("stopping graph.1, chatwoot.1, web.1, worker.1, worker.2") < output.index(
-        "stopping embedded Redis"
-    )
+    assert output.index(
+        "stopping graph.1, chatwoot.1, stt.1, web.1, worker.1, worker.2"
+    ) < output.index("stopping embedded Redis")
     assert not [name for name, pid in pids.items() if alive(pid)], output
 
 
@@ -319,7 +327,15 @@ def test_the_stack_runs_the_procfiles_lines_and_its_children_die_with_it(tmp_pat
         port = stack.wait_for(r"receiver +http://127\.0\.0\.1:(\d+) ").group(1)
         stack.wait_for(r"Ctrl-C to stop")
         pids = stack.pids()
-        assert set(pids) == {"redis", "graph.1", "chatwoot.1", "web.1", "worker.1", "worker.2"}
+        assert set(pids) == {
+            "redis",
+            "graph.1",
+            "chatwoot.1",
+            "stt.1",
+            "web.1",
+            "worker.1",
+            "worker.2",
+        }
         procfile = load_devstack().read_procfile(REPO / "Procfile")
         web = procfile["web"].replace("${PORT:-8000}", port)
         web = web.replace("${WEB_HOST:-0.0.0.0}", "127.0.0.1").split()
