@@ -632,6 +632,8 @@ class DevStack:
             say("replies   to the Redis outbox lists, no delivery statuses (--sender outbox)")
         if self.chatwoot_url is not None:
             self.chatwoot_banner(env)
+        if self.transcribe_url is not None:
+            say(f"stt       {self.transcribe_url}/v1  (speech-to-text stand-in for voice notes)")
         if self.options.demo:
             chatwoot = " and to a Chatwoot inbox" if self.chatwoot_url is not None else ""
             say(
