@@ -21,6 +21,7 @@ import pytest
 from scripts.standins import GraphApiStandIn, MessagesApiStandIn, TranscribeApiStandIn
 from tests.delivery.support import TENANT, InProcessWorkers, ai_requests, inbound, post_webhook
 from tests.support.helpers import TENANT_TOKEN
+from tests.worker.support import WorkerFleet
 
 PERSON = "5491155550071"
 STT_KEY = "stt-test-key"
@@ -209,3 +210,30 @@ async def test_the_files_of_a_burst_are_fetched_at_once(
 
     assert graph.media.peak == 3  # all three downloads in flight together
     assert _sources(content, "image") == [("image/png", PNG + bytes([i])) for i in range(3)]
+
+
+async def test_a_worker_process_fetches_an_image_and_a_voice_note_of_one_burst(
+    receiver_url: str,
+    env: dict[str, str],
+    fleet: WorkerFleet,
+    graph: GraphApiStandIn,
+    ai: MessagesApiStandIn,
+    stt: TranscribeApiStandIn,
+) -> None:
+    """The same through a real `python -m worker` process, configured only by its environment."""
+    graph.media.add("9100000000020", PNG, "image/png")
+    graph.media.add("9100000000021", OGG, "audio/ogg")
+    stt.transcript_for(OGG, "te mando la foto del recibo")
+    await fleet.start(1, **{**env, **_transcriber(stt)})
+    content = await _turn(
+        receiver_url,
+        graph,
+        ai,
+        _image("wamid.m20", "9100000000020", "el recibo"),
+        _voice("wamid.m21", "9100000000021"),
+    )
+
+    assert _sources(content, "image") == [("image/png", PNG)]
+    texts = _texts(content)
+    assert "[voice note, transcribed]: te mando la foto del recibo" in texts
+    assert "el recibo" in texts
