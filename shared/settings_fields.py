@@ -249,6 +249,35 @@ class AISettings:
         default_when_set=("whatsapp_access_token", "whatsapp"),
     )
     tenants_file: str = setting("TENANTS_FILE", "", "TOML with per-tenant overrides (format below)")
+    # Media of inbound messages, fetched by the worker during the turn (worker/media.py).
+    media_max_bytes: int = setting(
+        "MEDIA_MAX_BYTES",
+        20_000_000,
+        "a larger media file is not downloaded: the AI is told it is too large (images over"
+        " 3.75 MB too, the API's limit)",
+        above=0,
+    )
+    media_timeout_s: float = setting(
+        "MEDIA_TIMEOUT_S",
+        20.0,
+        "one media download (and its transcription) slower than this is given up: the AI is"
+        " told so; never later than `AI_TURN_TIMEOUT_S` allows",
+        above=0,
+    )
+    transcribe_base_url: str = setting(
+        "TRANSCRIBE_BASE_URL",
+        "",
+        "an OpenAI-compatible speech-to-text API (`POST /audio/transcriptions`) for voice notes"
+        " (unset: the AI is told a voice note arrived that it cannot hear)",
+        normalize=_no_trailing_slash,
+        show=mask_url,
+    )
+    transcribe_api_key: str = setting(
+        "TRANSCRIBE_API_KEY", "", "bearer token of `TRANSCRIBE_BASE_URL`", secret=True
+    )
+    transcribe_model: str = setting(
+        "TRANSCRIBE_MODEL", "whisper-1", "the speech-to-text model (`whisper-large-v3` on Groq)"
+    )
 
 
 @dataclass(frozen=True)

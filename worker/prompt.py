@@ -26,6 +26,10 @@ history changes from its start, so such turns read only tools and system prompt 
 and mark no message (a mark there would be written, at 1.25 times the price, and never read).
 The current message is marked only if the next turn keeps this turn's start (its memory is not
 full yet), the previous one only if this turn kept the previous turn's.
+
+The batch's files (images, PDFs, transcribed voice notes: worker/media.py) follow its text in
+the current user message, after the mark: the memory keeps only the text, so the next turn's
+prefix ends where the mark is.
 """
 
 from __future__ import annotations
@@ -73,11 +77,14 @@ def build_request(
     tools: Sequence[Mapping[str, Any]] = (),
     *,
     cache: bool = True,
+    media: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     """The `messages.create` keyword arguments for this batch: the tenant's model, `max_tokens`
     and system prompt (with its language hint), its remembered exchanges, the batch as the last
-    user message, `tools` as given; cache marks unless `cache` is False. Nothing given is
-    changed (the tools are copied before a mark goes on the last one)."""
+    user message, `tools` as given; cache marks unless `cache` is False. `media`: the batch's
+    files as content blocks (worker/media.py), after the batch's text in the last user message,
+    past its cache mark (memory keeps the text only, so the next turn's prefix ends there).
+    Nothing given is changed (the tools are copied before a mark goes on the last one)."""
     model = tenant.model or settings.ai_model
     tool_list = [dict(tool) for tool in tools]
     system = [_text_block(system_text(settings, tenant))]
@@ -85,6 +92,7 @@ def build_request(
     messages = render_messages(batch, turns)
     if cache:
         _mark(min_cacheable_tokens(model), tool_list, system, messages, turns)
+    messages[-1]["content"].extend(dict(block) for block in media)
     request: dict[str, Any] = {
         "model": model,
         "max_tokens": tenant.max_tokens or settings.ai_max_tokens,

@@ -1,10 +1,10 @@
 """Local stand-ins for the outside systems: Meta's Graph API, Anthropic's Messages API and
-Chatwoot's API.
+Chatwoot's API, and a speech-to-text API.
 
 Test infrastructure, used in-process from pytest (`with GraphApiStandIn() as graph: ...`) and as
-scripts (`scripts/graph_standin`, `scripts/anthropic_standin`, `scripts/chatwoot_standin`; the
-dev stack runs the first two). Each one records every request and takes injected faults from
-Python or over HTTP (`POST /_control`).
+scripts (`scripts/graph_standin`, `scripts/anthropic_standin`, `scripts/chatwoot_standin`,
+`scripts/transcribe_standin`; the dev stack runs them). Each one records every request and takes
+injected faults from Python or over HTTP (`POST /_control`).
 
 Names are imported lazily, so `python -m scripts.standins.graph_api` does not load the module
 twice.
@@ -45,6 +45,7 @@ if TYPE_CHECKING:
         system_text,
     )
     from scripts.standins.server import BackgroundServer, free_port
+    from scripts.standins.transcribe_api import TranscribeApiStandIn, Transcription
 
 _WHERE = {
     "RecordedRequest": "_common",
@@ -71,6 +72,8 @@ _WHERE = {
     "system_text": "messages_api",
     "BackgroundServer": "server",
     "free_port": "server",
+    "TranscribeApiStandIn": "transcribe_api",
+    "Transcription": "transcribe_api",
 }
 
 __all__ = [
@@ -87,6 +90,8 @@ __all__ = [
     "ReadReceipt",
     "RecordedRequest",
     "SentMessage",
+    "TranscribeApiStandIn",
+    "Transcription",
     "WebhookDelivery",
     "anthropic_error_body",
     "chatwoot_headers",

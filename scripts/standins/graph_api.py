@@ -6,7 +6,8 @@
     ...
     [m.body for m in graph.sent_texts(to="5491155550001")]
 
-It serves `POST /{version}/{phone_number_id}/messages` like Meta: bearer token check (401, code
+It serves `POST /{version}/{phone_number_id}/messages` like Meta (and inbound media, `GET
+/{version}/{media-id}` then its url: scripts/standins/_media.py): bearer token check (401, code
 190), text / template / other message sends (200 with a fresh `wamid.`), read receipt + typing
 indicator (`{"success": true}`), anything malformed 400 with code 100, Meta's error body
 everywhere. Every request is recorded. Faults (error codes, fractions, per-recipient rules, raw
@@ -47,6 +48,7 @@ from scripts.standins._common import (
     as_tuple,
     fault_fields,
 )
+from scripts.standins._media import MediaServer
 from scripts.standins._script import Credentials, script_parser, serve_forever
 from scripts.standins._webhooks import WebhookStandIn
 from scripts.webhooks import (
@@ -444,8 +446,12 @@ class GraphApiStandIn(WebhookStandIn[GraphFault, WebhookDelivery]):
             "webhook_timeout": webhook_timeout,
         }
         self.configure(**self._initial_config)
+        self.media = MediaServer(self, self._authorized)  # inbound media (_media.py)
         self._app = self._serve(
-            [Route("/{version}/{phone_number_id}/messages", self._messages, methods=["POST"])]
+            [
+                Route("/{version}/{phone_number_id}/messages", self._messages, methods=["POST"]),
+                *self.media.routes(),
+            ]
         )
 
     # ------------------------------------------------------------------ configuration
@@ -632,6 +638,11 @@ class GraphApiStandIn(WebhookStandIn[GraphFault, WebhookDelivery]):
         took the request."""
         return self.add_fault(GraphFault(drop=True, kinds=frozenset(kinds), count=n))
 
+    def reset(self) -> None:
+        """As every stand-in's, and the media files forgotten too."""
+        super().reset()
+        self.media.reset()
+
     def reset_faults(self) -> None:
         """No faults, no latency, no failed-status recipients."""
         with self._lock:
@@ -686,6 +697,7 @@ class GraphApiStandIn(WebhookStandIn[GraphFault, WebhookDelivery]):
                 kinds=p.get("kinds", SEND_KINDS),
             ),
             "fail_status": lambda p: self.fail_status_for(str(p["to"]), int(p.get("code", 131047))),
+            "media": self.media.control,
         }
 
     def _control_fail(self, payload: Mapping[str, Any]) -> None:

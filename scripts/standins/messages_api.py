@@ -36,6 +36,8 @@ Run alone: `scripts/anthropic_standin --port 8082 [--api-key K] [--reply TEXT ..
 
 from __future__ import annotations
 
+import base64
+import binascii
 import logging
 import secrets
 import string
@@ -734,6 +736,36 @@ def _tool_problem(messages: list[Any]) -> str | None:
     return None
 
 
+IMAGE_MEDIA_TYPES = ("image/gif", "image/jpeg", "image/png", "image/webp")
+IMAGE_MAX_BASE64 = 5 * 1024 * 1024  # of the base64 string
+
+
+def _source_problem(block: dict[str, Any]) -> str | None:
+    """What is wrong with an image or document block's `source`, as the API words it."""
+    kind = block["type"]
+    if kind not in ("image", "document"):
+        return None
+    source = block.get("source")
+    if not isinstance(source, dict):
+        return "source: Field required"
+    if source.get("type") != "base64":
+        known = ("url", "file", "text", "content") if kind == "document" else ("url", "file")
+        return None if source.get("type") in known else "source.type: Input tag not expected"
+    allowed = IMAGE_MEDIA_TYPES if kind == "image" else ("application/pdf",)
+    if source.get("media_type") not in allowed:
+        return f"source.media_type: Input should be {', '.join(repr(a) for a in allowed)}"
+    encoded = str(source.get("data", ""))
+    try:
+        data = base64.b64decode(encoded, validate=True)
+    except binascii.Error:
+        return "source.data: invalid base64 data"
+    if not data:
+        return "source.data: empty"
+    if kind == "image" and len(encoded) > IMAGE_MAX_BASE64:
+        return f"source.base64: image exceeds 5 MB maximum: {len(encoded)} bytes"
+    return None
+
+
 def _validate(body: dict[str, Any]) -> str | None:
     """The first problem with a Messages request, worded like the API, or None."""
     for name in ("model", "max_tokens", "messages"):
@@ -766,6 +798,9 @@ def _validate(body: dict[str, Any]) -> str | None:
                     return f"messages.{i}.content.{j}.type: Field required"
                 if block["type"] == "text" and not block.get("text"):
                     return f"messages.{i}.content.{j}: text content blocks must be non-empty"
+                problem = _source_problem(block)
+                if problem is not None:
+                    return f"messages.{i}.content.{j}.{problem}"
         else:
             return f"messages.{i}.content: Input should be a valid string or list"
     system = body.get("system")
