@@ -78,6 +78,37 @@ EXPECTED: dict[str, list[tuple[str, str, str, str, str, str, dict[str, Any]]]] =
             {"name": "Luz"},
         ),
     ],
+    # Presented in full by the worker from `raw` (tests/worker/test_presentation.py).
+    "order.json": [(TENANT, "message", ANA, "wamid.FIXTURE0101", "order", "[order: 2 items]", {})],
+    "contacts.json": [
+        (TENANT, "message", ANA, "wamid.FIXTURE0102", "contacts", "[contacts: Juan García]", {}),
+    ],
+    "interactive_list_reply.json": [
+        (TENANT, "message", ANA, "wamid.FIXTURE0103", "interactive", "[button: Martes 10:00]", {}),
+    ],
+    "interactive_flow_reply.json": [
+        (TENANT, "message", ANA, "wamid.FIXTURE0104", "interactive", "[interactive]", {}),
+    ],
+    "button_template_reply.json": [
+        (TENANT, "message", ANA, "wamid.FIXTURE0105", "button", "[button: Confirmar]", {}),
+    ],
+    "ad_referral.json": [
+        (TENANT, "message", ANA, "wamid.FIXTURE0106", "text", "Hola! vi el anuncio, ¿precio?", {}),
+    ],
+    "forwarded.json": [
+        (TENANT, "message", ANA, "wamid.FIXTURE0107", "text", "mirá esta promo", {}),
+    ],
+    "user_with_phone_and_id.json": [
+        (
+            TENANT,
+            "message",
+            ANA,
+            "wamid.FIXTURE0108",
+            "text",
+            "soy Ana, con usuario",
+            {"name": "Ana Pérez"},
+        ),
+    ],
     "messages_and_statuses.json": [
         (TENANT, "message", ANA, "wamid.FIXTURE0014", "text", "gracias!", {}),
         (TENANT, "status", ANA, "wamid.OUTBOUND0001", "read", "", {"ts": 1764421235}),
