@@ -103,6 +103,8 @@ class Quotes:
     def __init__(self, batch: Batch) -> None:
         self.texts: dict[str, str] = {}
         for exchange in batch.history:
+            if not isinstance(exchange, dict):
+                continue
             user, assistant = _joined(exchange.get("user")), _joined(exchange.get("assistant"))
             for wamid in _strings(exchange.get("ids")):
                 self.texts[wamid] = f'their earlier message "{_cut(user)}"'
@@ -116,8 +118,8 @@ class Quotes:
 
 
 def present_message(message: Message, quotes: Quotes) -> str:
-    """One message as the model reads it: its content, then what surrounds it (the ad that
-    brought the person, a quote, forwarded markers) on lines of their own."""
+    """One message as the model reads it: what surrounds it (the ad that brought the person,
+    forwarded markers, the message it quotes) on lines of their own, then its content."""
     raw = message.raw if isinstance(message.raw, dict) else None
     if message.channel != "whatsapp" or raw is None:
         return message.text

@@ -74,6 +74,7 @@ __all__ = [
     "MessagesFault",
     "Reply",
     "anthropic_error_body",
+    "last_user_block",
     "last_user_text",
     "system_text",
 ]

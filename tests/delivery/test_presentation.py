@@ -17,9 +17,12 @@ from redis.asyncio import Redis
 from scripts.standins import GraphApiStandIn, MessagesApiStandIn
 from scripts.webhooks import text_message, whatsapp_webhook
 from shared.keys import Keys
+from shared.settings import Settings
 from tests.delivery.support import TENANT, ai_requests, inbound, post_webhook, said
 from tests.support.helpers import fixture_json
 from tests.worker.support import WorkerFleet, wait_for
+from worker.batch import Batch
+from worker.presentation import present
 
 pytestmark = pytest.mark.slow
 
@@ -152,3 +155,33 @@ async def test_a_person_seen_with_a_number_and_a_user_id_keeps_one_conversation(
         )
 
     await wait_for(one_conversation, "both exchanges in the number's memory")
+
+
+class PresentingBrain:
+    """A custom brain (`BRAIN=tests.delivery.test_presentation:PresentingBrain`) that answers
+    with what it was given: the presentation, then the old `batch.user_text`."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    async def reply(self, batch: Batch) -> str | None:
+        shown = present(batch, self.settings.tenant(batch.tenant), self.settings)
+        return f"{shown.text}\nuser_text: {batch.user_text}"
+
+
+async def test_a_custom_brain_gets_the_presentation_and_user_text_still_works(
+    env: dict[str, str],
+    fleet: WorkerFleet,
+    receiver_url: str,
+    graph: GraphApiStandIn,
+) -> None:
+    brain = "tests.delivery.test_presentation:PresentingBrain"
+    await fleet.start(1, **{**env, "BRAIN": brain, "TIMEZONE": ZONE})
+    order = like_fixture("order.json", "wamid.c1")
+    await post_webhook(receiver_url, inbound(TENANT, PERSON, order))
+    (reply,) = await graph.await_for(lambda: graph.sent_texts(to=PERSON), timeout=15)
+    shown, user_text = (reply.body or "").split("\nuser_text: ")
+    header, body = shown.split("\n\n")
+    assert header.startswith("Date and time: ") and header.endswith(f"({ZONE})\nFrom: Ana")
+    assert "- product pizza-muzza-grande: quantity 2, 12500 ARS each" in body.splitlines()
+    assert user_text == "[order: 2 items]"

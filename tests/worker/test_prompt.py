@@ -83,13 +83,30 @@ def test_a_short_prompt_and_history_carry_no_cache_mark() -> None:
 
 
 def test_every_message_is_one_text_block_history_first() -> None:
-    body = request(settings(), batch("una consulta\n¿hay turno?", exchanges=2))
+    """The batch is its presentation (worker/presentation.py): a header block, then its
+    messages; a remembered exchange with a header renders it the same way."""
+    header = "Date and time: Thursday 1 January 1970, 00:00 (UTC)"
+    b = batch("una consulta\n¿hay turno?", exchanges=2)
+    b = replace(b, history=[{**b.history[0], "header": "Date and time: …"}, b.history[1]])
+    body = request(settings(), b)
     assert body["messages"] == [
-        {"role": "user", "content": [{"type": "text", "text": "pregunta 0"}]},
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "Date and time: …"},
+                {"type": "text", "text": "pregunta 0"},
+            ],
+        },
         {"role": "assistant", "content": [{"type": "text", "text": "respuesta 0"}]},
         {"role": "user", "content": [{"type": "text", "text": "pregunta 1"}]},
         {"role": "assistant", "content": [{"type": "text", "text": "respuesta 1"}]},
-        {"role": "user", "content": [{"type": "text", "text": "una consulta\n¿hay turno?"}]},
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": header},
+                {"type": "text", "text": "una consulta\n¿hay turno?"},
+            ],
+        },
     ]
 
 
