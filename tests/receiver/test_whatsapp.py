@@ -84,13 +84,37 @@ EXPECTED: dict[str, list[tuple[str, str, str, str, str, str, dict[str, Any]]]] =
         (TENANT, "message", ANA, "wamid.FIXTURE0102", "contacts", "[contacts: Juan García]", {}),
     ],
     "interactive_list_reply.json": [
-        (TENANT, "message", ANA, "wamid.FIXTURE0103", "interactive", "[button: Martes 10:00]", {}),
+        (
+            TENANT,
+            "message",
+            ANA,
+            "wamid.FIXTURE0103",
+            "interactive",
+            "[button: Martes 10:00]",
+            {"context": "wamid.OUTBOUND0004"},
+        ),
     ],
     "interactive_flow_reply.json": [
-        (TENANT, "message", ANA, "wamid.FIXTURE0104", "interactive", "[interactive]", {}),
+        (
+            TENANT,
+            "message",
+            ANA,
+            "wamid.FIXTURE0104",
+            "interactive",
+            "[interactive]",
+            {"context": "wamid.OUTBOUND0005"},
+        ),
     ],
     "button_template_reply.json": [
-        (TENANT, "message", ANA, "wamid.FIXTURE0105", "button", "[button: Confirmar]", {}),
+        (
+            TENANT,
+            "message",
+            ANA,
+            "wamid.FIXTURE0105",
+            "button",
+            "[button: Confirmar]",
+            {"context": "wamid.OUTBOUND0006"},
+        ),
     ],
     "ad_referral.json": [
         (TENANT, "message", ANA, "wamid.FIXTURE0106", "text", "Hola! vi el anuncio, ¿precio?", {}),

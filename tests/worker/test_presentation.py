@@ -121,9 +121,11 @@ def test_the_time_is_the_latest_messages_and_the_claim_when_no_message_has_one()
 
 
 def test_local_time_crosses_midnight_and_daylight_saving() -> None:
-    # 2026-03-29 00:30 UTC: 01:30 in London after the clocks went forward at 01:00 UTC.
-    assert local_time(1774744200, "Europe/London") == "Sunday 29 March 2026, 01:30 (Europe/London)"
-    assert local_time(1774744200, BA) == f"Saturday 28 March 2026, 21:30 ({BA})"
+    # London's clocks go forward at 01:00 UTC on 29 March 2026: 00:30 UTC is 00:30 GMT there,
+    # 01:30 UTC is 02:30 BST; in Buenos Aires (UTC-3) both are still the evening before.
+    assert local_time(1774744200, "Europe/London") == "Sunday 29 March 2026, 00:30 (Europe/London)"
+    assert local_time(1774747800, "Europe/London") == "Sunday 29 March 2026, 02:30 (Europe/London)"
+    assert local_time(1774747800, BA) == f"Saturday 28 March 2026, 22:30 ({BA})"
 
 
 def test_a_quote_shows_the_quoted_text_from_the_burst_or_the_memory() -> None:
