@@ -53,7 +53,8 @@ IN_FLIGHT_KINDS = frozenset({"inbox", "due", "running", "burst", "pending", "bat
 # "sweep": the fleet's safety-sweep guard (SET NX PX, worker/sweep.py); "ai_pause": the
 # fleet's AI pause and probe token (PX, worker/ai_pause.py)
 EXPIRING_KINDS = frozenset({"seen", "out", "lastin", "memory", "sweep", "ai_pause"})
-KEPT_KINDS = frozenset({"tenants", "stats", "review"})  # for people to read and empty
+# for people to read and empty; `users` (user id -> number) is kept like a contact list
+KEPT_KINDS = frozenset({"tenants", "stats", "review", "users"})
 FORBIDDEN_KINDS = frozenset({"unroutable", "deadletter", "outbox", "other"})
 OVERLAP_TOLERANCE_S = 0.001
 # A send counts as in flight at a kill that fell within this long of it: before its arrival
