@@ -40,7 +40,7 @@ def claim(
     early_status_ttl_s: int,
 ) -> Call:
     return (
-        [k.inbox, k.due, k.running, k.burst, k.stats, k.unroutable, k.review],
+        [k.inbox, k.due, k.running, k.burst, k.stats, k.unroutable, k.review, k.users],
         [
             k.conversation_prefix,
             max_claim,

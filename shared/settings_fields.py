@@ -11,7 +11,7 @@ from __future__ import annotations
 import ssl
 from dataclasses import dataclass
 
-from shared.setting_spec import mask_url, setting
+from shared.setting_spec import mask_url, setting, time_zone_problem
 
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
@@ -42,6 +42,10 @@ def _is_ca_file(path: str) -> bool:
     except (OSError, ValueError):  # ssl.SSLError is an OSError
         return False
     return True
+
+
+def _is_time_zone(name: str) -> bool:
+    return time_zone_problem(name) == ""
 
 
 def _is_webhook_hold(hold_s: float) -> bool:
@@ -277,6 +281,13 @@ class AISettings:
     )
     transcribe_model: str = setting(
         "TRANSCRIBE_MODEL", "whisper-1", "the speech-to-text model (`whisper-large-v3` on Groq)"
+    )
+    timezone: str = setting(
+        "TIMEZONE",
+        "UTC",
+        "IANA time zone of the date and time the AI is shown with each batch (per tenant:"
+        " `timezone`)",
+        rule=(_is_time_zone, "be an IANA time zone name, e.g. America/Argentina/Buenos_Aires"),
     )
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from shared.setting_spec import ConfigError
+from shared.setting_spec import ConfigError, time_zone_problem
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,8 @@ class TenantConfig:
     fallback_text: str | None = None
     # Sent when the AI hands the conversation over to a person (`hand_over_to_human`).
     hand_over_text: str | None = None
+    # The time zone of the date and time the AI is shown (an IANA name; else `TIMEZONE`).
+    timezone: str | None = None
 
 
 NO_OVERRIDES = TenantConfig()
@@ -86,4 +88,7 @@ def _ai_problem(table: Mapping[str, Any]) -> str:
             return f"{key} must be a non-empty string"
     if not isinstance(table.get("system_prompt", ""), str):
         return "system_prompt must be a string"
+    zone = table.get("timezone", "UTC")
+    if not isinstance(zone, str) or time_zone_problem(zone):
+        return f"timezone must be an IANA time zone name, got {zone!r}"
     return ""

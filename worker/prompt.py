@@ -43,6 +43,7 @@ import orjson
 
 from shared.settings import Settings, TenantConfig
 from worker.batch import Batch
+from worker.presentation import present
 
 MAX_BREAKPOINTS = 4
 CHARS_PER_TOKEN = 3  # generous on purpose: see the module docstring
@@ -89,7 +90,7 @@ def build_request(
     tool_list = [dict(tool) for tool in tools]
     system = [_text_block(system_text(settings, tenant))]
     turns = settings.memory_turns if tenant.memory_turns is None else tenant.memory_turns
-    messages = render_messages(batch, turns)
+    messages = render_messages(batch, turns, present(batch, tenant, settings).blocks)
     if cache:
         _mark(min_cacheable_tokens(model), tool_list, system, messages, turns)
     messages[-1]["content"].extend(dict(block) for block in media)
@@ -123,15 +124,22 @@ def language_hint(language: str) -> str:
     return f"Answer in {name} ({language})." if locale.group(2) else f"Answer in {name}."
 
 
-def render_messages(batch: Batch, memory_turns: int) -> list[dict[str, Any]]:
-    """The last `memory_turns` exchanges, then the batch: one text block per message, the same
-    bytes for the same exchange every turn (so the prefix matches the cache)."""
+def render_messages(
+    batch: Batch, memory_turns: int, current: Sequence[str] | None = None
+) -> list[dict[str, Any]]:
+    """The last `memory_turns` exchanges, then the batch as `current` (its presentation's
+    header and body, worker/presentation.py; `batch.user_text` when not given): a user turn is
+    its header block (if it has one) and its text block, an answer one text block, the same
+    bytes for the same exchange every turn (so the prefix matches the cache; the memory keeps
+    a turn's header and body as they were sent)."""
     history = batch.history[-memory_turns:] if memory_turns > 0 else []
     messages: list[dict[str, Any]] = []
     for exchange in history:
-        messages.append(_message("user", exchange.get("user")))
+        header = exchange.get("header")
+        user = exchange.get("user")
+        messages.append(_message("user", *([header] if isinstance(header, str) else []), user))
         messages.append(_message("assistant", exchange.get("assistant")))
-    messages.append(_message("user", batch.user_text))
+    messages.append(_message("user", *(current or [batch.user_text])))
     return messages
 
 
@@ -179,8 +187,8 @@ def _mark(
         block["cache_control"] = {"type": "ephemeral"}
 
 
-def _message(role: str, text: Any) -> dict[str, Any]:
-    return {"role": role, "content": [_text_block(text)]}
+def _message(role: str, *texts: Any) -> dict[str, Any]:
+    return {"role": role, "content": [_text_block(text) for text in texts]}
 
 
 def _text_block(text: Any) -> dict[str, Any]:

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
         MessagesApiStandIn,
         MessagesFault,
         anthropic_error_body,
+        last_user_block,
         last_user_text,
         system_text,
     )
@@ -68,6 +69,7 @@ _WHERE = {
     "MessagesApiStandIn": "messages_api",
     "MessagesFault": "messages_api",
     "anthropic_error_body": "messages_api",
+    "last_user_block": "messages_api",
     "last_user_text": "messages_api",
     "system_text": "messages_api",
     "BackgroundServer": "server",
@@ -96,6 +98,7 @@ __all__ = [
     "anthropic_error_body",
     "chatwoot_headers",
     "free_port",
+    "last_user_block",
     "last_user_text",
     "message_created",
     "meta_error_body",

@@ -10,9 +10,12 @@ It serves `POST /{version}/{phone_number_id}/messages` like Meta (and inbound me
 /{version}/{media-id}` then its url: scripts/standins/_media.py): bearer token check (401, code
 190), text / template / other message sends (200 with a fresh `wamid.`), read receipt + typing
 indicator (`{"success": true}`), anything malformed 400 with code 100, Meta's error body
-everywhere. Every request is recorded. Faults (error codes, fractions, per-recipient rules, raw
-5xx, latency, hangs, answers cut after the send was accepted) are set from Python or over HTTP
-(`POST /_control`), so a product running in another process can be driven too. With
+everywhere. A send names its person in `to` (a number) or, for a person known by a username,
+in `recipient` (a business-scoped user id, `AR.4410...`; `SentMessage.to` then holds it, and
+status webhooks name it as the recipient). Every request is recorded. Faults (error codes,
+fractions, per-recipient rules, raw 5xx, latency, hangs, answers cut after the send was
+accepted) are set from Python or over HTTP (`POST /_control`), so a product running in another
+process can be driven too. With
 `webhook_url` + `app_secret` it posts signed status webhooks (`sent`, `delivered`, `read`, or
 `failed`) back to the receiver after each accepted send, retrying non-200 answers like Meta.
 
@@ -257,6 +260,22 @@ def _fbtrace_id() -> str:
 
 def _digits(number: str) -> str:
     return "".join(ch for ch in number if ch.isdigit())
+
+
+def _is_user_id(value: str) -> bool:
+    """A business-scoped user id as Meta writes them: a country code, a dot, digits."""
+    country, dot, rest = value.partition(".")
+    return bool(dot) and country.isalpha() and rest.isalnum()
+
+
+def _address(body: dict[str, Any]) -> Any:
+    """Who a send is addressed to: `to` (a number), else `recipient` (a user id)."""
+    return body["to"] if "to" in body else body.get("recipient")
+
+
+def _recipient_id(address: str) -> str:
+    """A status webhook's recipient: the user id as given, a number as its digits."""
+    return address if _is_user_id(address) else _digits(address)
 
 
 # ---------------------------------------------------------------------- public data types
@@ -794,7 +813,7 @@ class GraphApiStandIn(WebhookStandIn[GraphFault, WebhookDelivery]):
                 "invalid",
             )
         kind, problem = _classify(record.body)
-        to = record.body.get("to") if isinstance(record.body, dict) else None
+        to = _address(record.body) if isinstance(record.body, dict) else None
         to = to if isinstance(to, str) else None
         record.extra["to"] = to
         if problem is not None:
@@ -877,7 +896,7 @@ class GraphApiStandIn(WebhookStandIn[GraphFault, WebhookDelivery]):
             payload = status_webhook(
                 wamid=sent.wamid,
                 status=status,
-                recipient_id=_digits(sent.to),
+                recipient_id=_recipient_id(sent.to),
                 timestamp=base + STATUS_RANK.get(status, 0),
                 phone_number_id=plan.phone_number_id,
                 display_phone_number=plan.display_phone_number,
@@ -1005,7 +1024,11 @@ def _classify(body: Any) -> tuple[str, str | None]:
             return "invalid", "Param typing_indicator['type'] must be 'text'."
         return "read", None
     to = body.get("to")
-    if not isinstance(to, str) or not _digits(to):
+    if "to" not in body and "recipient" in body:  # a username's business-scoped user id
+        recipient = body["recipient"]
+        if not isinstance(recipient, str) or not _is_user_id(recipient):
+            return "invalid", "Param recipient must be a business-scoped user id (CC.digits)."
+    elif not isinstance(to, str) or not _digits(to):
         return "invalid", "The parameter to is required."
     kind = body.get("type", "text")
     context = body.get("context")

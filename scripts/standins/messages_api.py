@@ -13,7 +13,8 @@ max_tokens, messages, at most 4 cache marks), and the answer is a Message the SD
 deterministic tokenizer of 4 characters a token (scripts/standins/_prompt_cache.py): `usage`
 says what was read from the cache, what was written and what came after. Replies come from a
 queue (strings, content-block lists, partial Message dicts, callables taking the request JSON,
-or a `MessagesFault`), else from the default reply "stand-in reply to: <last user text>".
+or a `MessagesFault`), else from the default reply "stand-in reply to: <last user block>" (the
+last text block of the last user message: a batch's messages, without the header).
 `stop_reason` is `tool_use` when the content has a `tool_use` block, else `end_turn`, unless
 the reply says otherwise (a partial Message dict: `{"content": [], "stop_reason": "refusal"}`,
 `"pause_turn"`, `"max_tokens"`); with `cut_at_max_tokens` a text longer than the request's
@@ -75,6 +76,7 @@ __all__ = [
     "MessagesFault",
     "Reply",
     "anthropic_error_body",
+    "last_user_block",
     "last_user_text",
     "system_text",
 ]
@@ -169,6 +171,23 @@ def last_user_text(body: Mapping[str, Any]) -> str:
     return ""
 
 
+def last_user_block(body: Mapping[str, Any]) -> str:
+    """The last text block of the last `user` message ("" if none): the messages of a batch,
+    after the presentation's header block (worker/presentation.py)."""
+    for message in reversed(body.get("messages") or []):
+        if isinstance(message, dict) and message.get("role") == "user":
+            content = message.get("content")
+            if isinstance(content, str):
+                return content
+            texts = [
+                str(b.get("text", ""))
+                for b in (content if isinstance(content, list) else [])
+                if isinstance(b, dict) and b.get("type") == "text"
+            ]
+            return texts[-1] if texts else ""
+    return ""
+
+
 def system_text(body: Mapping[str, Any]) -> str:
     """The system prompt of a Messages request as one string (blocks joined)."""
     return _text_of(body.get("system"))
@@ -252,7 +271,7 @@ or a callable taking the request JSON and returning one of those."""
 
 
 def default_reply(body: dict[str, Any]) -> str:
-    return f"stand-in reply to: {last_user_text(body)}"
+    return f"stand-in reply to: {last_user_block(body)}"
 
 
 # ---------------------------------------------------------------------- the stand-in

@@ -9,6 +9,7 @@
 -- KEYS[5] stats        HASH: counters
 -- KEYS[6] unroutable   LIST: inbox entries that are not ours to interpret
 -- KEYS[7] review       HASH: batch id -> review item
+-- KEYS[8] users        HASH: WhatsApp user id -> the phone number it was seen with
 -- ARGV[1] conversation_prefix  the tenant's conversation key prefix ("wa:{t}:c:"); a
 --         conversation's keys are built from it with conv_key() (same hash tag, so the same
 --         slot as KEYS)
@@ -82,6 +83,21 @@ local function apply_status(ev, person)
   end
 end
 
+-- Usernames: the receiver keys a WhatsApp person by the phone number when the message has one,
+-- else by the business-scoped user id (`AR.4410...`, never only digits). A message carrying
+-- both records user id -> number; a later one with only the user id joins the number's
+-- conversation (memory, window, batch). Messages without `from_user_id` cost nothing here.
+local function same_person(ev, person)
+  if string.find(person, '.', 1, true) then
+    return redis.call('HGET', KEYS[8], person) or person
+  end
+  local user_id = string.match(ev, '"from_user_id":"([^"]+)"')
+  if user_id and redis.call('HGET', KEYS[8], user_id) ~= person then
+    redis.call('HSET', KEYS[8], user_id, person)
+  end
+  return person
+end
+
 -- 1. Intake: inbox events (oldest first) into per-person pending lists.
 local taken, messages, statuses = 0, 0, 0
 while taken < max_intake do
@@ -96,6 +112,7 @@ while taken < max_intake do
   end
   if kind == 'message' and type(person) == 'string' and person ~= '' then
     messages = messages + 1
+    person = same_person(ev, person)
     redis.call('RPUSH', conv_key(prefix, person, PENDING), ev)
     local first = now
     local b = redis.call('HGET', KEYS[4], person)
