@@ -13,6 +13,9 @@ starts the Chatwoot API stand-in, `scripts/chatwoot_standin` (`chatwoot.1`), poi
 workers' Chatwoot sender at it with a dev token and gives the receiver a dev Chatwoot webhook
 secret: the stand-in posts each reply the bot creates back to the receiver as a signed
 `message_created` (outgoing) webhook, as Chatwoot does, which the receiver must ignore.
+Without `TRANSCRIBE_BASE_URL` it starts the speech-to-text stand-in,
+`scripts/transcribe_standin` (`stt.1`), and points the workers' voice-note transcription at it
+with a dev key.
 Without real credentials it runs `scripts/simulate`, which sends signed webhook bursts (WhatsApp
 and, with the Chatwoot stand-in, Chatwoot) and shows each burst turning into a single reply.
 
@@ -85,6 +88,9 @@ GRAPH_STANDIN = REPO / "scripts" / "graph_standin"
 DEV_CHATWOOT_TOKEN = "dev-chatwoot-token"
 DEV_CHATWOOT_SECRET = "dev-chatwoot-secret"
 CHATWOOT_STANDIN = REPO / "scripts" / "chatwoot_standin"
+# The speech-to-text stand-in's bearer key (a dev value).
+DEV_TRANSCRIBE_KEY = "dev-stt-key"
+TRANSCRIBE_STANDIN = REPO / "scripts" / "transcribe_standin"
 # Replies go to the stand-in (standin), to the Redis outbox (outbox), or wherever the user's own
 # WHATSAPP_ACCESS_TOKEN / WHATSAPP_API_BASE_URL / SENDER say (env).
 SENDERS = ("standin", "outbox")
@@ -193,13 +199,15 @@ def dev_environment(
     graph_url: str | None = None,
     sender: str = "env",
     chatwoot_url: str | None = None,
+    transcribe_url: str | None = None,
 ) -> dict[str, str]:
     """The children's environment: the user's, plus dev defaults for what the user left unset.
 
     With `graph_url` (the stand-in's) the workers get a dev token and that URL for the Graph API
     unless the user set them; `sender="outbox"` sends replies to the Redis outbox. With
     `chatwoot_url` (the Chatwoot stand-in's) the workers get a dev Chatwoot token and that URL,
-    and the receiver a dev webhook secret (unless the user set a secret or a token)."""
+    and the receiver a dev webhook secret (unless the user set a secret or a token). With
+    `transcribe_url` (the speech-to-text stand-in's) the workers transcribe voice notes there."""
     env = dict(environ)
     for name, value in DEV_DEFAULTS.items():
         if not env.get(name):
@@ -225,6 +233,9 @@ def dev_environment(
                 env[name] = value
         if not env.get("CHATWOOT_WEBHOOK_SECRET") and not env.get("CHATWOOT_WEBHOOK_TOKEN"):
             env["CHATWOOT_WEBHOOK_SECRET"] = DEV_CHATWOOT_SECRET
+    if transcribe_url is not None and not env.get("TRANSCRIBE_BASE_URL"):
+        env["TRANSCRIBE_BASE_URL"] = f"{transcribe_url}/v1"
+        env["TRANSCRIBE_API_KEY"] = env.get("TRANSCRIBE_API_KEY") or DEV_TRANSCRIBE_KEY
     # Keep our defaults consistent with a longer window or a shorter lease the user chose
     # (a value that is not a number is left to Settings, which reports it by name).
     window, lease = _number(env["DEBOUNCE_WINDOW_S"]), _number(env["LEASE_S"])
@@ -368,7 +379,8 @@ class DevStack:
         self.tasks: set[asyncio.Task[None]] = set()
         self.graph_port: int | None = None
         self.chatwoot_port: int | None = None
-        names = ["devstack", "web.1", "graph.1", "chatwoot.1", "demo"]
+        self.transcribe_port: int | None = None
+        names = ["devstack", "web.1", "graph.1", "chatwoot.1", "stt.1", "demo"]
         self.console = Console(names + [f"worker.{i + 1}" for i in range(options.workers)])
 
     # --- start ----------------------------------------------------------------------------
@@ -383,6 +395,8 @@ class DevStack:
                 self.graph_port = free_port()
             if self.options.chatwoot_standin:
                 self.chatwoot_port = free_port()
+            if not self.environ.get("TRANSCRIBE_BASE_URL"):
+                self.transcribe_port = free_port()
             env = dev_environment(
                 self.environ,
                 redis_url,
@@ -390,6 +404,7 @@ class DevStack:
                 self.graph_url,
                 self.options.sender,
                 self.chatwoot_url,
+                self.transcribe_url,
             )
             settings = Settings.from_env(env)
             children = self.service_children()
@@ -460,6 +475,9 @@ class DevStack:
             argv += ["--webhook-url", f"{self.receiver_url}/webhooks/chatwoot"]
             argv += ["--log-level", "warning"]
             graph.append(Child("chatwoot.1", argv))
+        if self.transcribe_url is not None:  # it accepts TRANSCRIBE_API_KEY, from the environment
+            argv = [str(TRANSCRIBE_STANDIN), "--port", str(self.transcribe_port)]
+            graph.append(Child("stt.1", [*argv, "--log-level", "warning"]))
         return [*graph, Child("web.1", procfile_argv(procfile["web"])), *workers]
 
     def demo_child(self) -> Child:
@@ -514,6 +532,11 @@ class DevStack:
     @property
     def chatwoot_url(self) -> str | None:
         return None if self.chatwoot_port is None else f"http://127.0.0.1:{self.chatwoot_port}"
+
+    @property
+    def transcribe_url(self) -> str | None:
+        port = self.transcribe_port
+        return None if port is None else f"http://127.0.0.1:{port}"
 
     async def wait_ready(self) -> None:
         """The receiver's /readyz answers 200 (and the stand-in's /_health, if it runs)."""
@@ -609,6 +632,8 @@ class DevStack:
             say("replies   to the Redis outbox lists, no delivery statuses (--sender outbox)")
         if self.chatwoot_url is not None:
             self.chatwoot_banner(env)
+        if self.transcribe_url is not None:
+            say(f"stt       {self.transcribe_url}/v1  (speech-to-text stand-in for voice notes)")
         if self.options.demo:
             chatwoot = " and to a Chatwoot inbox" if self.chatwoot_url is not None else ""
             say(

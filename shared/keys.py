@@ -25,6 +25,7 @@ Layout (prefix `wa`, tenant 106540352242922, person 16505551234):
     wa:{106540352242922}:outbox         LIST    replies recorded by the outbox sender (capped)
     wa:{106540352242922}:stats          HASH    counters (messages, turns, statuses, ...)
     wa:{106540352242922}:unroutable     LIST    inbox entries the worker could not route, whole
+    wa:{106540352242922}:users          HASH    WhatsApp user id (username) -> phone number
     wa:{…}:c:16505551234:pending        LIST    messages waiting for the next batch, in order
     wa:{…}:c:16505551234:batch          HASH    the batch being worked on or waiting for a retry
     wa:{…}:c:16505551234:lock           STRING  token of the worker holding the turn (PX lease)
@@ -156,6 +157,12 @@ class TenantKeys:
     @property
     def unroutable(self) -> str:
         return f"{self.base}:unroutable"
+
+    @property
+    def users(self) -> str:
+        """A person's business-scoped user id -> the phone number their conversation is keyed
+        by (claim.lua), so one seen with both keeps one conversation."""
+        return f"{self.base}:users"
 
     @property
     def conversation_prefix(self) -> str:

@@ -44,7 +44,7 @@ def claim(
 ) -> Call:
     """`welcome`: 1 when the tenant has a welcome text (`request_welcome` starts a turn)."""
     return (
-        [k.inbox, k.due, k.running, k.burst, k.stats, k.unroutable, k.review],
+        [k.inbox, k.due, k.running, k.burst, k.stats, k.unroutable, k.review, k.users],
         [
             k.conversation_prefix,
             max_claim,

@@ -11,6 +11,7 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, TypeVar, get_type_hints
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 T = TypeVar("T")
 
@@ -135,6 +136,15 @@ def mask_url(url: str) -> str:
     if "@" not in rest:
         return url
     return f"{scheme}{sep}***@{rest.split('@', 1)[1]}"
+
+
+def time_zone_problem(name: str) -> str:
+    """What is wrong with time zone `name` ("" when zoneinfo knows it)."""
+    try:
+        ZoneInfo(name)
+    except (ValueError, ZoneInfoNotFoundError):  # a bad key is a ValueError
+        return f"unknown time zone {name!r}"
+    return ""
 
 
 def _either(options: tuple[str, ...]) -> str:

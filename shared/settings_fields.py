@@ -11,7 +11,7 @@ from __future__ import annotations
 import ssl
 from dataclasses import dataclass
 
-from shared.setting_spec import mask_url, setting
+from shared.setting_spec import mask_url, setting, time_zone_problem
 
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
@@ -42,6 +42,10 @@ def _is_ca_file(path: str) -> bool:
     except (OSError, ValueError):  # ssl.SSLError is an OSError
         return False
     return True
+
+
+def _is_time_zone(name: str) -> bool:
+    return time_zone_problem(name) == ""
 
 
 def _is_webhook_hold(hold_s: float) -> bool:
@@ -255,6 +259,42 @@ class AISettings:
         default_when_set=("whatsapp_access_token", "whatsapp"),
     )
     tenants_file: str = setting("TENANTS_FILE", "", "TOML with per-tenant overrides (format below)")
+    # Media of inbound messages, fetched by the worker during the turn (worker/media.py).
+    media_max_bytes: int = setting(
+        "MEDIA_MAX_BYTES",
+        20_000_000,
+        "a larger media file is not downloaded: the AI is told it is too large (images over"
+        " 3.75 MB too, the API's limit)",
+        above=0,
+    )
+    media_timeout_s: float = setting(
+        "MEDIA_TIMEOUT_S",
+        20.0,
+        "one media download (and its transcription) slower than this is given up: the AI is"
+        " told so; never later than `AI_TURN_TIMEOUT_S` allows",
+        above=0,
+    )
+    transcribe_base_url: str = setting(
+        "TRANSCRIBE_BASE_URL",
+        "",
+        "an OpenAI-compatible speech-to-text API (`POST /audio/transcriptions`) for voice notes"
+        " (unset: the AI is told a voice note arrived that it cannot hear)",
+        normalize=_no_trailing_slash,
+        show=mask_url,
+    )
+    transcribe_api_key: str = setting(
+        "TRANSCRIBE_API_KEY", "", "bearer token of `TRANSCRIBE_BASE_URL`", secret=True
+    )
+    transcribe_model: str = setting(
+        "TRANSCRIBE_MODEL", "whisper-1", "the speech-to-text model (`whisper-large-v3` on Groq)"
+    )
+    timezone: str = setting(
+        "TIMEZONE",
+        "UTC",
+        "IANA time zone of the date and time the AI is shown with each batch (per tenant:"
+        " `timezone`)",
+        rule=(_is_time_zone, "be an IANA time zone name, e.g. America/Argentina/Buenos_Aires"),
+    )
 
 
 @dataclass(frozen=True)

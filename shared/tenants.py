@@ -13,7 +13,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from shared.setting_spec import ConfigError
+from shared.setting_spec import ConfigError, time_zone_problem
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,8 @@ class TenantConfig:
     hand_over_text: str | None = None
     # Sent when a person opens the chat (`request_welcome`); None: `WELCOME_TEXT`.
     welcome_text: str | None = None
+    # The time zone of the date and time the AI is shown (an IANA name; else `TIMEZONE`).
+    timezone: str | None = None
 
 
 NO_OVERRIDES = TenantConfig()
@@ -89,4 +91,7 @@ def _ai_problem(table: Mapping[str, Any]) -> str:
     for key in ("system_prompt", "welcome_text"):
         if not isinstance(table.get(key, ""), str):
             return f"{key} must be a string"
+    zone = table.get("timezone", "UTC")
+    if not isinstance(zone, str) or time_zone_problem(zone):
+        return f"timezone must be an IANA time zone name, got {zone!r}"
     return ""

@@ -282,7 +282,15 @@ def test_sigint_stops_children_then_redis(tmp_path: Path) -> None:
     try:
         stack.wait_for(r"Ctrl-C to stop")
         pids = stack.pids()
-        assert set(pids) == {"redis", "graph.1", "chatwoot.1", "web.1", "worker.1", "worker.2"}
+        assert set(pids) == {
+            "redis",
+            "graph.1",
+            "chatwoot.1",
+            "stt.1",
+            "web.1",
+            "worker.1",
+            "worker.2",
+        }
         stack.process.send_signal(signal.SIGINT)
         code = stack.wait(timeout_s=30)
     finally:
@@ -290,9 +298,9 @@ def test_sigint_stops_children_then_redis(tmp_path: Path) -> None:
     output = stack.output
     assert code == 0, output
     assert "started demo" not in output
-    assert output.index("stopping graph.1, chatwoot.1, web.1, worker.1, worker.2") < output.index(
-        "stopping embedded Redis"
-    )
+    assert output.index(
+        "stopping graph.1, chatwoot.1, stt.1, web.1, worker.1, worker.2"
+    ) < output.index("stopping embedded Redis")
     assert not [name for name, pid in pids.items() if alive(pid)], output
 
 
@@ -319,7 +327,15 @@ def test_the_stack_runs_the_procfiles_lines_and_its_children_die_with_it(tmp_pat
         port = stack.wait_for(r"receiver +http://127\.0\.0\.1:(\d+) ").group(1)
         stack.wait_for(r"Ctrl-C to stop")
         pids = stack.pids()
-        assert set(pids) == {"redis", "graph.1", "chatwoot.1", "web.1", "worker.1", "worker.2"}
+        assert set(pids) == {
+            "redis",
+            "graph.1",
+            "chatwoot.1",
+            "stt.1",
+            "web.1",
+            "worker.1",
+            "worker.2",
+        }
         procfile = load_devstack().read_procfile(REPO / "Procfile")
         web = procfile["web"].replace("${PORT:-8000}", port)
         web = web.replace("${WEB_HOST:-0.0.0.0}", "127.0.0.1").split()
@@ -516,6 +532,20 @@ def test_the_chatwoot_standin_stands_in_for_what_the_user_left_unset() -> None:
     assert not devstack.parse_options(["--no-chatwoot"], {}).chatwoot_standin
     for own in ("CHATWOOT_API_ACCESS_TOKEN", "CHATWOOT_BASE_URL"):
         assert not devstack.parse_options([], {own: "x"}).chatwoot_standin
+
+
+def test_the_speech_to_text_standin_transcribes_unless_the_user_set_a_transcriber() -> None:
+    devstack = load_devstack()
+    standin = "http://127.0.0.1:9300"
+    redis_url = "redis://127.0.0.1:7000/0"
+    env = devstack.dev_environment({}, redis_url, 9000, None, "env", None, standin)
+    assert env["TRANSCRIBE_BASE_URL"] == f"{standin}/v1"
+    assert env["TRANSCRIBE_API_KEY"] == devstack.DEV_TRANSCRIBE_KEY
+    mine = {"TRANSCRIBE_BASE_URL": "https://api.groq.com/openai/v1", "TRANSCRIBE_API_KEY": "k"}
+    env = devstack.dev_environment(mine, redis_url, 9000, None, "env", None, standin)
+    assert (env["TRANSCRIBE_BASE_URL"], env["TRANSCRIBE_API_KEY"]) == tuple(mine.values())
+    env = devstack.dev_environment({}, redis_url, 9000)
+    assert "TRANSCRIBE_BASE_URL" not in env
 
 
 def test_the_standin_is_the_default_sender_without_the_users_own() -> None:

@@ -2,7 +2,8 @@
 
 One `AsyncAnthropic` client per process; `ANTHROPIC_BASE_URL` is honoured by the SDK itself.
 The whole batch is one user turn (every message's text in order, non-text described by the
-receiver, e.g. "[image: caption]"), after the person's recent exchanges from memory; the request
+receiver, e.g. "[image: caption]", then its images, PDFs and transcribed voice notes, fetched
+first by worker/media.py), after the person's recent exchanges from memory; the request
 (the tenant's model, prompt and memory length, and the prompt-cache marks) is built by
 worker/prompt.py. Each call's latency and token usage is reported to the turn
 (`record_ai_call`), which logs them and adds them to the tenant's figures.
@@ -46,6 +47,7 @@ from shared.settings import Settings
 from worker.ai_errors import classify
 from worker.batch import Batch
 from worker.errors import NeedsReview, RetryLater
+from worker.media import MediaLoader
 from worker.prompt import build_request
 from worker.tools import load_tools
 from worker.turn_state import record_ai_call
@@ -75,25 +77,32 @@ class AnthropicBrain:
             timeout=settings.ai_timeout_s,
         )
         self._tools = load_tools(settings)
+        self._media = MediaLoader(settings)
 
     async def aclose(self) -> None:
         await self._client.close()
+        await self._media.aclose()
 
     def request(
-        self, batch: Batch, tools: Sequence[Mapping[str, Any]] | None = None
+        self,
+        batch: Batch,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        media: Sequence[Mapping[str, Any]] = (),
     ) -> dict[str, Any]:
         """The Messages API request for this batch (also what tests assert on): the tenant's
         model, prompt and memory, the tools first (default: this brain's), cache marks where
-        they pay (worker/prompt.py)."""
+        they pay, the batch's `media` blocks after its text (worker/prompt.py)."""
         if tools is None:
             tools = self._tools.schemas() if self._tools else ()
-        return build_request(self._settings, self._settings.tenant(batch.tenant), batch, tools)
+        tenant = self._settings.tenant(batch.tenant)
+        return build_request(self._settings, tenant, batch, tools, media=media)
 
     async def reply(self, batch: Batch) -> str | None:
-        """The reply to send: the stop-reason loop (module docstring), from `request(batch)`."""
+        """The reply to send: the stop-reason loop (module docstring), from `request(batch)`
+        with the batch's files fetched first (worker/media.py), within the turn's deadline."""
         s = self._settings
-        request = self.request(batch)
         deadline = asyncio.get_running_loop().time() + s.ai_turn_timeout_s
+        request = self.request(batch, media=await self._media.blocks(batch, deadline))
         cut, rounds = 0, 0
         while True:
             message = await self._ask(request, deadline)

@@ -47,7 +47,13 @@ class Leases:
         return turn
 
     def remove(self, batch: Batch) -> None:
-        self._turns.pop((batch.tenant, batch.person), None)
+        """The turn of `batch` ended. Only its own entry goes: once its finish released the
+        person's lock, the person's next batch may already run here while this turn's task
+        does its last bookkeeping (its figures), and that turn's lease must stay renewed."""
+        key = (batch.tenant, batch.person)
+        turn = self._turns.get(key)
+        if turn is not None and turn.batch is batch:
+            del self._turns[key]
 
     def tasks(self) -> list[asyncio.Task[None]]:
         return [t.task for t in self._turns.values() if t.task]

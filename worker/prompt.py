@@ -26,6 +26,10 @@ history changes from its start, so such turns read only tools and system prompt 
 and mark no message (a mark there would be written, at 1.25 times the price, and never read).
 The current message is marked only if the next turn keeps this turn's start (its memory is not
 full yet), the previous one only if this turn kept the previous turn's.
+
+The batch's files (images, PDFs, transcribed voice notes: worker/media.py) follow its text in
+the current user message, after the mark: the memory keeps only the text, so the next turn's
+prefix ends where the mark is.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ import orjson
 
 from shared.settings import Settings, TenantConfig
 from worker.batch import Batch
+from worker.presentation import present
 
 MAX_BREAKPOINTS = 4
 CHARS_PER_TOKEN = 3  # generous on purpose: see the module docstring
@@ -73,18 +78,22 @@ def build_request(
     tools: Sequence[Mapping[str, Any]] = (),
     *,
     cache: bool = True,
+    media: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     """The `messages.create` keyword arguments for this batch: the tenant's model, `max_tokens`
     and system prompt (with its language hint), its remembered exchanges, the batch as the last
-    user message, `tools` as given; cache marks unless `cache` is False. Nothing given is
-    changed (the tools are copied before a mark goes on the last one)."""
+    user message, `tools` as given; cache marks unless `cache` is False. `media`: the batch's
+    files as content blocks (worker/media.py), after the batch's text in the last user message,
+    past its cache mark (memory keeps the text only, so the next turn's prefix ends there).
+    Nothing given is changed (the tools are copied before a mark goes on the last one)."""
     model = tenant.model or settings.ai_model
     tool_list = [dict(tool) for tool in tools]
     system = [_text_block(system_text(settings, tenant))]
     turns = settings.memory_turns if tenant.memory_turns is None else tenant.memory_turns
-    messages = render_messages(batch, turns)
+    messages = render_messages(batch, turns, present(batch, tenant, settings).blocks)
     if cache:
         _mark(min_cacheable_tokens(model), tool_list, system, messages, turns)
+    messages[-1]["content"].extend(dict(block) for block in media)
     request: dict[str, Any] = {
         "model": model,
         "max_tokens": tenant.max_tokens or settings.ai_max_tokens,
@@ -115,18 +124,27 @@ def language_hint(language: str) -> str:
     return f"Answer in {name} ({language})." if locale.group(2) else f"Answer in {name}."
 
 
-def render_messages(batch: Batch, memory_turns: int) -> list[dict[str, Any]]:
-    """The last `memory_turns` exchanges, then the batch: one text block per message, the same
-    bytes for the same exchange every turn (so the prefix matches the cache)."""
+def render_messages(
+    batch: Batch, memory_turns: int, current: Sequence[str] | None = None
+) -> list[dict[str, Any]]:
+    """The last `memory_turns` exchanges, then the batch as `current` (its presentation's
+    header and body, worker/presentation.py; `batch.user_text` when not given): a user turn is
+    its header block (if it has one) and its text block, an answer one text block, the same
+    bytes for the same exchange every turn (so the prefix matches the cache; the memory keeps
+    a turn's header and body as they were sent)."""
     history = batch.history[-memory_turns:] if memory_turns > 0 else []
     messages: list[dict[str, Any]] = []
     for exchange in history:
-        messages.append(_message("user", exchange.get("user")))
+        header = exchange.get("header")
+        user = exchange.get("user")
+        messages.append(_message("user", *([header] if isinstance(header, str) else []), user))
         messages.append(_message("assistant", exchange.get("assistant")))
+    # Events that are not messages (reactions, deletions, ...) come first in the body block.
+    blocks = list(current or [batch.user_text])
     lines = render_context(batch.context)
-    messages.append(
-        _message("user", "\n".join([*lines, batch.user_text]) if lines else batch.user_text)
-    )
+    if lines:
+        blocks[-1] = "\n".join([*lines, blocks[-1]])
+    messages.append(_message("user", *blocks))
     return messages
 
 
@@ -219,8 +237,8 @@ def _mark(
         block["cache_control"] = {"type": "ephemeral"}
 
 
-def _message(role: str, text: Any) -> dict[str, Any]:
-    return {"role": role, "content": [_text_block(text)]}
+def _message(role: str, *texts: Any) -> dict[str, Any]:
+    return {"role": role, "content": [_text_block(text) for text in texts]}
 
 
 def _text_block(text: Any) -> dict[str, Any]:

@@ -39,6 +39,7 @@ from worker.errors import (
 )
 from worker.formatting import for_channel
 from worker.leases import Leases
+from worker.presentation import exchange
 from worker.senders import Sender, takes_delivery
 from worker.split import WHATSAPP_MAX_CHARS, split_reply
 from worker.store import ConversationStore
@@ -135,7 +136,8 @@ class Turn:
             remember = b""
             # A reply replaced by a template never reached the person: not part of the chat.
             if reply and not state.template_sent:
-                remember = orjson.dumps({"user": batch.user_text, "assistant": reply})
+                sent = [*state.sent_parts.values(), *(state.unrecorded_part or ("", ""))[1:]]
+                remember = orjson.dumps(exchange(batch, self.settings, reply, sent))
             last = state.unrecorded_part
             await self.finish(lambda: self.store.finish_done(batch, remember, last))
             log.debug("turn done batch=%s", batch.id, extra=turn_fields(batch, "done"))

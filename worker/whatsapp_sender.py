@@ -9,6 +9,8 @@
   the tenant's template instead of the rest of the reply, once per batch (noted on the batch
   before the request, so a retry never sends it again), or parks the batch for review
   ("window_closed", the parts already sent listed on the item).
+- A person known only by a business-scoped user id (a username, no phone number) is written to
+  in `recipient` instead of `to` (`addressed_to`).
 - Meta's error codes decide: throughput and transient errors are retried with backoff
   (`RetryLater`); window, undeliverable, bad request and expired token go to review with the
   code and message (`NeedsReview`).
@@ -140,7 +142,7 @@ class WhatsAppSender:
         body = {
             "messaging_product": "whatsapp",
             "recipient_type": "individual",
-            "to": batch.person,
+            **addressed_to(batch.person),
             "type": "text",
             "text": {"body": text, "preview_url": False},
         }
@@ -165,7 +167,7 @@ class WhatsAppSender:
         await delivery.note_template(True, part)
         body = {
             "messaging_product": "whatsapp",
-            "to": batch.person,
+            **addressed_to(batch.person),
             "type": "template",
             "template": {"name": tenant.template, "language": {"code": tenant.template_language}},
         }
@@ -210,6 +212,14 @@ class WhatsAppSender:
         except (ValueError, KeyError, TypeError):
             pass
         raise GraphError(response.status_code, code, message)
+
+
+def addressed_to(person: str) -> dict[str, str]:
+    """Who a message goes to: `to` for a phone number (digits), `recipient` for a
+    business-scoped user id (`AR.4410...`: a person known by a username, no number shown),
+    as Meta documents for usernames. The receiver keys a person by the number when the webhook
+    has one, else by the user id (receiver/whatsapp.py `_sender`)."""
+    return {"to": person} if person.isdigit() else {"recipient": person}
 
 
 def _classify(exc: GraphError) -> Exception:

@@ -53,8 +53,9 @@ IN_FLIGHT_KINDS = frozenset({"inbox", "due", "running", "burst", "pending", "bat
 # "sweep": the fleet's safety-sweep guard (SET NX PX, worker/sweep.py); "ai_pause": the
 # fleet's AI pause and probe token (PX, worker/ai_pause.py)
 EXPIRING_KINDS = frozenset({"seen", "out", "lastin", "memory", "context", "sweep", "ai_pause"})
-# "workers": the heartbeats hash, pruned by the workers themselves (shared/heartbeats.py)
-KEPT_KINDS = frozenset({"tenants", "stats", "review", "workers"})  # for people to read and empty
+# "workers": the live workers' heartbeats (shared/heartbeats.py), pruned by the workers;
+# "users" (user id -> number) is kept like a contact list; the rest for people to read and empty
+KEPT_KINDS = frozenset({"tenants", "stats", "review", "workers", "users"})
 FORBIDDEN_KINDS = frozenset({"unroutable", "deadletter", "outbox", "other"})
 OVERLAP_TOLERANCE_S = 0.001
 # A send counts as in flight at a kill that fell within this long of it: before its arrival

@@ -84,6 +84,7 @@ def classify(key: str, keys: Keys) -> tuple[str, str | None]:
             k.outbox: "outbox",
             k.stats: "stats",
             k.unroutable: "unroutable",
+            k.users: "users",
         }
         if key in exact:
             return exact[key], None

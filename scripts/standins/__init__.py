@@ -1,10 +1,10 @@
 """Local stand-ins for the outside systems: Meta's Graph API, Anthropic's Messages API and
-Chatwoot's API.
+Chatwoot's API, and a speech-to-text API.
 
 Test infrastructure, used in-process from pytest (`with GraphApiStandIn() as graph: ...`) and as
-scripts (`scripts/graph_standin`, `scripts/anthropic_standin`, `scripts/chatwoot_standin`; the
-dev stack runs the first two). Each one records every request and takes injected faults from
-Python or over HTTP (`POST /_control`).
+scripts (`scripts/graph_standin`, `scripts/anthropic_standin`, `scripts/chatwoot_standin`,
+`scripts/transcribe_standin`; the dev stack runs them). Each one records every request and takes
+injected faults from Python or over HTTP (`POST /_control`).
 
 Names are imported lazily, so `python -m scripts.standins.graph_api` does not load the module
 twice.
@@ -41,10 +41,12 @@ if TYPE_CHECKING:
         MessagesApiStandIn,
         MessagesFault,
         anthropic_error_body,
+        last_user_block,
         last_user_text,
         system_text,
     )
     from scripts.standins.server import BackgroundServer, free_port
+    from scripts.standins.transcribe_api import TranscribeApiStandIn, Transcription
 
 _WHERE = {
     "RecordedRequest": "_common",
@@ -67,10 +69,13 @@ _WHERE = {
     "MessagesApiStandIn": "messages_api",
     "MessagesFault": "messages_api",
     "anthropic_error_body": "messages_api",
+    "last_user_block": "messages_api",
     "last_user_text": "messages_api",
     "system_text": "messages_api",
     "BackgroundServer": "server",
     "free_port": "server",
+    "TranscribeApiStandIn": "transcribe_api",
+    "Transcription": "transcribe_api",
 }
 
 __all__ = [
@@ -87,10 +92,13 @@ __all__ = [
     "ReadReceipt",
     "RecordedRequest",
     "SentMessage",
+    "TranscribeApiStandIn",
+    "Transcription",
     "WebhookDelivery",
     "anthropic_error_body",
     "chatwoot_headers",
     "free_port",
+    "last_user_block",
     "last_user_text",
     "message_created",
     "meta_error_body",

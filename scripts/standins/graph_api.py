@@ -6,12 +6,16 @@
     ...
     [m.body for m in graph.sent_texts(to="5491155550001")]
 
-It serves `POST /{version}/{phone_number_id}/messages` like Meta: bearer token check (401, code
+It serves `POST /{version}/{phone_number_id}/messages` like Meta (and inbound media, `GET
+/{version}/{media-id}` then its url: scripts/standins/_media.py): bearer token check (401, code
 190), text / template / other message sends (200 with a fresh `wamid.`), read receipt + typing
 indicator (`{"success": true}`), anything malformed 400 with code 100, Meta's error body
-everywhere. Every request is recorded. Faults (error codes, fractions, per-recipient rules, raw
-5xx, latency, hangs, answers cut after the send was accepted) are set from Python or over HTTP
-(`POST /_control`), so a product running in another process can be driven too. With
+everywhere. A send names its person in `to` (a number) or, for a person known by a username,
+in `recipient` (a business-scoped user id, `AR.4410...`; `SentMessage.to` then holds it, and
+status webhooks name it as the recipient). Every request is recorded. Faults (error codes,
+fractions, per-recipient rules, raw 5xx, latency, hangs, answers cut after the send was
+accepted) are set from Python or over HTTP (`POST /_control`), so a product running in another
+process can be driven too. With
 `webhook_url` + `app_secret` it posts signed status webhooks (`sent`, `delivered`, `read`, or
 `failed`) back to the receiver after each accepted send, retrying non-200 answers like Meta.
 
@@ -47,6 +51,7 @@ from scripts.standins._common import (
     as_tuple,
     fault_fields,
 )
+from scripts.standins._media import MediaServer
 from scripts.standins._script import Credentials, script_parser, serve_forever
 from scripts.standins._webhooks import WebhookStandIn
 from scripts.webhooks import (
@@ -257,6 +262,22 @@ def _digits(number: str) -> str:
     return "".join(ch for ch in number if ch.isdigit())
 
 
+def _is_user_id(value: str) -> bool:
+    """A business-scoped user id as Meta writes them: a country code, a dot, digits."""
+    country, dot, rest = value.partition(".")
+    return bool(dot) and country.isalpha() and rest.isalnum()
+
+
+def _address(body: dict[str, Any]) -> Any:
+    """Who a send is addressed to: `to` (a number), else `recipient` (a user id)."""
+    return body["to"] if "to" in body else body.get("recipient")
+
+
+def _recipient_id(address: str) -> str:
+    """A status webhook's recipient: the user id as given, a number as its digits."""
+    return address if _is_user_id(address) else _digits(address)
+
+
 # ---------------------------------------------------------------------- public data types
 
 
@@ -444,8 +465,12 @@ class GraphApiStandIn(WebhookStandIn[GraphFault, WebhookDelivery]):
             "webhook_timeout": webhook_timeout,
         }
         self.configure(**self._initial_config)
+        self.media = MediaServer(self, self._authorized)  # inbound media (_media.py)
         self._app = self._serve(
-            [Route("/{version}/{phone_number_id}/messages", self._messages, methods=["POST"])]
+            [
+                Route("/{version}/{phone_number_id}/messages", self._messages, methods=["POST"]),
+                *self.media.routes(),
+            ]
         )
 
     # ------------------------------------------------------------------ configuration
@@ -632,6 +657,11 @@ class GraphApiStandIn(WebhookStandIn[GraphFault, WebhookDelivery]):
         took the request."""
         return self.add_fault(GraphFault(drop=True, kinds=frozenset(kinds), count=n))
 
+    def reset(self) -> None:
+        """As every stand-in's, and the media files forgotten too."""
+        super().reset()
+        self.media.reset()
+
     def reset_faults(self) -> None:
         """No faults, no latency, no failed-status recipients."""
         with self._lock:
@@ -686,6 +716,7 @@ class GraphApiStandIn(WebhookStandIn[GraphFault, WebhookDelivery]):
                 kinds=p.get("kinds", SEND_KINDS),
             ),
             "fail_status": lambda p: self.fail_status_for(str(p["to"]), int(p.get("code", 131047))),
+            "media": self.media.control,
         }
 
     def _control_fail(self, payload: Mapping[str, Any]) -> None:
@@ -782,7 +813,7 @@ class GraphApiStandIn(WebhookStandIn[GraphFault, WebhookDelivery]):
                 "invalid",
             )
         kind, problem = _classify(record.body)
-        to = record.body.get("to") if isinstance(record.body, dict) else None
+        to = _address(record.body) if isinstance(record.body, dict) else None
         to = to if isinstance(to, str) else None
         record.extra["to"] = to
         if problem is not None:
@@ -865,7 +896,7 @@ class GraphApiStandIn(WebhookStandIn[GraphFault, WebhookDelivery]):
             payload = status_webhook(
                 wamid=sent.wamid,
                 status=status,
-                recipient_id=_digits(sent.to),
+                recipient_id=_recipient_id(sent.to),
                 timestamp=base + STATUS_RANK.get(status, 0),
                 phone_number_id=plan.phone_number_id,
                 display_phone_number=plan.display_phone_number,
@@ -993,7 +1024,11 @@ def _classify(body: Any) -> tuple[str, str | None]:
             return "invalid", "Param typing_indicator['type'] must be 'text'."
         return "read", None
     to = body.get("to")
-    if not isinstance(to, str) or not _digits(to):
+    if "to" not in body and "recipient" in body:  # a username's business-scoped user id
+        recipient = body["recipient"]
+        if not isinstance(recipient, str) or not _is_user_id(recipient):
+            return "invalid", "Param recipient must be a business-scoped user id (CC.digits)."
+    elif not isinstance(to, str) or not _digits(to):
         return "invalid", "The parameter to is required."
     kind = body.get("type", "text")
     context = body.get("context")

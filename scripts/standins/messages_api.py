@@ -13,7 +13,8 @@ max_tokens, messages, at most 4 cache marks), and the answer is a Message the SD
 deterministic tokenizer of 4 characters a token (scripts/standins/_prompt_cache.py): `usage`
 says what was read from the cache, what was written and what came after. Replies come from a
 queue (strings, content-block lists, partial Message dicts, callables taking the request JSON,
-or a `MessagesFault`), else from the default reply "stand-in reply to: <last user text>".
+or a `MessagesFault`), else from the default reply "stand-in reply to: <last user block>" (the
+last text block of the last user message: a batch's messages, without the header).
 `stop_reason` is `tool_use` when the content has a `tool_use` block, else `end_turn`, unless
 the reply says otherwise (a partial Message dict: `{"content": [], "stop_reason": "refusal"}`,
 `"pause_turn"`, `"max_tokens"`); with `cut_at_max_tokens` a text longer than the request's
@@ -36,6 +37,8 @@ Run alone: `scripts/anthropic_standin --port 8082 [--api-key K] [--reply TEXT ..
 
 from __future__ import annotations
 
+import base64
+import binascii
 import logging
 import secrets
 import string
@@ -73,6 +76,7 @@ __all__ = [
     "MessagesFault",
     "Reply",
     "anthropic_error_body",
+    "last_user_block",
     "last_user_text",
     "system_text",
 ]
@@ -167,6 +171,23 @@ def last_user_text(body: Mapping[str, Any]) -> str:
     return ""
 
 
+def last_user_block(body: Mapping[str, Any]) -> str:
+    """The last text block of the last `user` message ("" if none): the messages of a batch,
+    after the presentation's header block (worker/presentation.py)."""
+    for message in reversed(body.get("messages") or []):
+        if isinstance(message, dict) and message.get("role") == "user":
+            content = message.get("content")
+            if isinstance(content, str):
+                return content
+            texts = [
+                str(b.get("text", ""))
+                for b in (content if isinstance(content, list) else [])
+                if isinstance(b, dict) and b.get("type") == "text"
+            ]
+            return texts[-1] if texts else ""
+    return ""
+
+
 def system_text(body: Mapping[str, Any]) -> str:
     """The system prompt of a Messages request as one string (blocks joined)."""
     return _text_of(body.get("system"))
@@ -250,7 +271,7 @@ or a callable taking the request JSON and returning one of those."""
 
 
 def default_reply(body: dict[str, Any]) -> str:
-    return f"stand-in reply to: {last_user_text(body)}"
+    return f"stand-in reply to: {last_user_block(body)}"
 
 
 # ---------------------------------------------------------------------- the stand-in
@@ -734,6 +755,36 @@ def _tool_problem(messages: list[Any]) -> str | None:
     return None
 
 
+IMAGE_MEDIA_TYPES = ("image/gif", "image/jpeg", "image/png", "image/webp")
+IMAGE_MAX_BASE64 = 5 * 1024 * 1024  # of the base64 string
+
+
+def _source_problem(block: dict[str, Any]) -> str | None:
+    """What is wrong with an image or document block's `source`, as the API words it."""
+    kind = block["type"]
+    if kind not in ("image", "document"):
+        return None
+    source = block.get("source")
+    if not isinstance(source, dict):
+        return "source: Field required"
+    if source.get("type") != "base64":
+        known = ("url", "file", "text", "content") if kind == "document" else ("url", "file")
+        return None if source.get("type") in known else "source.type: Input tag not expected"
+    allowed = IMAGE_MEDIA_TYPES if kind == "image" else ("application/pdf",)
+    if source.get("media_type") not in allowed:
+        return f"source.media_type: Input should be {', '.join(repr(a) for a in allowed)}"
+    encoded = str(source.get("data", ""))
+    try:
+        data = base64.b64decode(encoded, validate=True)
+    except binascii.Error:
+        return "source.data: invalid base64 data"
+    if not data:
+        return "source.data: empty"
+    if kind == "image" and len(encoded) > IMAGE_MAX_BASE64:
+        return f"source.base64: image exceeds 5 MB maximum: {len(encoded)} bytes"
+    return None
+
+
 def _validate(body: dict[str, Any]) -> str | None:
     """The first problem with a Messages request, worded like the API, or None."""
     for name in ("model", "max_tokens", "messages"):
@@ -766,6 +817,9 @@ def _validate(body: dict[str, Any]) -> str | None:
                     return f"messages.{i}.content.{j}.type: Field required"
                 if block["type"] == "text" and not block.get("text"):
                     return f"messages.{i}.content.{j}: text content blocks must be non-empty"
+                problem = _source_problem(block)
+                if problem is not None:
+                    return f"messages.{i}.content.{j}.{problem}"
         else:
             return f"messages.{i}.content: Input should be a valid string or list"
     system = body.get("system")

@@ -197,5 +197,6 @@ def ai_requests(ai: MessagesApiStandIn) -> list[Any]:
 
 
 def said(messages: list[dict[str, Any]]) -> list[tuple[str, str]]:
-    """A request's messages as (role, text): each is one text block (worker/prompt.py)."""
-    return [(m["role"], "\n".join(b["text"] for b in m["content"])) for m in messages]
+    """A request's messages as (role, text): the text is a message's last block (a user turn's
+    first block is the presentation's header: tests/worker/test_presentation.py)."""
+    return [(m["role"], m["content"][-1]["text"]) for m in messages]

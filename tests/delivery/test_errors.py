@@ -20,7 +20,7 @@ from scripts.standins import (
     GraphApiStandIn,
     GraphFault,
     MessagesApiStandIn,
-    last_user_text,
+    last_user_block,
 )
 from tests.delivery.support import PLAIN_TENANT, TENANT, InProcessWorkers, ai_requests
 from tests.worker.support import push_message, review_items, stats, wait_for
@@ -125,7 +125,7 @@ async def test_transient_graph_errors_are_retried_until_the_send_succeeds(
     assert counts["turns"] == len(people), counts
     assert counts["retries"] == 2 * len(people), "each failed attempt retried"
     # The stored reply is retried: the AI was asked once per person.
-    assert sorted(last_user_text(b) for b in ai.bodies()) == sorted(f"case {c}" for c in people)
+    assert sorted(last_user_block(b) for b in ai.bodies()) == sorted(f"case {c}" for c in people)
     assert await review_items(redis, prefix) == []
 
 

@@ -26,8 +26,10 @@ LONG = " ".join(f"Frase número {i} de la respuesta larga." for i in range(5))
 async def remembered(
     redis: Redis, prefix: str, person: str, tenant: str = TENANT
 ) -> list[dict[str, Any]]:
+    """What the person's memory keeps said: each exchange's user text and answer (its header,
+    message ids and part ids: tests/delivery/test_presentation.py)."""
     raw = await redis.lrange(Keys(prefix).tenant(tenant).memory(person), 0, -1)
-    return [orjson.loads(r) for r in raw]
+    return [{k: v for k, v in orjson.loads(r).items() if k in ("user", "assistant")} for r in raw]
 
 
 async def turns_ended(redis: Redis, prefix: str, count: int, tenant: str = TENANT) -> None:

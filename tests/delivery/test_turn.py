@@ -12,7 +12,7 @@ import warnings
 import pytest
 from redis.asyncio import Redis
 
-from scripts.standins import GraphApiStandIn, MessagesApiStandIn, last_user_text
+from scripts.standins import GraphApiStandIn, MessagesApiStandIn, last_user_block
 from scripts.webhooks import text_message
 from shared.keys import Keys
 from tests.delivery.support import (
@@ -69,7 +69,7 @@ async def test_a_burst_is_one_ai_request_and_one_reply_after_read_and_typing(
     # A prompt this short cannot be cached (under 1 024 tokens): no cache mark.
     assert body["system"] == [{"type": "text", "text": TENANT_PROMPT}]
     assert [m["role"] for m in body["messages"]] == ["user"]
-    assert last_user_text(body).splitlines() == [
+    assert last_user_block(body).splitlines() == [
         "hola",
         "una consulta",
         "[image: así está la canilla]",
@@ -136,7 +136,7 @@ async def test_a_batch_too_old_for_a_reply_gets_no_read_typing_ai_or_send(
     await graph.await_for(lambda: graph.sent_texts(to=fresh), timeout=10)
     assert [r.message_id for r in graph.read_receipts()] == ["wamid.new"]
     assert graph.sent_texts(to=late) == []
-    assert [last_user_text(r.body) for r in ai_requests(ai)] == ["hola"]  # only the fresh one
+    assert [last_user_block(r.body) for r in ai_requests(ai)] == ["hola"]  # only the fresh one
     # An operator reading the logs at INFO learns of it too, as of every other review.
     (line,) = [r for r in caplog.records if "reason=too_old" in r.getMessage()]
     assert line.levelno == logging.INFO and getattr(line, "outcome", None) == "review"

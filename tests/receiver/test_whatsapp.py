@@ -124,6 +124,61 @@ EXPECTED: dict[str, list[tuple[str, str, str, str, str, str, dict[str, Any]]]] =
             {"name": "Luz"},
         ),
     ],
+    # Presented in full by the worker from `raw` (tests/worker/test_presentation.py).
+    "order.json": [(TENANT, "message", ANA, "wamid.FIXTURE0101", "order", "[order: 2 items]", {})],
+    "contacts.json": [
+        (TENANT, "message", ANA, "wamid.FIXTURE0102", "contacts", "[contacts: Juan García]", {}),
+    ],
+    "interactive_list_reply.json": [
+        (
+            TENANT,
+            "message",
+            ANA,
+            "wamid.FIXTURE0103",
+            "interactive",
+            "[button: Martes 10:00]",
+            {"context": "wamid.OUTBOUND0004"},
+        ),
+    ],
+    "interactive_flow_reply.json": [
+        (
+            TENANT,
+            "message",
+            ANA,
+            "wamid.FIXTURE0104",
+            "interactive",
+            "[interactive]",
+            {"context": "wamid.OUTBOUND0005"},
+        ),
+    ],
+    "button_template_reply.json": [
+        (
+            TENANT,
+            "message",
+            ANA,
+            "wamid.FIXTURE0105",
+            "button",
+            "[button: Confirmar]",
+            {"context": "wamid.OUTBOUND0006"},
+        ),
+    ],
+    "ad_referral.json": [
+        (TENANT, "message", ANA, "wamid.FIXTURE0106", "text", "Hola! vi el anuncio, ¿precio?", {}),
+    ],
+    "forwarded.json": [
+        (TENANT, "message", ANA, "wamid.FIXTURE0107", "text", "mirá esta promo", {}),
+    ],
+    "user_with_phone_and_id.json": [
+        (
+            TENANT,
+            "message",
+            ANA,
+            "wamid.FIXTURE0108",
+            "text",
+            "soy Ana, con usuario",
+            {"name": "Ana Pérez"},
+        ),
+    ],
     "messages_and_statuses.json": [
         (TENANT, "message", ANA, "wamid.FIXTURE0014", "text", "gracias!", {}),
         (TENANT, "status", ANA, "wamid.OUTBOUND0001", "read", "", {"ts": 1764421235}),

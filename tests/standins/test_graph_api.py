@@ -101,6 +101,23 @@ async def test_recipient_with_plus_is_normalised(
     assert len(graph.sent_texts(to=PERSON)) == 1
 
 
+async def test_a_username_is_addressed_with_recipient(
+    graph: GraphApiStandIn, client: httpx.AsyncClient
+) -> None:
+    """A business-scoped user id goes in `recipient` instead of `to`; anything that is not one
+    there gets Meta's 400 (code 100)."""
+    user_id = "AR.4410000000000000001"
+    body = {k: v for k, v in text("hola").items() if k != "to"}
+    response = await client.post(PATH, json={**body, "recipient": user_id})
+    assert response.status_code == 200, response.text
+    (sent,) = graph.sent_texts()
+    assert sent.to == user_id and sent.payload["recipient"] == user_id
+    for bad in ("", "5491155550001", "AR.", 7):
+        assert_meta_error(await client.post(PATH, json={**body, "recipient": bad}), 400, 100)
+    assert_meta_error(await client.post(PATH, json=body), 400, 100)  # neither `to` nor it
+    assert len(graph.sent_texts()) == 1
+
+
 async def test_body_limit_is_4096_characters(
     graph: GraphApiStandIn, client: httpx.AsyncClient
 ) -> None:

@@ -60,3 +60,47 @@ def test_anthropic_standin_launcher(processes: list[subprocess.Popen[bytes]]) ->
             client.messages.create(
                 model="m", max_tokens=9, messages=[{"role": "user", "content": "hola"}]
             )
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="bash launchers")
+def test_transcribe_standin_launcher(processes: list[subprocess.Popen[bytes]]) -> None:
+    proc, url = launch("transcribe_standin", "--key", "k", "--text", "hola")
+    processes.append(proc)
+    path = url + "/v1/audio/transcriptions"
+    files = {"file": ("voice.ogg", b"OggS...", "audio/ogg")}
+    ok = httpx.post(
+        path, files=files, data={"model": "whisper-1"}, headers={"Authorization": "Bearer k"}
+    )
+    assert ok.status_code == 200 and ok.json() == {"text": "hola"}
+    # No key: 401; no model: 400; a fault from /_control: its status.
+    assert httpx.post(path, files=files, data={"model": "whisper-1"}).status_code == 401
+    assert httpx.post(path, files=files, headers={"Authorization": "Bearer k"}).status_code == 400
+    assert httpx.post(url + "/_control", json={"op": "fail", "status": 503}).json()["ok"]
+    failed = httpx.post(
+        path, files=files, data={"model": "m"}, headers={"Authorization": "Bearer k"}
+    )
+    assert failed.status_code == 503
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="bash launchers")
+def test_graph_standin_serves_media_registered_over_http(
+    processes: list[subprocess.Popen[bytes]],
+) -> None:
+    proc, url = launch("graph_standin", "--token", "tok")
+    processes.append(proc)
+    data = b"\x89PNG\r\n\x1a\nfoto"
+    media = {
+        "op": "media",
+        "media_id": "777",
+        "data_b64": "iVBORw0KGgpmb3Rv",
+        "mime_type": "image/png",
+    }
+    assert httpx.post(url + "/_control", json=media).json()["ok"]
+    auth = {"Authorization": "Bearer tok"}
+    info = httpx.get(url + "/v23.0/777", headers=auth).json()
+    assert (info["mime_type"], info["file_size"], info["id"]) == ("image/png", len(data), "777")
+    assert httpx.get(info["url"]).status_code == 401  # the url wants the token too
+    download = httpx.get(info["url"], headers=auth)
+    assert download.content == data and download.headers["content-type"] == "image/png"
+    unknown = httpx.get(url + "/v23.0/778", headers=auth)
+    assert unknown.status_code == 400 and unknown.json()["error"]["code"] == 100

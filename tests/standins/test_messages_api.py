@@ -81,7 +81,8 @@ async def test_default_reply_echoes_last_user_text(
         {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}
     ]
     message = await create(client, messages=blocks, system="plain system")
-    assert message.content[0].text == "stand-in reply to: a\nb"
+    # The default reply echoes the last block (a batch's messages, after its header block).
+    assert message.content[0].text == "stand-in reply to: b"
     assert last_user_text(ai.last_body or {}) == "a\nb"
     assert system_text(ai.last_body or {}) == "plain system"
 

@@ -83,9 +83,10 @@ async def test_finished_conversations_leave_no_keys_or_entries_behind(
     assert expiring, "answered people have a window marker and a memory"
     for key in expiring:
         assert await redis.ttl(key) > 0, f"{key} must expire"
-    # Only the bounded or permanent records remain: registry, counters, capped outbox, review.
+    # Only the bounded or permanent records remain: registry, counters, capped outbox, review,
+    # and the running workers' heartbeats (each worker removes its own as it stops).
     rest = set(found) - set(seen) - set(expiring)
-    assert sorted(rest) == sorted([keys.tenants, k.stats, k.outbox, k.review]), (
+    assert sorted(rest) == sorted([keys.tenants, k.stats, k.outbox, k.review, keys.workers]), (
         "no inbox, due, running, burst, pending, batch or lock keys left"
     )
     assert await redis.llen(k.outbox) == 4  # plain, flaky, chatty x2

@@ -14,6 +14,7 @@ import pytest
 
 from shared.settings import Settings, TenantConfig
 from worker.batch import Batch, Message
+from worker.presentation import exchange
 from worker.prompt import (
     CHARS_PER_TOKEN,
     EMPTY_TEXT,
@@ -83,13 +84,30 @@ def test_a_short_prompt_and_history_carry_no_cache_mark() -> None:
 
 
 def test_every_message_is_one_text_block_history_first() -> None:
-    body = request(settings(), batch("una consulta\n¿hay turno?", exchanges=2))
+    """The batch is its presentation (worker/presentation.py): a header block, then its
+    messages; a remembered exchange with a header renders it the same way."""
+    header = "Date and time: Thursday 1 January 1970, 00:00 (UTC)"
+    b = batch("una consulta\n¿hay turno?", exchanges=2)
+    b = replace(b, history=[{**b.history[0], "header": "Date and time: …"}, b.history[1]])
+    body = request(settings(), b)
     assert body["messages"] == [
-        {"role": "user", "content": [{"type": "text", "text": "pregunta 0"}]},
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "Date and time: …"},
+                {"type": "text", "text": "pregunta 0"},
+            ],
+        },
         {"role": "assistant", "content": [{"type": "text", "text": "respuesta 0"}]},
         {"role": "user", "content": [{"type": "text", "text": "pregunta 1"}]},
         {"role": "assistant", "content": [{"type": "text", "text": "respuesta 1"}]},
-        {"role": "user", "content": [{"type": "text", "text": "una consulta\n¿hay turno?"}]},
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": header},
+                {"type": "text", "text": "una consulta\n¿hay turno?"},
+            ],
+        },
     ]
 
 
@@ -127,7 +145,7 @@ def test_short_tools_are_not_marked_but_count_towards_the_system_prefix() -> Non
 def test_history_alone_reaches_the_minimum_after_enough_turns() -> None:
     """A short prompt, long exchanges: the marks start at the first message whose prefix is
     long enough by the estimate, never before it."""
-    exchange = {"user": "u" * 600, "assistant": "a" * 900}  # 500 estimated tokens a pair
+    pair = {"user": "u" * 600, "assistant": "a" * 900}  # 500 estimated tokens a pair
     s = settings()
     for exchanges, expected in [
         (0, []),
@@ -135,7 +153,7 @@ def test_history_alone_reaches_the_minimum_after_enough_turns() -> None:
         (2, ["messages[4]"]),  # ~1 006 + 200 for u1 → only this batch's prefix is long enough
         (3, ["messages[4]", "messages[6]"]),
     ]:
-        b = replace(batch("x" * 600 if exchanges == 2 else "hola"), history=[exchange] * exchanges)
+        b = replace(batch("x" * 600 if exchanges == 2 else "hola"), history=[pair] * exchanges)
         assert marks(request(s, b)) == expected, exchanges
 
 
@@ -145,7 +163,7 @@ def test_the_prefix_is_the_same_bytes_turn_after_turn() -> None:
     s = settings(system_prompt=LONG_PROMPT)
     tools = [TOOL]
     previous: dict[str, Any] | None = None
-    history: list[dict[str, str]] = []
+    history: list[dict[str, Any]] = []
     for turn in range(6):
         b = replace(batch(f"mensaje {turn}"), history=list(history))
         body = request(s, b, tools)
@@ -158,7 +176,8 @@ def test_the_prefix_is_the_same_bytes_turn_after_turn() -> None:
             )
             assert f"messages[{n - 1}]" in marks(body), "turn n's write is read back exactly"
         assert f"messages[{len(body['messages']) - 1}]" in marks(body)
-        history.append({"user": f"mensaje {turn}", "assistant": f"respuesta {turn}"})
+        # What the worker remembers of the turn (worker/turn.py), through JSON as in Redis.
+        history.append(orjson.loads(orjson.dumps(exchange(b, s, f"respuesta {turn}", []))))
         previous = body
 
 
@@ -242,7 +261,7 @@ def test_the_tenants_ai_settings_win_over_the_global_ones() -> None:
     body = request(s, batch(exchanges=5))
     assert (body["model"], body["max_tokens"]) == ("claude-opus-4-8", 300)
     assert body["system"][0]["text"] == "Sé breve.\n\nAnswer in Spanish (es-AR)."
-    texts = [m["content"][0]["text"] for m in body["messages"]]
+    texts = [m["content"][-1]["text"] for m in body["messages"]]  # the last: after the header
     assert texts == ["pregunta 3", "respuesta 3", "pregunta 4", "respuesta 4", "hola"]
     other = request(s, batch(exchanges=5, tenant="333"))
     assert (other["model"], other["max_tokens"]) == ("claude-sonnet-5-5", 1024)
@@ -258,7 +277,7 @@ def test_memory_turns_zero_sends_no_history_and_the_language_goes_after_the_glob
 def test_an_empty_text_becomes_a_placeholder_the_api_accepts() -> None:
     """The API refuses empty text blocks (400): a burst of stickers must not fail the turn."""
     b = replace(batch(""), history=[{"user": "  ", "assistant": None}])
-    texts = [m["content"][0]["text"] for m in request(settings(), b)["messages"]]
+    texts = [m["content"][-1]["text"] for m in request(settings(), b)["messages"]]
     assert texts == [EMPTY_TEXT, EMPTY_TEXT, EMPTY_TEXT]
 
 

@@ -1,0 +1,225 @@
+"""What the model is shown of a batch (worker/presentation.py), from webhooks shaped as Meta's
+reference shows them (tests/fixtures/whatsapp/), parsed by the real receiver code: every
+message type in full, the date and time in the tenant's time zone, quoted replies found in the
+burst or the memory, and the built-in request carrying it (header and body blocks, the same
+bytes when the memory renders it next turn). Pure functions: no Redis."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from receiver.whatsapp import parse_body
+from shared.setting_spec import ConfigError
+from shared.settings import Settings, TenantConfig
+from shared.tenants import load_tenants
+from tests.support.helpers import fixture_bytes
+from worker.batch import Batch, Message
+from worker.presentation import exchange, local_time, present
+from worker.prompt import build_request
+
+TENANT = "106500000000001"
+BA = "America/Argentina/Buenos_Aires"
+
+
+def messages_of(name: str) -> list[Message]:
+    """The messages of a fixture as the worker reads them (receiver event -> Message)."""
+    parsed = parse_body(fixture_bytes(f"whatsapp/{name}"), 1_764_500_000_000)
+    assert parsed.problems == []
+    return [Message.from_event(e) for events in parsed.events.values() for e in events]
+
+
+def batch(*messages: Message, history: list[dict[str, Any]] | None = None) -> Batch:
+    return Batch(
+        tenant=TENANT,
+        person="5491155550001",
+        id="b1",
+        token="t",
+        attempt=0,
+        claimed_ms=1_764_500_000_000,
+        due_ms=0,
+        requeued=False,
+        messages=list(messages),
+        history=history or [],
+    )
+
+
+def body_of(name: str) -> str:
+    settings = Settings()
+    return present(batch(*messages_of(name)), settings.tenant(TENANT), settings).body
+
+
+BODIES = {
+    "order.json": (
+        "[order from catalog 7310000000000001]\n"
+        "- product pizza-muzza-grande: quantity 2, 12500 ARS each\n"
+        "- product empanada-carne: quantity 12, 1500 ARS each\n"
+        "note: sin aceitunas por favor"
+    ),
+    "contacts.json": (
+        "[shared a contact: Juan García: +54 9 11 5555 0002 (cell), juan@example.com (work),"
+        " Plomería García]"
+    ),
+    "location.json": "[shared a location: Obelisco; Av. 9 de Julio s/n; -34.6037, -58.3816]",
+    "interactive_list_reply.json": (
+        "(replying to a message not in this conversation's memory)\n"
+        '[chose "Martes 10:00" from a list (id slot-2): con la Dra. López]'
+    ),
+    "interactive_button_reply.json": '[pressed the button "Confirmar" (id confirm_sat_1600)]',
+    "interactive_flow_reply.json": (
+        "(replying to a message not in this conversation's memory)\n"
+        "[filled in the form flow]\nfecha: 2025-12-06\nservicio: corte\n"
+        "comentarios: llego 10 min tarde"
+    ),
+    "button_template_reply.json": (
+        "(replying to a message not in this conversation's memory)\n"
+        '[pressed the button "Confirmar" (payload CONFIRM_SAT_1600)]'
+    ),
+    "ad_referral.json": (
+        '(came from an ad: headline "Turnos online", text "Reservá tu turno en 1 minuto",'
+        " https://fb.me/3cr4Wqqkv)\nHola! vi el anuncio, ¿precio?"
+    ),
+    "forwarded.json": "(forwarded many times)\nmirá esta promo",
+    "text.json": "Hola",
+    # Types this module does not render show the receiver's text.
+    "image.json": "[image: así está la canilla]",
+}
+
+
+@pytest.mark.parametrize("name", sorted(BODIES))
+def test_each_message_type_is_shown_in_full(name: str) -> None:
+    assert body_of(name) == BODIES[name]
+
+
+def test_the_header_has_the_date_and_time_in_the_tenants_zone_and_the_senders_name() -> None:
+    (order,) = messages_of("order.json")  # timestamp 1764422101: 13:15 UTC
+    settings = Settings()
+    header = present(batch(order), settings.tenant(TENANT), settings).header
+    assert header == "Date and time: Saturday 29 November 2025, 13:15 (UTC)\nFrom: Ana Pérez"
+    # The global TIMEZONE, then the tenant's timezone, which wins.
+    in_kolkata = Settings().with_overrides(timezone="Asia/Kolkata")
+    header = present(batch(order), in_kolkata.tenant(TENANT), in_kolkata).header
+    assert header.startswith("Date and time: Saturday 29 November 2025, 18:45 (Asia/Kolkata)")
+    per_tenant = in_kolkata.with_overrides(tenants={TENANT: TenantConfig(timezone=BA)})
+    header = present(batch(order), per_tenant.tenant(TENANT), per_tenant).header
+    assert header.startswith(f"Date and time: Saturday 29 November 2025, 10:15 ({BA})")
+
+
+def test_the_time_is_the_latest_messages_and_the_claim_when_no_message_has_one() -> None:
+    (early,) = messages_of("image.json")
+    (late,) = messages_of("order.json")
+    settings = Settings()
+    both = present(batch(early, late), settings.tenant(TENANT), settings)
+    assert "13:15 (UTC)" in both.header
+    unknown = present(batch(replace(late, ts=0, name="")), settings.tenant(TENANT), settings)
+    # claimed_ms 1 764 500 000 000 is Sunday 30 November 2025, 10:53:20 UTC; no name, no From.
+    assert unknown.header == "Date and time: Sunday 30 November 2025, 10:53 (UTC)"
+
+
+def test_local_time_crosses_midnight_and_daylight_saving() -> None:
+    # London's clocks go forward at 01:00 UTC on 29 March 2026: 00:30 UTC is 00:30 GMT there,
+    # 01:30 UTC is 02:30 BST; in Buenos Aires (UTC-3) both are still the evening before.
+    assert local_time(1774744200, "Europe/London") == "Sunday 29 March 2026, 00:30 (Europe/London)"
+    assert local_time(1774747800, "Europe/London") == "Sunday 29 March 2026, 02:30 (Europe/London)"
+    assert local_time(1774747800, BA) == f"Saturday 28 March 2026, 22:30 ({BA})"
+
+
+def test_a_quote_shows_the_quoted_text_from_the_burst_or_the_memory() -> None:
+    (reply,) = messages_of("reply_with_context.json")  # quotes wamid.OUTBOUND0001
+    settings = Settings()
+    tenant = settings.tenant(TENANT)
+    history = [
+        {
+            "header": "Date and time: …",
+            "user": "¿tienen turno el sábado?",
+            "assistant": "Sí: el sábado a las 10:00 o a las 11:30.",
+            "ids": ["wamid.EARLIER1"],
+            "out": ["wamid.OUTBOUND0001"],
+        }
+    ]
+    shown = present(batch(reply, history=history), tenant, settings).body
+    assert shown == (
+        '(replying to your message "Sí: el sábado a las 10:00 o a las 11:30.")\n'
+        "sí, ese horario me sirve"
+    )
+    # Quoting their own earlier message, remembered by its id.
+    quoting_own = _quoting(reply, "wamid.EARLIER1")
+    shown = present(batch(quoting_own, history=history), tenant, settings).body
+    assert shown.startswith('(replying to their earlier message "¿tienen turno el sábado?")')
+    # Quoting a message of the same burst.
+    (first,) = messages_of("text.json")
+    shown = present(batch(first, _quoting(reply, first.id)), tenant, settings).body
+    assert shown == 'Hola\n(replying to their message "Hola")\nsí, ese horario me sirve'
+    # A quote of something older than the memory (or an exchange remembered without ids).
+    shown = present(batch(reply, history=[{"user": "x", "assistant": "y"}]), tenant, settings)
+    assert "(replying to a message not in this conversation's memory)" in shown.body
+
+
+def test_a_long_quote_is_cut() -> None:
+    (reply,) = messages_of("reply_with_context.json")
+    history = [{"user": "u", "assistant": "a" * 1000, "out": ["wamid.OUTBOUND0001"]}]
+    settings = Settings()
+    shown = present(batch(reply, history=history), settings.tenant(TENANT), settings).body
+    assert f'your message "{"a" * 299}…")' in shown
+
+
+def _quoting(message: Message, wamid: str) -> Message:
+    raw = {**message.raw, "id": "wamid.Q", "context": {"id": wamid}}
+    return replace(message, id="wamid.Q", raw=raw)
+
+
+def test_bad_raw_shapes_fall_back_to_the_receivers_text() -> None:
+    """A message whose raw content is not what Meta documents shows the receiver's text."""
+    (order,) = messages_of("order.json")
+    for broken in ({"type": "order", "order": "nope"}, {"type": "order"}, None, "raw"):
+        assert body_of_message(replace(order, raw=broken)) == "[order: 2 items]"
+    flow = {"type": "nfm_reply", "nfm_reply": {"name": "flow", "response_json": "{not json"}}
+    (list_reply,) = messages_of("interactive_list_reply.json")
+    odd = replace(list_reply, raw={"type": "interactive", "interactive": flow})
+    assert body_of_message(odd) == "[filled in the form flow]\n{not json"
+    # Another channel's messages show their text as they are.
+    assert body_of_message(replace(order, channel="chatwoot")) == "[order: 2 items]"
+
+
+def body_of_message(message: Message) -> str:
+    settings = Settings()
+    return present(batch(message), settings.tenant(TENANT), settings).body
+
+
+def test_the_request_carries_the_presentation_and_memory_renders_it_the_same_next_turn() -> None:
+    """The header and body are the current user turn's two blocks; the exchange the memory
+    keeps renders as the same two blocks next turn (byte for byte: the cache prefix)."""
+    settings = Settings().with_overrides(tenants={TENANT: TenantConfig(timezone=BA)})
+    first = batch(*messages_of("order.json"))
+    request = build_request(settings, settings.tenant(TENANT), first)
+    current = request["messages"][-1]["content"]
+    shown = present(first, settings.tenant(TENANT), settings)
+    assert [b["text"] for b in current] == [shown.header, shown.body]
+    assert "10:15 (America/Argentina/Buenos_Aires)" in current[0]["text"]
+    assert request["system"][0]["text"] == settings.system_prompt  # no date in the prefix
+
+    remembered = orjson.loads(orjson.dumps(exchange(first, settings, "¡Listo!", ["wamid.O1"])))
+    second = batch(*messages_of("contacts.json"), history=[remembered])
+    later = build_request(settings, settings.tenant(TENANT), second)["messages"]
+    assert later[0]["content"] == [{"type": "text", "text": t} for t in (shown.blocks)]
+    assert later[1]["content"] == [{"type": "text", "text": "¡Listo!"}]
+    assert remembered["ids"] == ["wamid.FIXTURE0101"] and remembered["out"] == ["wamid.O1"]
+
+
+def test_a_bad_time_zone_stops_start_up(tmp_path: Path) -> None:
+    """`TIMEZONE` and a tenant's `timezone` must be IANA names zoneinfo knows."""
+    assert Settings.from_env({"TIMEZONE": BA}).timezone == BA
+    for bad in ("Mars/Olympus", "UTC+3", "../etc/passwd"):
+        with pytest.raises(ConfigError, match="TIMEZONE"):
+            Settings.from_env({"TIMEZONE": bad})
+    tenants = tmp_path / "tenants.toml"
+    tenants.write_text(f'[tenants."{TENANT}"]\ntimezone = "{BA}"\n')
+    assert load_tenants(str(tenants))[TENANT].timezone == BA
+    for bad_value in ('"Mars/Olympus"', "3"):
+        tenants.write_text(f'[tenants."{TENANT}"]\ntimezone = {bad_value}\n')
+        with pytest.raises(ConfigError, match="timezone must be an IANA time zone name"):
+            load_tenants(str(tenants))
