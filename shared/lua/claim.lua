@@ -96,9 +96,141 @@ local function apply_status(ev, person)
   end
 end
 
-    person = same_person(ev, person)
-    take_message(ev, person)
-    saw_inbound(ev, person)
+-- Usernames: the receiver keys a WhatsApp person by the phone number when the message has one,
+-- else by the business-scoped user id (`AR.4410...`, never only digits). A message carrying
+-- both records user id -> number; a later one with only the user id joins the number's
+-- conversation (memory, window, batch). Messages without `from_user_id` cost nothing here.
+local function same_person(ev, person)
+  if string.find(person, '.', 1, true) then
+    return redis.call('HGET', KEYS[8], person) or person
+  end
+  local user_id = string.match(ev, '"from_user_id":"([^"]+)"')
+  if user_id and redis.call('HGET', KEYS[8], user_id) ~= person then
+    redis.call('HSET', KEYS[8], user_id, person)
+  end
+  return person
+end
+
+local function take_message(ev, person)
+  redis.call('RPUSH', conv_key(prefix, person, PENDING), ev)
+  local first = now
+  local b = redis.call('HGET', KEYS[4], person)
+  if b then first = tonumber(string.match(b, '^(%d+)')) end
+  redis.call('HSET', KEYS[4], person, first .. ',' .. now)
+  -- While a batch exists (running or waiting for a retry) the conversation is scheduled
+  -- by finish.lua; new messages wait for the next batch.
+  if redis.call('EXISTS', conv_key(prefix, person, BATCH)) == 0 then
+    redis.call('ZADD', KEYS[2], math.min(now + window, first + max_wait), person)
+  end
+end
+
+-- The 24-hour window runs from the person's latest message (provider clock).
+local function saw_inbound(ev, person)
+  local ts = tonumber(string.match(ev, '"ts":(%d+)'))
+  if not ts then return end
+  local lkey = conv_key(prefix, person, LASTIN)
+  if ts > tonumber(redis.call('GET', lkey) or 0) then
+    redis.call('SET', lkey, ts, 'EXAT', ts + service_window)
+  end
+end
+
+-- Where message `id` waits in `key` (a list of events): its index and event, matched on the
+-- event's id or, for an edit put in its place, the id it edited.
+local function find_event(key, id)
+  for i, item in ipairs(redis.call('LRANGE', key, 0, -1)) do
+    local ok, obj = pcall(cjson.decode, item)
+    if ok and type(obj) == 'table' and (obj.id == id or obj.target == id) then
+      return i - 1, obj
+    end
+  end
+  return nil, nil
+end
+
+-- The text of message `id` when a waiting or running batch still holds it, else nil.
+local function known_text(person, id)
+  if id == '' then return nil end
+  local _, obj = find_event(conv_key(prefix, person, PENDING), id)
+  if obj then return obj.text end
+  local msgs = redis.call('HGET', conv_key(prefix, person, BATCH), 'messages')
+  if msgs then
+    local ok, list = pcall(cjson.decode, msgs)
+    if ok and type(list) == 'table' then
+      for _, m in ipairs(list) do
+        if type(m) == 'table' and (m.id == id or m.target == id) then return m.text end
+      end
+    end
+  end
+  return nil
+end
+
+local function add_context(person, what, obj, target_text)
+  local ckey = conv_key(prefix, person, CONTEXT)
+  redis.call('RPUSH', ckey, cjson.encode({
+    what = what, type = obj.type, id = obj.id, text = obj.text, ts = obj.ts,
+    target = obj.target, target_text = target_text, new_person = obj.new_person,
+    raw = obj.raw,
+  }))
+  redis.call('LTRIM', ckey, -context_max, -1)
+  redis.call('EXPIRE', ckey, context_ttl)
+  redis.call('HINCRBY', KEYS[5], 'event:' .. what, 1)
+end
+
+-- A number change: the person's memory and window follow them to the new id (same tenant,
+-- same hash tag: same slot), unless the new id already has its own.
+local function change_number(old, new)
+  for _, kind in ipairs({MEMORY, LASTIN}) do
+    local from = conv_key(prefix, old, kind)
+    if redis.call('EXISTS', from) == 1 then
+      redis.call('RENAMENX', from, conv_key(prefix, new, kind))
+    end
+  end
+end
+
+local function take_other(kind, ev, person)
+  local ok, obj = pcall(cjson.decode, ev)
+  if not ok or type(obj) ~= 'table' then
+    redis.call('LPUSH', KEYS[6], ev)
+    return
+  end
+  local target = type(obj.target) == 'string' and obj.target or ''
+  if obj.type ~= 'system' then saw_inbound(ev, person) end
+  if kind == 'revoke' or kind == 'edit' then
+    local pkey = conv_key(prefix, person, PENDING)
+    local at = nil
+    if target ~= '' then at = find_event(pkey, target) end
+    if at then
+      if kind == 'revoke' then
+        redis.call('LREM', pkey, 1, redis.call('LINDEX', pkey, at))
+        if redis.call('LLEN', pkey) == 0 then
+          -- Nothing waits any more: no burst, and no due time unless a batch (a retry's)
+          -- holds it.
+          redis.call('HDEL', KEYS[4], person)
+          if redis.call('EXISTS', conv_key(prefix, person, BATCH)) == 0 then
+            redis.call('ZREM', KEYS[2], person)
+          end
+        end
+      else
+        redis.call('LSET', pkey, at, ev)
+      end
+      redis.call('HINCRBY', KEYS[5], 'event:' .. kind .. '_waiting', 1)
+      return
+    end
+    add_context(person, kind .. '_answered', obj, known_text(person, target))
+    return
+  end
+  local what = type(obj.type) == 'string' and obj.type or 'unknown'
+  if obj.type == 'interactive' then what = 'call_permission_reply' end
+  if obj.type == 'system' then
+    local body = type(obj.raw) == 'table' and obj.raw.system
+    local sub = type(body) == 'table' and body.type
+    if type(sub) == 'string' and sub ~= '' then what = sub end
+    local new = obj.new_person
+    if type(new) == 'string' and new ~= '' and new ~= person then
+      change_number(person, new)
+      person = new
+    end
+  end
+  add_context(person, what, obj, known_text(person, target))
 end
 
 -- 1. Intake: inbox events (oldest first) into per-person pending lists.
