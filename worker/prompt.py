@@ -43,7 +43,7 @@ import orjson
 
 from shared.settings import Settings, TenantConfig
 from worker.batch import Batch
-from worker.presentation import present
+from worker.presentation import Quotes, present
 
 MAX_BREAKPOINTS = 4
 CHARS_PER_TOKEN = 3  # generous on purpose: see the module docstring
@@ -141,28 +141,34 @@ def render_messages(
         messages.append(_message("assistant", exchange.get("assistant")))
     # Events that are not messages (reactions, deletions, ...) come first in the body block.
     blocks = list(current or [batch.user_text])
-    lines = render_context(batch.context)
+    lines = render_context(batch.context, Quotes(batch) if batch.context else None)
     if lines:
         blocks[-1] = "\n".join([*lines, blocks[-1]])
     messages.append(_message("user", *blocks))
     return messages
 
 
-def render_context(items: Sequence[Mapping[str, Any]]) -> list[str]:
+def render_context(items: Sequence[Mapping[str, Any]], quotes: Quotes | None = None) -> list[str]:
     """One line per event that is not a message since the previous turn (a reaction, an edit or
-    deletion of an answered message, a number change, ...), shown before the new messages."""
-    return [f"[{_context_line(item)}]" for item in items]
+    deletion of an answered message, a number change, ...), shown before the new messages.
+    `quotes` names a reacted message the intake could not: our reply or the customer's earlier
+    message, found in the memory by its id."""
+    return [f"[{_context_line(item, quotes)}]" for item in items]
 
 
-def _context_line(item: Mapping[str, Any]) -> str:
+def _context_line(item: Mapping[str, Any], quotes: Quotes | None = None) -> str:
     what, raw = str(item.get("what", "")), item.get("raw")
     raw = raw if isinstance(raw, dict) else {}
-    target = _quoted(item.get("target_text")) or f"(id {item.get('target') or 'unknown'})"
+    target_id = str(item.get("target") or "")
+    target = _quoted(item.get("target_text")) or f"(id {target_id or 'unknown'})"
     if what == "reaction":
         emoji = _sub(raw, "reaction", "emoji")
+        about = f"the message {target}"
+        if not item.get("target_text") and quotes is not None and target_id in quotes.texts:
+            about = quotes.texts[target_id]  # e.g. 'your message "..."'
         if not emoji:
-            return f"the customer removed their reaction to the message {target}"
-        return f"the customer reacted {emoji} to the message {target}"
+            return f"the customer removed their reaction to {about}"
+        return f"the customer reacted {emoji} to {about}"
     if what == "revoke_answered":
         return f"the customer deleted their message {target}"
     if what == "edit_answered":

@@ -19,8 +19,8 @@ from shared.settings import Settings, TenantConfig
 from shared.tenants import load_tenants
 from tests.support.helpers import fixture_bytes
 from worker.batch import Batch, Message
-from worker.presentation import exchange, local_time, present
-from worker.prompt import build_request
+from worker.presentation import Quotes, exchange, local_time, present
+from worker.prompt import build_request, render_context
 
 TENANT = "106500000000001"
 BA = "America/Argentina/Buenos_Aires"
@@ -223,3 +223,29 @@ def test_a_bad_time_zone_stops_start_up(tmp_path: Path) -> None:
         tenants.write_text(f'[tenants."{TENANT}"]\ntimezone = {bad_value}\n')
         with pytest.raises(ConfigError, match="timezone must be an IANA time zone name"):
             load_tenants(str(tenants))
+
+
+def test_a_reaction_names_our_reply_it_was_about_from_the_memory() -> None:
+    """The intake only knows the texts of waiting and running messages; a reaction to our
+    answer (the usual case) names that answer from the memory's `out` ids."""
+    history = [
+        {
+            "user": "¿tienen turno el sábado?",
+            "assistant": "Sí: el sábado a las 10:00.",
+            "ids": ["wamid.EARLIER1"],
+            "out": ["wamid.OUTBOUND0001"],
+        }
+    ]
+    quotes = Quotes(batch(*messages_of("text.json"), history=history))
+    reaction = {"what": "reaction", "target": "wamid.OUTBOUND0001"}
+    thumbs = {**reaction, "raw": {"reaction": {"emoji": "👍"}}}
+    assert render_context([thumbs], quotes) == [
+        '[the customer reacted 👍 to your message "Sí: el sábado a las 10:00."]'
+    ]
+    assert render_context([reaction], quotes) == [
+        '[the customer removed their reaction to your message "Sí: el sábado a las 10:00."]'
+    ]
+    unknown = {**thumbs, "target": "wamid.GONE"}
+    assert render_context([unknown], quotes) == [
+        "[the customer reacted 👍 to the message (id wamid.GONE)]"
+    ]
