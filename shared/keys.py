@@ -16,6 +16,7 @@ Layout (prefix `wa`, tenant 106540352242922, person 16505551234):
     wa:ai:paused                        STRING  the fleet's pause of AI calls (JSON; PX)
     wa:ai:probe                         STRING  token of the one worker probing the AI (NX PX)
     wa:workers                          HASH    worker id -> its heartbeat (JSON)
+    wa:ops:audit                        ZSET    ops actions (JSON: who, what, whom) by ms
     wa:{106540352242922}:inbox          LIST    events from the receiver (LPUSH; worker RPOPs)
     wa:{106540352242922}:seen:<id>      STRING  dedupe marker of one provider item (TTL)
     wa:{106540352242922}:due            ZSET    person -> when its conversation is due (ms)
@@ -113,6 +114,12 @@ class Keys:
         """Worker id -> its last heartbeat, JSON (shared/heartbeats.py); the workers write
         and prune it."""
         return f"{self.prefix}:workers"
+
+    @property
+    def audit(self) -> str:
+        """What people did on the ops page and with the CLIs: JSON entries scored by ms
+        (shared/audit.py), kept `REVIEW_RETENTION_S`."""
+        return f"{self.prefix}:ops:audit"
 
     # --- per tenant ---------------------------------------------------------------------
     def tenant(self, tenant: str) -> TenantKeys:

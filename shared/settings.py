@@ -20,15 +20,16 @@ from typing import Any, NoReturn
 from shared.setting_spec import ConfigError as ConfigError
 from shared.setting_spec import Spec, specs_of
 from shared.settings_fields import AISettings, ConnectionSettings, ProviderSettings, TurnSettings
+from shared.settings_ops import OpsSettings
 from shared.tenants import NO_OVERRIDES, TenantConfig, load_tenants
 
 __all__ = ["ConfigError", "Settings", "TenantConfig", "env_names", "exit_on_config_error"]
 
 
-# The groups' fields come in this order: connection, providers, AI, turns (dataclasses take
-# the fields of the last base first).
+# The groups' fields come in this order: connection, providers, AI, turns, ops (dataclasses
+# take the fields of the last base first).
 @dataclass(frozen=True)
-class Settings(TurnSettings, AISettings, ProviderSettings, ConnectionSettings):
+class Settings(OpsSettings, TurnSettings, AISettings, ProviderSettings, ConnectionSettings):
     """The effective configuration of a process; `from_env()` builds it."""
 
     tenants: Mapping[str, TenantConfig] = field(default_factory=dict)  # from TENANTS_FILE

@@ -1,0 +1,119 @@
+"""The audit log: who did what to which conversation, from the ops page or a CLI.
+
+One fleet-wide sorted set (`wa:ops:audit`, shared/keys.py): each member is a JSON entry
+`{id, at_ms, who, action, tenant, person, detail}` scored by `at_ms`, so the newest are read
+with one `ZREVRANGEBYSCORE` and old ones trimmed with one `ZREMRANGEBYSCORE`. Entries older
+than `REVIEW_RETENTION_S` are trimmed whenever one is added. Forgetting a person (a privacy
+request) rewrites that person's entries to keep only that something happened: who, when,
+which action, nothing about the person.
+
+    redis-cli ZREVRANGE wa:ops:audit 0 9        # the ten newest entries
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import orjson
+
+from shared.keys import Keys
+
+FORGOTTEN = "(forgotten)"  # what a forgotten person's entries show instead of them
+
+
+@dataclass(frozen=True)
+class Entry:
+    id: str
+    at_ms: int
+    who: str
+    action: str
+    tenant: str
+    person: str
+    detail: str
+
+    def to_json(self) -> bytes:
+        return orjson.dumps(asdict(self))
+
+    @classmethod
+    def parse(cls, raw: bytes | str) -> Entry | None:
+        """The entry, or None for a member that is not one (written by hand, say)."""
+        try:
+            fields = orjson.loads(raw)
+            return cls(**{name: fields[name] for name in cls.__dataclass_fields__})
+        except (orjson.JSONDecodeError, KeyError, TypeError):
+            return None
+
+
+async def record(
+    redis: Any,
+    keys: Keys,
+    *,
+    who: str,
+    action: str,
+    tenant: str = "",
+    person: str = "",
+    detail: str = "",
+    retention_s: float,
+    now_ms: int | None = None,
+) -> Entry:
+    """Add an entry and trim the ones older than `retention_s`, in one round trip."""
+    at = int(time.time() * 1000) if now_ms is None else now_ms
+    entry = Entry(uuid.uuid4().hex, at, who, action, tenant, person, detail)
+    pipe = redis.pipeline(transaction=True)
+    pipe.zadd(keys.audit, {entry.to_json(): at})
+    pipe.zremrangebyscore(keys.audit, "-inf", f"({at - int(retention_s * 1000)}")
+    await pipe.execute()
+    return entry
+
+
+async def entries(
+    redis: Any,
+    keys: Keys,
+    *,
+    limit: int = 100,
+    tenant: str | None = None,
+    person: str | None = None,
+) -> list[Entry]:
+    """The newest entries first, at most `limit`, optionally of one tenant and person."""
+    wanted: list[Entry] = []
+    start, page = 0, max(limit, 200)
+    while len(wanted) < limit:
+        raw = await redis.zrevrange(keys.audit, start, start + page - 1)
+        if not raw:
+            break
+        for member in raw:
+            entry = Entry.parse(member)
+            if entry is None:
+                continue
+            if tenant is not None and entry.tenant != tenant:
+                continue
+            if person is not None and entry.person != person:
+                continue
+            wanted.append(entry)
+        start += page
+    return wanted[:limit]
+
+
+async def forget_person(redis: Any, keys: Keys, tenant: str, person: str) -> int:
+    """Rewrite every entry about `person` of `tenant` to keep only that it happened (who,
+    when, which action); returns how many entries were rewritten."""
+    rewritten = 0
+    cursor = 0
+    while True:
+        cursor, found = await redis.zscan(keys.audit, cursor, count=500)
+        pipe = redis.pipeline(transaction=True)
+        for member, score in found:
+            entry = Entry.parse(member)
+            if entry is None or entry.tenant != tenant or entry.person != person:
+                continue
+            kept = Entry(entry.id, entry.at_ms, entry.who, entry.action, tenant, FORGOTTEN, "")
+            pipe.zrem(keys.audit, member)
+            pipe.zadd(keys.audit, {kept.to_json(): score})
+            rewritten += 1
+        if len(pipe):
+            await pipe.execute()
+        if cursor == 0:
+            return rewritten
