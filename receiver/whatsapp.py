@@ -141,7 +141,7 @@ def _lone_message(
         person=person,
         message_id=message_id,
         type=kind,
-        text=_text(kind, message),
+        text=describe_as(kind, message),
         ts=timestamp(message.get("timestamp"), received_ms),
         received_ms=received_ms,
         name=name,
@@ -173,19 +173,6 @@ def _lone_status(status: Any, tenant: str, received_ms: int) -> dict[str, Any] |
         errors=errors if type(errors) is list else [],
         raw=status,
     )
-
-
-def _text(kind: str, message: dict[str, Any]) -> str:
-    """What the AI is shown; an edit shows its new content (`edit.message`), an unsupported
-    message (a poll, a view-once message) says plainly what arrived."""
-    if kind == "unsupported":
-        what = field_str(message.get("unsupported"), "type") or "unknown"
-        return f"[the customer sent a message of a kind that cannot be shown here: {what}]"
-    if kind == "edit":
-        edit = message.get("edit")
-        new = edit.get("message") if isinstance(edit, dict) else None
-        return describe_as(message_type(new), new) if isinstance(new, dict) else "[edit]"
-    return describe_as(kind, message)
 
 
 def _plain_id(value: Any) -> TypeGuard[str]:
@@ -259,7 +246,7 @@ def message_from(message: Any, tenant: str, contacts: Contacts, received_ms: int
         person=person,
         message_id=message_id,
         type=kind,
-        text=_text(kind, message),
+        text=describe_as(kind, message),
         ts=timestamp(message.get("timestamp"), received_ms),
         received_ms=received_ms,
         name=contacts.names.get(person, ""),

@@ -82,6 +82,18 @@ def _system(body: Any) -> str:
     return _bracket("system", field_str(body, "body"))
 
 
+def _unsupported(body: Any) -> str:
+    # A poll, a view-once message...: said plainly, so the AI can ask for something it can read.
+    what = field_str(body, "type") or "unknown"
+    return f"[the customer sent a message of a kind that cannot be shown here: {what}]"
+
+
+def _edit(body: Any) -> str:
+    # An edit shows its new content (`edit.message`, a message of its own type).
+    new = body.get("message") if isinstance(body, dict) else None
+    return describe_as(message_type(new), new) if isinstance(new, dict) else "[edit]"
+
+
 def _plain(label: str) -> Callable[[Any], str]:
     return lambda body: f"[{label}]"
 
@@ -100,7 +112,8 @@ _DESCRIBERS: dict[str, Callable[[Any], str]] = {
     "reaction": _reaction,
     "order": _order,
     "system": _system,
-    "unsupported": _plain("unsupported"),
+    "unsupported": _unsupported,
+    "edit": _edit,
 }
 
 

@@ -48,8 +48,13 @@ def message_event(
     name: str = "",
     context: str = "",
 ) -> dict[str, Any]:
-    # The kinds below are WhatsApp's types; other channels' items are all messages.
-    kind = "message" if type in _PLAIN or channel != "whatsapp" else message_kind(type, raw)
+    # The kinds below are WhatsApp's types; other channels' items are all messages. Text,
+    # nearly all traffic, is told apart with one string comparison: a set lookup would hash
+    # the fresh string, and the receiver's hot path measured that (docs/benchmarks/receiver.md).
+    if type == "text" or channel != "whatsapp":
+        kind = "message"
+    else:
+        kind = message_kind(type, raw)
     event = {
         "v": EVENT_VERSION,
         "kind": kind,
@@ -70,13 +75,15 @@ def message_event(
     return event
 
 
-# Types that are always plain messages: most traffic skips the classification below.
+# Types that are always plain messages.
 _PLAIN = frozenset({"text", "image", "audio", "video", "document", "sticker", "location"})
 _NOTE_TYPES = frozenset({"reaction", "system"})
 
 
 def message_kind(type: str, raw: Any) -> str:
     """The event kind of an inbound item of provider type `type` (see the module docstring)."""
+    if type in _PLAIN:
+        return "message"
     if type in _NOTE_TYPES:
         return "note"
     if type in ("revoke", "edit"):

@@ -298,7 +298,22 @@ def test_every_entry_and_change_is_read_not_only_the_first() -> None:
         ("reaction", {"message_id": "w", "emoji": ""}, "[reaction]"),
         ("order", {"product_items": [{}, {}]}, "[order: 2 items]"),
         ("system", {"body": "cambió de número"}, "[system: cambió de número]"),
-        ("unsupported", {"type": "edit"}, "[unsupported]"),
+        (
+            "unsupported",
+            {"type": "poll"},
+            "[the customer sent a message of a kind that cannot be shown here: poll]",
+        ),
+        (
+            "unsupported",
+            "not an object",
+            "[the customer sent a message of a kind that cannot be shown here: unknown]",
+        ),
+        (
+            "edit",
+            {"original_message_id": "w", "message": {"type": "text", "text": {"body": "hi"}}},
+            "hi",
+        ),
+        ("edit", {"original_message_id": "w"}, "[edit]"),
         ("ephemeral", {}, "[ephemeral]"),
         ("image", "not an object", "[image]"),
     ],
