@@ -50,7 +50,7 @@ from worker.errors import NeedsReview, RetryLater
 from worker.media import MediaLoader
 from worker.prompt import build_request
 from worker.tools import load_tools
-from worker.turn_state import record_ai_call
+from worker.turn_state import record_ai_call, record_media
 
 log = logging.getLogger(__name__)
 # Review reasons of the stop-reason loop.
@@ -102,7 +102,9 @@ class AnthropicBrain:
         with the batch's files fetched first (worker/media.py), within the turn's deadline."""
         s = self._settings
         deadline = asyncio.get_running_loop().time() + s.ai_turn_timeout_s
-        request = self.request(batch, media=await self._media.blocks(batch, deadline))
+        media = await self._media.blocks(batch, deadline)
+        record_media(media)
+        request = self.request(batch, media=media)
         cut, rounds = 0, 0
         while True:
             message = await self._ask(request, deadline)

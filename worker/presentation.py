@@ -277,19 +277,30 @@ def _joined(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
 
-def exchange(batch: Batch, settings: Settings, reply: str, sent: Iterable[str]) -> dict[str, Any]:
+def exchange(
+    batch: Batch,
+    settings: Settings,
+    reply: str,
+    sent: Iterable[str],
+    media: Iterable[str] = (),
+) -> dict[str, Any]:
     """What the memory keeps of a turn: the presentation the model was shown (`header`, and its
     body as `user`, which brains reading the memory have always found there), its reply, the
-    batch's message ids and the provider ids of the reply's parts `sent` (what a later reply
-    may quote)."""
+    batch's message ids, the provider ids of the reply's parts `sent` (what a later reply may
+    quote) and, when the batch had files, the texts the model read of them (`media`: a voice
+    note's transcription, a file's label; worker/turn_state.py `record_media`)."""
     shown = present(batch, settings.tenant(batch.tenant), settings)
-    return {
+    remembered: dict[str, Any] = {
         "header": shown.header,
         "user": shown.body,
         "assistant": reply,
         "ids": [m.id for m in batch.messages],
         "out": [s for s in sent if s],
     }
+    notes = [note for note in media if note]
+    if notes:
+        remembered["media"] = notes
+    return remembered
 
 
 def field_str(obj: Any, key: str) -> str:

@@ -28,8 +28,9 @@ The current message is marked only if the next turn keeps this turn's start (its
 full yet), the previous one only if this turn kept the previous turn's.
 
 The batch's files (images, PDFs, transcribed voice notes: worker/media.py) follow its text in
-the current user message, after the mark: the memory keeps only the text, so the next turn's
-prefix ends where the mark is.
+the current user message, after the mark. The memory keeps the text blocks of them (a voice
+note's transcription, a file's label), which later turns render after that batch's text: the
+same bytes up to the mark, so the next turn's prefix still ends where the mark is.
 """
 
 from __future__ import annotations
@@ -137,7 +138,12 @@ def render_messages(
     for exchange in history:
         header = exchange.get("header")
         user = exchange.get("user")
-        messages.append(_message("user", *([header] if isinstance(header, str) else []), user))
+        # The texts the model read of that batch's files follow its text, as they did then
+        # (the files themselves are gone; the cache's look-back finds that turn's mark).
+        media = exchange.get("media")
+        notes = [n for n in media if isinstance(n, str)] if isinstance(media, list) else []
+        head = [header] if isinstance(header, str) else []
+        messages.append(_message("user", *head, user, *notes))
         messages.append(_message("assistant", exchange.get("assistant")))
     # Events that are not messages (reactions, deletions, ...) come first in the body block.
     blocks = list(current or [batch.user_text])

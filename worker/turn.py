@@ -137,7 +137,9 @@ class Turn:
             # A reply replaced by a template never reached the person: not part of the chat.
             if reply and not state.template_sent:
                 sent = [*state.sent_parts.values(), *(state.unrecorded_part or ("", ""))[1:]]
-                remember = orjson.dumps(exchange(batch, self.settings, reply, sent))
+                remember = orjson.dumps(
+                    exchange(batch, self.settings, reply, sent, state.media_notes)
+                )
             last = state.unrecorded_part
             await self.finish(lambda: self.store.finish_done(batch, remember, last))
             log.debug("turn done batch=%s", batch.id, extra=turn_fields(batch, "done"))

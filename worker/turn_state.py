@@ -16,7 +16,7 @@ turn they are written on the batch in Redis under the lease first (worker/turn.p
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -53,6 +53,9 @@ class TurnState:
     # (shared/turn_figures.py) and logged: the AI's token usage, each AI call's and each send's
     # latency.
     usage: Usage = field(default_factory=lambda: Usage())
+    # What the AI read of the batch's files as text (transcribed voice notes, captions, "could
+    # not be downloaded"): the memory keeps it beside the batch's text (worker/presentation.py).
+    media_notes: list[str] = field(default_factory=list)
     ai_calls_ms: list[float] = field(default_factory=list)
     sends_ms: list[float] = field(default_factory=list)
 
@@ -134,6 +137,21 @@ def record_ai_call(seconds: float, usage: Any = None) -> None:
     state.ai_calls_ms.append(seconds * 1000)
     if usage is not None:
         state.usage.add(usage)
+
+
+def record_media(blocks: Sequence[Mapping[str, Any]]) -> None:
+    """For a brain: the content blocks it made of the batch's files (worker/media.py). Their
+    text blocks (a voice note's transcription, a file's label, why a file could not be shown)
+    go into the memory with the exchange, so later turns know what the files said; the files
+    themselves are not kept. Outside a turn this does nothing."""
+    state = _current.get()
+    if state is None:
+        return
+    state.media_notes = [
+        block["text"]
+        for block in blocks
+        if block.get("type") == "text" and isinstance(block.get("text"), str)
+    ]
 
 
 def _count(usage: Any, name: str) -> int:

@@ -143,6 +143,33 @@ async def test_a_voice_note_reaches_claude_transcribed(
     assert sent.content_type == "audio/ogg"
 
 
+async def test_the_next_turn_remembers_what_the_voice_note_said(
+    receiver_url: str,
+    workers: InProcessWorkers,
+    graph: GraphApiStandIn,
+    ai: MessagesApiStandIn,
+    stt: TranscribeApiStandIn,
+) -> None:
+    """The memory keeps the transcription, not "[audio]": asked later "¿y a qué hora?", the AI
+    still knows the voice note asked about Saturday. Each file is fetched only in its turn."""
+    graph.media.add("9100000000013", OGG, "audio/ogg")
+    stt.transcript_for(OGG, "Hola, ¿tienen turno el sábado?")
+    await workers.start(**_transcriber(stt))
+    first = await _turn(receiver_url, graph, ai, _voice("wamid.m13", "9100000000013"))
+    transcribed = "[voice note, transcribed]: Hola, ¿tienen turno el sábado?"
+    assert first[-1] == {"type": "text", "text": transcribed}
+
+    later = _message("wamid.m14", "text", {"body": "¿y a qué hora?"})
+    await post_webhook(receiver_url, inbound(TENANT, PERSON, later))
+    await graph.await_for(lambda: len(graph.sent_texts(to=PERSON)) == 2, timeout=20)
+    _, second = ai_requests(ai)
+    remembered_user, _answer, current = second.body["messages"]
+    # The earlier turn as it was sent, up to its transcription (same bytes: the cache holds).
+    assert [b["text"] for b in remembered_user["content"]] == [b["text"] for b in first]
+    assert "¿y a qué hora?" in _texts(current["content"])
+    assert len(graph.media.downloads()) == 1 and len(stt.transcriptions()) == 1
+
+
 async def test_without_a_transcriber_the_ai_is_told_it_cannot_hear_the_voice_note(
     receiver_url: str, workers: InProcessWorkers, graph: GraphApiStandIn, ai: MessagesApiStandIn
 ) -> None:
