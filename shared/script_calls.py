@@ -148,3 +148,9 @@ def finish(
 
 def requeue(k: TenantKeys, *, item_id: str, person: str, messages: bytes) -> Call:
     return [k.due, k.review], [k.conversation_prefix, item_id, person, messages]
+
+
+def forget(k: TenantKeys, *, person: str, kinds: str, user_ids: Sequence[str]) -> Call:
+    """`kinds`: shared.keys.CONVERSATION_KINDS joined by commas; `user_ids`: users fields
+    seen pointing at `person`."""
+    return [k.due, k.running, k.burst, k.users], [k.conversation_prefix, person, kinds, *user_ids]
