@@ -43,7 +43,7 @@ import orjson
 
 from shared.settings import Settings, TenantConfig
 from worker.batch import Batch
-from worker.presentation import Quotes, present
+from worker.presentation import Quotes, present, remembered
 
 MAX_BREAKPOINTS = 4
 CHARS_PER_TOKEN = 3  # generous on purpose: see the module docstring
@@ -136,9 +136,9 @@ def render_messages(
     messages: list[dict[str, Any]] = []
     for exchange in history:
         header = exchange.get("header")
-        user = exchange.get("user")
+        user, answer = remembered(exchange)  # a reply written by hand says so
         messages.append(_message("user", *([header] if isinstance(header, str) else []), user))
-        messages.append(_message("assistant", exchange.get("assistant")))
+        messages.append(_message("assistant", answer))
     # Events that are not messages (reactions, deletions, ...) come first in the body block.
     blocks = list(current or [batch.user_text])
     lines = render_context(batch.context, Quotes(batch) if batch.context else None)
