@@ -94,9 +94,10 @@ for _, item in ipairs(redis.call('LRANGE', pkey, 0, -1)) do
     table.insert(kept, item)
   end
 end
-if taken == 0 then return {1, 0} end
-redis.call('DEL', pkey)
-for _, item in ipairs(kept) do redis.call('RPUSH', pkey, item) end
+if taken > 0 then
+  redis.call('DEL', pkey)
+  for _, item in ipairs(kept) do redis.call('RPUSH', pkey, item) end
+end
 if #kept == 0 then
   redis.call('HDEL', KEYS[2], person)
   if not in_flight then redis.call('ZREM', KEYS[1], person) end

@@ -409,6 +409,24 @@ async def test_what_a_person_answered_is_not_answered_again_and_the_ai_sees_the_
 async def test_messages_arriving_during_the_reply_wait_for_the_bot(
     redis: Redis,
     prefix: str,
+    env: dict[str, str],
+    workers: InProcessWorkers,
+    graph: GraphApiStandIn,
+    ai: MessagesApiStandIn,
+) -> None:
+    """No turn starts while the reply sends (invariant 3); what arrived meanwhile is answered
+    by the bot right after it, not at the end of the reply's lease (30 s, beyond the wait)."""
+    settings = Settings.from_env({**env, "LEASE_S": "30"})
+    replies = ManualReplies(redis, Keys(prefix), Scripts(), settings)
+    try:
+        await _arriving_during_the_reply(redis, prefix, workers, replies, graph, ai)
+    finally:
+        await replies.aclose()
+
+
+async def _arriving_during_the_reply(
+    redis: Redis,
+    prefix: str,
     workers: InProcessWorkers,
     replies: ManualReplies,
     graph: GraphApiStandIn,
@@ -416,7 +434,7 @@ async def test_messages_arriving_during_the_reply_wait_for_the_bot(
 ) -> None:
     await workers.start()
     k = Keys(prefix).tenant(TENANT)
-    # Nothing waits: the person only has a memory (an earlier reply by hand).
+    # Nothing waits when the reply begins: the person has the bot's first exchange.
     await push_message(redis, prefix, PERSON, "wamid.d0", "hola")
     ai.queue_reply("Hola, ¿en qué le ayudo?", "Anotado.")
     await graph.await_for(lambda: graph.sent_texts(PERSON), timeout=10)
@@ -437,6 +455,7 @@ async def test_messages_arriving_during_the_reply_wait_for_the_bot(
         await replies.reply(TENANT, PERSON, "otra", by="luis")
     result = await replying
     assert result.answered == 0, "the message came after the reply began: it waits"
+    assert len(ai_requests(ai)) == 1, "no turn ran while the reply held the person"
 
     requests = await wait_for(lambda: _requests(ai, 2), "the bot's turn on the new message")
     assert said(requests[1]["messages"])[-3:] == [
@@ -446,6 +465,42 @@ async def test_messages_arriving_during_the_reply_wait_for_the_bot(
     ]
     await graph.await_for(lambda: len(graph.sent_texts(PERSON)) == 3, timeout=10)
     assert [m.body for m in graph.sent_texts(PERSON)][1:] == [TEXT, "Anotado."]
+
+
+async def test_a_refused_reply_leaves_the_waiting_messages_to_the_bot(
+    redis: Redis,
+    prefix: str,
+    env: dict[str, str],
+    workers: InProcessWorkers,
+    graph: GraphApiStandIn,
+    ai: MessagesApiStandIn,
+) -> None:
+    """The burst falls due while the reply holds the person (the claim puts it off to the
+    lock's end, 30 s away); the provider then refuses the reply: the release makes the burst
+    due as before and the bot answers it, long before the lease would have ended."""
+    settings = Settings.from_env({**env, "LEASE_S": "30"})
+    replies = ManualReplies(redis, Keys(prefix), Scripts(), settings)
+    try:
+        await workers.start(DEBOUNCE_WINDOW_S=2, MAX_WAIT_S=4)
+        k = Keys(prefix).tenant(TENANT)
+        await push_message(redis, prefix, PERSON, "wamid.z1", "¿hay turno?")
+
+        async def pending() -> bool:
+            return await redis.llen(k.pending(PERSON)) == 1
+
+        await wait_for(pending, "the burst taken in by the worker")
+        graph.fail_next(1, 131008, message="Required parameter missing", delay=4.0)
+        with pytest.raises(ManualReplyError, match="Required parameter missing"):
+            await replies.reply(TENANT, PERSON, TEXT, by="ana")
+        assert ai_requests(ai) == [], "no turn while the reply held the person"
+
+        ai.queue_reply("Sí, el jueves.")
+        (bot,) = await graph.await_for(lambda: graph.sent_texts(PERSON), timeout=15)
+        assert bot.body == "Sí, el jueves."
+        (request,) = [r.body for r in ai_requests(ai)]
+        assert said(request["messages"]) == [("user", "¿hay turno?")], "no trace of the refusal"
+    finally:
+        await replies.aclose()
 
 
 async def _requests(ai: MessagesApiStandIn, count: int = 1) -> list[dict[str, Any]] | None:
