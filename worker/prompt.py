@@ -44,7 +44,7 @@ import orjson
 
 from shared.settings import Settings, TenantConfig
 from worker.batch import Batch
-from worker.presentation import Quotes, present
+from worker.presentation import Quotes, present, remembered
 
 MAX_BREAKPOINTS = 4
 CHARS_PER_TOKEN = 3  # generous on purpose: see the module docstring
@@ -137,14 +137,14 @@ def render_messages(
     messages: list[dict[str, Any]] = []
     for exchange in history:
         header = exchange.get("header")
-        user = exchange.get("user")
+        user, answer = remembered(exchange)  # a reply written by hand says so
         # The texts the model read of that batch's files follow its text, as they did then
         # (the files themselves are gone; the cache's look-back finds that turn's mark).
         media = exchange.get("media")
         notes = [n for n in media if isinstance(n, str)] if isinstance(media, list) else []
         head = [header] if isinstance(header, str) else []
         messages.append(_message("user", *head, user, *notes))
-        messages.append(_message("assistant", exchange.get("assistant")))
+        messages.append(_message("assistant", answer))
     # Events that are not messages (reactions, deletions, ...) come first in the body block.
     blocks = list(current or [batch.user_text])
     lines = render_context(batch.context, Quotes(batch) if batch.context else None)
