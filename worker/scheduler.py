@@ -25,6 +25,7 @@ from shared.settings import Settings
 from shared.wake import add as add_to_queue
 from worker.batch import Batch
 from worker.leases import Leases
+from worker.review_notifier import ReviewNotifier
 from worker.store import Claim, ConversationStore
 from worker.sweep import Sweep
 from worker.wakeups import WakeListener
@@ -60,6 +61,7 @@ class Scheduler:
         self._sweep: Sweep
         self._wakeups: WakeListener
         self._start_turn: Callable[[Batch, float], None]
+        self._notifier: ReviewNotifier | None = None
 
     def connect(
         self,
@@ -68,13 +70,16 @@ class Scheduler:
         sweep: Sweep,
         wakeups: WakeListener,
         start_turn: Callable[[Batch, float], None],
+        notifier: ReviewNotifier | None = None,
     ) -> None:
-        """What the loop works with; `start_turn(batch, loop_now)` runs a claimed batch."""
+        """What the loop works with; `start_turn(batch, loop_now)` runs a claimed batch;
+        `notifier` is told what the sweeps find of review notifications."""
         self._redis = redis
         self._store = store
         self._sweep = sweep
         self._wakeups = wakeups
         self._start_turn = start_turn
+        self._notifier = notifier
 
     @property
     def free_slots(self) -> int:
@@ -154,6 +159,8 @@ class Scheduler:
             live = await self._sweep.live(registered)
             # A sweep of its own also learns every due time and lease end (see Sweep).
             tenants = set(live) if forced else await self._sweep.needing_a_look(live)
+            if self._notifier is not None:
+                await self._notifier.swept(*await self._sweep.notifications(live), own=forced)
         except BaseException:
             self._sweep_forced |= forced  # a forced sweep must still happen
             raise
