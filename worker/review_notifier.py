@@ -77,6 +77,10 @@ class ReviewNotifier:
         self._runner: asyncio.Task[None] | None = None
 
     @property
+    def _lease_s(self) -> float:
+        return self._settings.review_webhook_timeout_s + LEASE_MARGIN_S
+
+    @property
     def enabled(self) -> bool:
         return bool(self._settings.review_webhook_url)
 
@@ -202,11 +206,10 @@ class ReviewNotifier:
 
     async def _take(self, tenant: str) -> tuple[int, int, list[tuple[str, bytes]]]:
         self._seq += 1
-        lease_s = self._settings.review_webhook_timeout_s + LEASE_MARGIN_S
         keys, args = script_calls.review_notify_take(
             self._keys.tenant(tenant),
             most=MAX_SENDS,
-            lease_ms=int(lease_s * 1000),
+            lease_ms=int(self._lease_s * 1000),
             token=f"{self._token_prefix}:{self._seq}",
         )
         async with asyncio.timeout(self._settings.redis_timeout_s):
@@ -222,8 +225,14 @@ class ReviewNotifier:
         created_ms, attempts = int(note["created_ms"]), int(note["attempts"])
         give_up_ms = s.review_webhook_give_up_s * 1000
         started = time.monotonic()
-        if now_ms - created_ms >= give_up_ms:  # e.g. taken by workers that kept dying
+        # The last try is made at the bound; one taken later than that (its senders kept
+        # dying with it: each lease ran out) is given up without another.
+        if now_ms - created_ms >= give_up_ms + self._lease_s * 1000:
             last = str(note.get("error") or "no answer before the last lease ended")
+            log.warning(
+                "review event given up tenant=%s item=%s attempts=%d: %s",
+                *(tenant, item_id, attempts - 1, last),
+            )
             await self._settle(tenant, item_id, note, "gave_up", 0, last)
             return
         body = review_webhook.body_of(

@@ -130,14 +130,12 @@ class Sweep:
         now_ms = await self._now_ms()
 
         def queue(pipe: Any, tenant: str) -> None:
-            pipe.execute_command(
-                "ZRANGE", self._keys.tenant(tenant).review_notify, 0, 0, "WITHSCORES"
-            )
+            pipe.zrange(self._keys.tenant(tenant).review_notify, 0, 0, withscores=True)
 
         found = {}
         for tenant, first in zip(live, await self._pipelined(live, queue, 1), strict=True):
-            if first:
-                found[tenant] = int(float(first[1]))
+            if first:  # [(item id, score)]
+                found[tenant] = int(first[0][1])
         return found, now_ms
 
     async def _exists(self, tenants: Sequence[str]) -> list[int]:
