@@ -26,6 +26,7 @@ is counted (`review_webhook_gave_up`) and logged; the review item stays on the r
 from __future__ import annotations
 
 import asyncio
+import email.utils
 import logging
 import random
 import secrets
@@ -40,7 +41,6 @@ from shared import review_webhook, script_calls, wake
 from shared.keys import KeyError_, Keys
 from shared.scripts import Scripts
 from shared.settings import Settings
-from worker.ai_errors import retry_after
 
 log = logging.getLogger(__name__)
 
@@ -296,6 +296,24 @@ class ReviewNotifier:
             settled = await self._scripts.review_notify_settle(self._redis, keys, args)
         if not int(settled):
             log.info("review event tenant=%s item=%s was taken over meanwhile", tenant, item_id)
+
+
+def retry_after(headers: httpx.Headers, now_s: float | None = None) -> float | None:
+    """The seconds a receiver asked us to wait (`Retry-After`: seconds or an HTTP date);
+    None when it did not say, or said something unreadable."""
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        parsed = email.utils.parsedate_tz(value)
+        if parsed is None:
+            return None
+        seconds = email.utils.mktime_tz(parsed) - (time.time() if now_s is None else now_s)
+    if seconds != seconds:  # NaN
+        return None
+    return min(max(seconds, 0.0), MAX_DELAY_S)
 
 
 def backoff_s(first_s: float, attempts: int) -> float:

@@ -16,7 +16,7 @@ import itertools
 import logging
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
 
@@ -25,10 +25,12 @@ from shared.settings import Settings
 from shared.wake import add as add_to_queue
 from worker.batch import Batch
 from worker.leases import Leases
-from worker.review_notifier import ReviewNotifier
 from worker.store import Claim, ConversationStore
 from worker.sweep import Sweep
 from worker.wakeups import WakeListener
+
+if TYPE_CHECKING:
+    from worker.review_notifier import ReviewNotifier
 
 log = logging.getLogger(__name__)
 
