@@ -199,6 +199,9 @@ class ReviewNotifier:
         except (RedisError, RedisClusterException, OSError, TimeoutError) as exc:
             log.warning("review notifications of tenant=%s: redis failed (%r)", tenant, exc)
             self._after(tenant, RETRY_REDIS_S)
+        except Exception:  # a bug must not stop the loop, nor the tenant's other events
+            log.exception("review notifications of tenant=%s failed", tenant)
+            self._after(tenant, self._lease_s)
         finally:
             self._busy.discard(tenant)
             if tenant in self._todo:
