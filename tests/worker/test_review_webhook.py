@@ -163,6 +163,7 @@ async def test_every_way_to_review_posts_one_signed_event(
     assert await redis.exists(Keys(prefix).tenant(TENANT).review_notify_events) == 0
 
 
+@pytest.mark.cluster  # the scripts' keys share the tenant's slot (invariant 9)
 async def test_a_receiver_failing_twice_gets_the_event_on_the_third_try(
     redis: Redis, prefix: str, fleet: WorkerFleet, hook: ReviewHookStandIn
 ) -> None:
