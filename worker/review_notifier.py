@@ -46,6 +46,8 @@ log = logging.getLogger(__name__)
 
 # POSTs in flight at once per worker, and notifications one take hands out.
 MAX_SENDS = 8
+# Tenants looked at at once per worker (a start-up sweep may find thousands).
+MAX_LOOKS = 32
 # Past the POST's timeout, how long a taker has to settle before another worker may send.
 LEASE_MARGIN_S = 5.0
 MAX_DELAY_S = 600.0  # the longest wait between two tries (a Retry-After is capped here too)
@@ -70,6 +72,7 @@ class ReviewNotifier:
         self._next: dict[str, float] = {}  # tenant -> loop time of its next due notification
         self._busy: set[str] = set()  # tenants being looked at by this worker
         self._wake = asyncio.Event()
+        self._room = asyncio.Event()  # set when a look ends: the listener may take more
         self._sends = asyncio.Semaphore(MAX_SENDS)
         self._looks: set[asyncio.Task[None]] = set()
         self._redis: Any = None
@@ -119,6 +122,10 @@ class ReviewNotifier:
         cancelled."""
         queue = self._keys.review_notify_queue
         while True:
+            # Take only what this worker can start soon: what waits in Redis is any worker's.
+            while len(self._busy) + len(self._todo) >= MAX_LOOKS:
+                self._room.clear()
+                await self._room.wait()
             try:
                 async with asyncio.timeout(BLOCK_S + self._settings.redis_timeout_s):
                     tenants = await wake.take(listen_redis, queue, MAX_SENDS, BLOCK_S)
@@ -143,10 +150,10 @@ class ReviewNotifier:
             now = loop.time()
             due = {t for t, at in self._next.items() if at <= now} | self._todo
             self._todo = set()
-            for tenant in due:
+            for tenant in sorted(due):
                 self._next.pop(tenant, None)
-                if tenant in self._busy:
-                    self._todo.add(tenant)  # once its current look ends
+                if tenant in self._busy or len(self._busy) >= MAX_LOOKS:
+                    self._todo.add(tenant)  # once its current look (or another) ends
                     continue
                 self._busy.add(tenant)
                 task = asyncio.create_task(self._look(tenant))
@@ -204,7 +211,8 @@ class ReviewNotifier:
             self._after(tenant, self._lease_s)
         finally:
             self._busy.discard(tenant)
-            if tenant in self._todo:
+            self._room.set()
+            if self._todo:  # this tenant again, or one waiting for room
                 self._wake.set()
 
     async def _take(self, tenant: str) -> tuple[int, int, list[tuple[str, bytes]]]:
