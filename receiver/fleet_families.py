@@ -36,6 +36,9 @@ STATS_COUNTERS = {
     "parts_read": "reply parts reported read",
     "parts_failed": "reply parts reported failed",
     "leases_expired": "turns whose lease ended before they finished",
+    "review_webhook_sent": "review items' webhook events the receiver took (2xx)",
+    "review_webhook_retries": "review webhook POSTs that failed and were scheduled again",
+    "review_webhook_gave_up": "review webhook events given up (the item stays in review)",
 }
 REVIEW_PREFIX = "review:"
 UNKNOWN_PREFIX = "unknown:"  # sends whose outcome nobody knows, by kind (worker/unknowns.py)

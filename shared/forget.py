@@ -7,7 +7,8 @@ For privacy requests (docs/operating.md#forgetting-a-person). One call deletes:
   marker, ...), the person's due, running and burst entries, and the `users` fields that map
   a WhatsApp user id to them (or are them). Refused (`ForgetError`) while a turn holds the
   person's lock or a batch is in flight: the worker owns those until its finish;
-- the person's review items (`person` field), read with `HSCAN`;
+- the person's review items (`person` field), read with `HSCAN`, and their review webhook
+  events not sent yet;
 - the person's outbound records (`out:<wamid>`, `person` field): found with a `SCAN` of the
   whole keyspace (every key of every tenant is looked at once, about 1 s per few million keys;
   fine for a rare action, run it off-peak on a very large Redis);
@@ -180,7 +181,15 @@ async def _forget_review_items(redis: Any, k: TenantKeys, person: str) -> int:
     async for item_id, raw in redis.hscan_iter(k.review, count=SCAN_COUNT):
         if _person_of(raw) == person:
             ids.append(item_id)
-    return int(await redis.hdel(k.review, *ids)) if ids else 0
+    if not ids:
+        return 0
+    # A pending review webhook event holds a copy of the item (shared/lua/lib/review.lua).
+    pipe = redis.pipeline(transaction=True)
+    pipe.hdel(k.review, *ids)
+    pipe.zrem(k.review_notify, *ids)
+    pipe.hdel(k.review_notify_events, *ids)
+    deleted, _, _ = await pipe.execute()
+    return int(deleted)
 
 
 async def _forget_outbound(redis: Any, k: TenantKeys, person: str) -> int:

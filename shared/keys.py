@@ -17,12 +17,17 @@ Layout (prefix `wa`, tenant 106540352242922, person 16505551234):
     wa:ai:probe                         STRING  token of the one worker probing the AI (NX PX)
     wa:workers                          HASH    worker id -> its heartbeat (JSON)
     wa:ops:audit                        ZSET    ops actions (JSON: who, what, whom) by ms
+    wa:review:notify                    ZSET    tenant -> ms: review notifications to send
     wa:{106540352242922}:inbox          LIST    events from the receiver (LPUSH; worker RPOPs)
     wa:{106540352242922}:seen:<id>      STRING  dedupe marker of one provider item (TTL)
     wa:{106540352242922}:due            ZSET    person -> when its conversation is due (ms)
     wa:{106540352242922}:running        ZSET    person -> when the running turn's lease ends (ms)
     wa:{106540352242922}:burst          HASH    person -> "first_ms,last_ms" of waiting messages
     wa:{106540352242922}:review         HASH    batch id -> review item (JSON)
+    wa:{106540352242922}:review:notify  ZSET    item id -> ms its webhook may be tried (due,
+                                                retry, or a sending worker's lease end)
+    wa:{…}:review:notify:events         HASH    item id -> its notification (JSON: the item,
+                                                created_ms, attempts, token, error)
     wa:{106540352242922}:outbox         LIST    replies recorded by the outbox sender (capped)
     wa:{106540352242922}:stats          HASH    counters (messages, turns, statuses, ...)
     wa:{106540352242922}:unroutable     LIST    inbox entries the worker could not route, whole
@@ -121,6 +126,12 @@ class Keys:
         (shared/audit.py), kept `REVIEW_RETENTION_S`."""
         return f"{self.prefix}:ops:audit"
 
+    @property
+    def review_notify_queue(self) -> str:
+        """Tenants with a review notification to send now (worker/review_notifier.py): the
+        sweep and shutting-down workers add them (`ZADD NX`), any worker takes them."""
+        return f"{self.prefix}:review:notify"
+
     # --- per tenant ---------------------------------------------------------------------
     def tenant(self, tenant: str) -> TenantKeys:
         return TenantKeys(f"{self.prefix}:{{{_check(tenant, 'tenant')}}}")
@@ -152,6 +163,18 @@ class TenantKeys:
     @property
     def review(self) -> str:
         return f"{self.base}:review"
+
+    @property
+    def review_notify(self) -> str:
+        """Review item id -> when its webhook may next be tried (ms): queued with the item by
+        shared/lua/lib/review.lua when `REVIEW_WEBHOOK_URL` is set (worker/review_notifier.py)."""
+        return f"{self.review}:notify"
+
+    @property
+    def review_notify_events(self) -> str:
+        """Review item id -> its notification (JSON); lib/review.lua finds it as
+        `review_notify` + ':' + NOTIFY_EVENTS."""
+        return f"{self.review_notify}:{NOTIFY_EVENTS}"
 
     @property
     def outbox(self) -> str:
@@ -230,6 +253,9 @@ class TenantKeys:
 # place a key is spelled.
 PENDING, BATCH, LOCK, LASTIN, MEMORY = "pending", "batch", "lock", "lastin", "memory"
 CONTEXT = "context"
+# The suffix of a tenant's review notifications (after its notification queue's key), written
+# into shared/lua/lib/review.lua by the loader like the suffixes above.
+NOTIFY_EVENTS = "events"
 
 # Every kind of conversation key: forgetting a person (shared/forget.py) deletes the keys of
 # each kind listed here, so a new kind of conversation key must be added to this tuple too

@@ -8,6 +8,10 @@ Each list is in the order of the script's header, and its names are the header's
 is the `TenantKeys` property of that name, an ARGV entry the parameter (or `TenantKeys`
 property) of that name. tests/test_lua_headers.py holds each function against its header.
 Callers convert units and encode values; these functions only place them.
+
+Every script that can create a review item takes the tenant's review notification queue as
+its last ARGV (shared/lua/lib/review.lua), or "" when no review webhook is configured (`notify`
+False): then nothing is queued, at no cost.
 """
 
 from __future__ import annotations
@@ -41,8 +45,10 @@ def claim(
     welcome: int,
     context_ttl_s: int,
     context_max: int,
+    notify: bool,
 ) -> Call:
-    """`welcome`: 1 when the tenant has a welcome text (`request_welcome` starts a turn)."""
+    """`welcome`: 1 when the tenant has a welcome text (`request_welcome` starts a turn);
+    `notify`: a review webhook is configured (REVIEW_WEBHOOK_URL)."""
     return (
         [k.inbox, k.due, k.running, k.burst, k.stats, k.unroutable, k.review, k.users],
         [
@@ -59,6 +65,7 @@ def claim(
             welcome,
             context_ttl_s,
             context_max,
+            k.review_notify if notify else "",
         ],
     )
 
@@ -76,7 +83,14 @@ def save_reply(k: TenantKeys, *, person: str, token: str, reply: str) -> Call:
 
 
 def record_part(
-    k: TenantKeys, *, person: str, token: str, part: int, provider_id: str, outbound_ttl_s: int
+    k: TenantKeys,
+    *,
+    person: str,
+    token: str,
+    part: int,
+    provider_id: str,
+    outbound_ttl_s: int,
+    notify: bool,
 ) -> Call:
     return (
         [k.stats, k.review],
@@ -88,6 +102,7 @@ def record_part(
             part,
             provider_id,
             outbound_ttl_s,
+            k.review_notify if notify else "",
         ],
     )
 
@@ -119,9 +134,10 @@ def finish(
     outbound_ttl_s: int,
     unknown: str,
     count_attempt: int,
+    notify: bool,
 ) -> Call:
     """`outcome` "done", "retry" or "review"; see shared/lua/finish.lua for what each uses
-    (`count_attempt`: 1 or 0)."""
+    (`count_attempt`: 1 or 0; `notify`: a review webhook is configured)."""
     return (
         [k.due, k.running, k.burst, k.review, k.stats],
         [
@@ -142,6 +158,7 @@ def finish(
             outbound_ttl_s,
             unknown,
             count_attempt,
+            k.review_notify if notify else "",
         ],
     )
 
@@ -176,8 +193,10 @@ def manual_end(
     since_ms: int,
     answered: bytes,
     provider_ids: Sequence[str],
+    notify: bool,
 ) -> Call:
-    """`outcome` "sent" or "release"; `answered`: the answered message ids (JSON array)."""
+    """`outcome` "sent" or "release"; `answered`: the answered message ids (JSON array);
+    `notify`: a review webhook is configured."""
     return (
         [k.due, k.burst, k.review, k.stats],
         [
@@ -195,6 +214,21 @@ def manual_end(
             max_wait_ms,
             since_ms,
             answered,
+            k.review_notify if notify else "",
             *provider_ids,
         ],
+    )
+
+
+def review_notify_take(k: TenantKeys, *, most: int, lease_ms: int, token: str) -> Call:
+    return [k.review_notify, k.review_notify_events], [most, lease_ms, token]
+
+
+def review_notify_settle(
+    k: TenantKeys, *, item_id: str, token: str, outcome: str, delay_ms: int, error: str
+) -> Call:
+    """`outcome` "sent", "retry" or "gave_up"; `delay_ms` only for a retry."""
+    return (
+        [k.review_notify, k.review_notify_events, k.stats],
+        [item_id, token, outcome, delay_ms, error],
     )

@@ -69,6 +69,7 @@ class Settings(OpsSettings, TurnSettings, AISettings, ProviderSettings, Connecti
                 f"AI_OUTAGE_PAUSE_S ({self.ai_outage_pause_s})"
             )
         _check_tls(self)
+        self.check_review_webhook()
         if self.max_wait_s < self.debounce_window_s:
             raise ConfigError(
                 f"MAX_WAIT_S ({self.max_wait_s}) must be >= DEBOUNCE_WINDOW_S "

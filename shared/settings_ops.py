@@ -8,9 +8,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from shared.setting_spec import setting
+from shared.setting_spec import ConfigError, mask_url, setting
 
 _DAY_S = 86400.0
+
+
+def _is_http_url(url: str) -> bool:
+    return url == "" or (url.startswith(("http://", "https://")) and len(url) > len("https://"))
 
 
 @dataclass(frozen=True)
@@ -30,3 +34,46 @@ class OpsSettings:
         "review items and ops audit entries older than this are deleted",
         above=0,
     )
+    review_webhook_url: str = setting(
+        "REVIEW_WEBHOOK_URL",
+        "",
+        "where the workers POST a signed JSON event for every new review item"
+        " (docs/operating.md#being-told; unset: nothing is queued or sent)",
+        rule=(_is_http_url, "be an http:// or https:// URL"),
+        show=mask_url,
+    )
+    review_webhook_secret: str = setting(
+        "REVIEW_WEBHOOK_SECRET",
+        "",
+        "the key of the events' HMAC-SHA256 signature (`X-Review-Signature`); required with"
+        " `REVIEW_WEBHOOK_URL`",
+        secret=True,
+    )
+    review_webhook_timeout_s: float = setting(
+        "REVIEW_WEBHOOK_TIMEOUT_S",
+        10.0,
+        "how long one POST of a review event may take before it is retried",
+        above=0,
+    )
+    review_webhook_retry_s: float = setting(
+        "REVIEW_WEBHOOK_RETRY_S",
+        5.0,
+        "the first retry's delay after a failed POST (network error, 5xx, 429), doubling up"
+        " to 10 minutes; a `Retry-After` the receiver sends is honoured",
+        above=0,
+    )
+    review_webhook_give_up_s: float = setting(
+        "REVIEW_WEBHOOK_GIVE_UP_S",
+        _DAY_S,
+        "a review event not delivered this long after its item was created is given up"
+        " (counted, logged; the item stays on the review list)",
+        above=0,
+    )
+
+    def check_review_webhook(self) -> None:
+        """Cross-field rule: a review webhook is always signed, so a receiver can trust it."""
+        if self.review_webhook_url and not self.review_webhook_secret:
+            raise ConfigError(
+                "REVIEW_WEBHOOK_URL is set but REVIEW_WEBHOOK_SECRET is not: review events are"
+                " always signed, set a secret the receiver verifies with"
+            )

@@ -66,8 +66,19 @@ CA_FILE = "configuration error: REDIS_TLS_CA_FILE must name a readable PEM file 
             {"TENANTS_FILE": "/nonexistent/tenants.toml"},
             "configuration error: TENANTS_FILE '/nonexistent/tenants.toml' cannot be read",
         ),
+        (  # review events are always signed: a URL alone would send them unsigned
+            {"REVIEW_WEBHOOK_URL": "https://hooks.example/review"},
+            "configuration error: REVIEW_WEBHOOK_URL is set but REVIEW_WEBHOOK_SECRET is not",
+        ),
+        (
+            {"REVIEW_WEBHOOK_URL": "hooks.example/review", "REVIEW_WEBHOOK_SECRET": "s"},
+            "configuration error: REVIEW_WEBHOOK_URL must be an http:// or https:// URL, got",
+        ),
     ],
-    ids=["number", "rule", "tls-verify", "ca-missing", "ca-not-pem", "ca-and-none", "hold", "file"],
+    ids=[
+        *("number", "rule", "tls-verify", "ca-missing", "ca-not-pem", "ca-and-none", "hold"),
+        *("file", "hook-unsigned", "hook-url"),
+    ],
 )
 def test_a_bad_setting_is_one_line_and_exit_code_2(
     process: str, settings: dict[str, str], line: str

@@ -39,6 +39,7 @@ from worker.batch import Batch
 from worker.brains import Brain, load_brain
 from worker.heartbeat import Heartbeat
 from worker.leases import Leases, RunningTurn
+from worker.review_notifier import ReviewNotifier
 from worker.scheduler import Scheduler
 from worker.senders import Sender, load_senders
 from worker.store import ConversationStore
@@ -78,6 +79,7 @@ class Worker:
         self._scheduler = Scheduler(settings, self.keys, self.worker_id, self._leases)
         self._turn_tools: TurnTools | None = None  # set at start-up
         self._heartbeat: Heartbeat | None = None  # set at start-up
+        self.notifier: ReviewNotifier | None = None  # set at start-up, with a review webhook
         self._force_exit = asyncio.Event()
         self._background: list[asyncio.Task[None]] = []
         self._listeners: list[asyncio.Task[None]] = []  # stopped first at shutdown
@@ -125,8 +127,15 @@ class Worker:
             self._commit_redis, self.scripts, timeout_s=s.redis_timeout_s
         )
         self.store = ConversationStore(s, self.scripts, self.committer)
+        made = ReviewNotifier(s, self.keys, self.scripts)
+        notifier = self.notifier = made if made.enabled else None
         self.sweep = Sweep(
-            self._commit_redis, self.keys, self.worker_id, s.poll_interval_s, s.redis_timeout_s
+            self._commit_redis,
+            self.keys,
+            self.worker_id,
+            s.poll_interval_s,
+            s.redis_timeout_s,
+            notify=notifier is not None,
         )
         if self._brain is None:
             self._brain = load_brain(s)
@@ -162,13 +171,21 @@ class Worker:
             self._leases,
             AIPause(self.redis, self.keys, s, self.worker_id),
         )
-        scheduler.connect(self.redis, self.store, self.sweep, self.wakeups, self._start_turn)
+        scheduler.connect(
+            self.redis, self.store, self.sweep, self.wakeups, self._start_turn, notifier
+        )
         self._listeners = [
             asyncio.create_task(self.wakeups.new_work(), name="new-work"),
             asyncio.create_task(self.wakeups.relays(), name="relays"),
             # Remove after one release (shared/wake.py: the rolling deploy of the rename).
             asyncio.create_task(self.wakeups.legacy_relays(), name="legacy-relays"),
         ]
+        if notifier is not None:  # being told of review items (worker/review_notifier.py)
+            notifier.start(self.redis)
+            self.store.reviewed = notifier.poke
+            self._listeners.append(
+                asyncio.create_task(notifier.listen(self._listen_redis), name="review-notify")
+            )
         self._heartbeat = Heartbeat(self.redis, self.keys, self.worker_id, s, self._leases.__len__)
         self._background = [
             asyncio.create_task(self._leases.renew_forever(self.store), name="renew"),
@@ -235,6 +252,8 @@ class Worker:
                     task.cancel()
                 await asyncio.gather(*left, return_exceptions=True)
         await self._scheduler.end_final_relays()
+        if self.notifier is not None:
+            await self.notifier.stop()
         for task in self._background:
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)

@@ -16,7 +16,7 @@ import itertools
 import logging
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
 
@@ -29,6 +29,9 @@ from worker.retention import ReviewRetention
 from worker.store import Claim, ConversationStore
 from worker.sweep import Sweep
 from worker.wakeups import WakeListener
+
+if TYPE_CHECKING:
+    from worker.review_notifier import ReviewNotifier
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +65,7 @@ class Scheduler:
         self._retention: ReviewRetention
         self._wakeups: WakeListener
         self._start_turn: Callable[[Batch, float], None]
+        self._notifier: ReviewNotifier | None = None
 
     def connect(
         self,
@@ -70,8 +74,10 @@ class Scheduler:
         sweep: Sweep,
         wakeups: WakeListener,
         start_turn: Callable[[Batch, float], None],
+        notifier: ReviewNotifier | None = None,
     ) -> None:
-        """What the loop works with; `start_turn(batch, loop_now)` runs a claimed batch."""
+        """What the loop works with; `start_turn(batch, loop_now)` runs a claimed batch;
+        `notifier` is told what the sweeps find of review notifications."""
         self._redis = redis
         self._store = store
         self._sweep = sweep
@@ -81,6 +87,7 @@ class Scheduler:
         )
         self._wakeups = wakeups
         self._start_turn = start_turn
+        self._notifier = notifier
 
     @property
     def free_slots(self) -> int:
@@ -160,6 +167,8 @@ class Scheduler:
             live = await self._sweep.live(registered)
             # A sweep of its own also learns every due time and lease end (see Sweep).
             tenants = set(live) if forced else await self._sweep.needing_a_look(live)
+            if self._notifier is not None:
+                await self._notifier.swept(*await self._sweep.notifications(live), own=forced)
         except BaseException:
             self._sweep_forced |= forced  # a forced sweep must still happen
             raise

@@ -7,6 +7,7 @@ goes through the group committer, so the concurrent turns of one process share r
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,6 +47,11 @@ class ConversationStore:
         self._scripts = scripts
         self._committer = committer
         self.keys = Keys(settings.key_prefix)
+        # Review items queue their webhook's notification only when one is configured.
+        self._notify = bool(settings.review_webhook_url)
+        # Called with the tenant after a finish stored a review item (the review notifier
+        # looks at once instead of at the next sweep).
+        self.reviewed: Callable[[str], None] | None = None
 
     def _timing(self, tenant: str) -> tuple[int, int]:
         s = self._settings
@@ -67,6 +73,7 @@ class ConversationStore:
             welcome=1 if self._settings.welcome_text_for(tenant) else 0,
             context_ttl_s=max(1, int(self._settings.memory_ttl_s)),
             context_max=CONTEXT_MAX,
+            notify=self._notify,
         )
         row = await self._committer.submit(lambda p: self._scripts.claim.queue(p, keys, args))
         return Claim(
@@ -115,6 +122,7 @@ class ConversationStore:
             part=part,
             provider_id=provider_id,
             outbound_ttl_s=OUTBOUND_TTL_S,
+            notify=self._notify,
         )
         result = await self._committer.submit(
             lambda p: self._scripts.record_part.queue(p, keys, args)
@@ -203,7 +211,10 @@ class ConversationStore:
                 "messages": orjson.Fragment(batch.messages_json),
             }
         )
-        return await self._finish(batch, "review", reason, item, unknown=",".join(unknown))
+        stored = await self._finish(batch, "review", reason, item, unknown=",".join(unknown))
+        if stored and self.reviewed is not None:
+            self.reviewed(batch.tenant)
+        return stored
 
     async def _finish(
         self,
@@ -236,6 +247,7 @@ class ConversationStore:
             outbound_ttl_s=OUTBOUND_TTL_S,
             unknown=unknown,
             count_attempt=1 if count_attempt else 0,
+            notify=self._notify,
         )
         result = await self._committer.submit(lambda p: self._scripts.finish.queue(p, keys, args))
         return bool(int(result))

@@ -22,6 +22,11 @@ nor to run the claim script on every tenant:
   command names one tenant's keys (one slot), so the probe runs unchanged on a cluster,
   where the pipeline is split per node.
 
+- **Review notifications** (only with `REVIEW_WEBHOOK_URL` set: otherwise the probe is as
+  above). The tenant's notification queue joins the `EXISTS`, and each live tenant's earliest
+  notification time is read (`ZRANGE review:notify 0 0 WITHSCORES`): the fleet's sweep gives
+  those due to the fleet, a worker's own sweep looks at all (worker/review_notifier.py).
+
 The guard is a fleet-wide key and never goes into a tenant's script (invariant 9).
 """
 
@@ -51,9 +56,17 @@ class Sweep:
     """
 
     def __init__(
-        self, redis: Any, keys: Keys, worker_id: str, interval_s: float, timeout_s: float
+        self,
+        redis: Any,
+        keys: Keys,
+        worker_id: str,
+        interval_s: float,
+        timeout_s: float,
+        notify: bool = False,
     ) -> None:
+        """`notify`: a review webhook is configured; probe the notification queues too."""
         self._redis = redis
+        self._notify = notify
         self._keys = keys
         self._worker_id = worker_id
         # A little shorter than the interval: the sweeper's own next try, one interval after
@@ -90,7 +103,8 @@ class Sweep:
         return tenants
 
     async def live(self, tenants: Iterable[str]) -> list[str]:
-        """The tenants with anything in their inbox, due or running set."""
+        """The tenants with anything in their inbox, due or running set (or review
+        notification queue)."""
         ordered = sorted(tenants)
         return [t for t, n in zip(ordered, await self._exists(ordered), strict=True) if n]
 
@@ -108,10 +122,27 @@ class Sweep:
                 found.add(tenant)
         return found
 
+    async def notifications(self, live: Sequence[str]) -> tuple[dict[str, int], int]:
+        """Of these tenants, those with review notifications: tenant -> the earliest time
+        one may be tried (ms), and Redis's clock now."""
+        if not self._notify or not live:
+            return {}, 0
+        now_ms = await self._now_ms()
+
+        def queue(pipe: Any, tenant: str) -> None:
+            pipe.zrange(self._keys.tenant(tenant).review_notify, 0, 0, withscores=True)
+
+        found = {}
+        for tenant, first in zip(live, await self._pipelined(live, queue, 1), strict=True):
+            if first:  # [(item id, score)]
+                found[tenant] = int(first[0][1])
+        return found, now_ms
+
     async def _exists(self, tenants: Sequence[str]) -> list[int]:
         def queue(pipe: Any, tenant: str) -> None:
             k = self._keys.tenant(tenant)
-            pipe.execute_command("EXISTS", k.inbox, k.due, k.running)
+            extra = [k.review_notify] if self._notify else []
+            pipe.execute_command("EXISTS", k.inbox, k.due, k.running, *extra)
 
         return [int(n) for n in await self._pipelined(tenants, queue, 1)]
 

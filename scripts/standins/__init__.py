@@ -1,5 +1,5 @@
 """Local stand-ins for the outside systems: Meta's Graph API, Anthropic's Messages API and
-Chatwoot's API, and a speech-to-text API.
+Chatwoot's API, a speech-to-text API, and a team's receiver of the review webhook.
 
 Test infrastructure, used in-process from pytest (`with GraphApiStandIn() as graph: ...`) and as
 scripts (`scripts/graph_standin`, `scripts/anthropic_standin`, `scripts/chatwoot_standin`,
@@ -45,6 +45,7 @@ if TYPE_CHECKING:
         last_user_text,
         system_text,
     )
+    from scripts.standins.review_hook import ReviewHookStandIn
     from scripts.standins.server import BackgroundServer, free_port
     from scripts.standins.transcribe_api import TranscribeApiStandIn, Transcription
 
@@ -72,6 +73,7 @@ _WHERE = {
     "last_user_block": "messages_api",
     "last_user_text": "messages_api",
     "system_text": "messages_api",
+    "ReviewHookStandIn": "review_hook",
     "BackgroundServer": "server",
     "free_port": "server",
     "TranscribeApiStandIn": "transcribe_api",
@@ -91,6 +93,7 @@ __all__ = [
     "MessagesFault",
     "ReadReceipt",
     "RecordedRequest",
+    "ReviewHookStandIn",
     "SentMessage",
     "TranscribeApiStandIn",
     "Transcription",

@@ -28,6 +28,8 @@
 --         "0": it is only context
 -- ARGV[12] context_ttl_s  how long a conversation's context list lives after its last event
 -- ARGV[13] context_max  how many context items a conversation keeps (the newest)
+-- ARGV[14] review_notify  the tenant's review notification queue ("" when no review webhook
+--         is configured: nothing queued; lib/review.lua)
 --
 -- Events that are not messages (kinds "note", "revoke", "edit", "welcome"; shared/events.py)
 -- never make a conversation due: a revoke takes its message out of the pending list (an
@@ -90,7 +92,7 @@ local function apply_status(ev, person)
   if code == '131047' then
     -- Meta accepted the part but could not deliver it: the 24-hour window had closed.
     -- A person has to look at this conversation.
-    park_undelivered(KEYS[7], KEYS[5], redis.call('HGET', okey, 'batch') or '',
+    park_undelivered(KEYS[7], KEYS[5], ARGV[14], redis.call('HGET', okey, 'batch') or '',
       redis.call('HGET', okey, 'person') or person, redis.call('HGET', okey, 'part') or '?',
       id, now)
   end

@@ -26,6 +26,8 @@
 --         unknown:<what>
 -- ARGV[17] count_attempt  retry: "1" counts the attempt (attempt + 1, stats retries), "0"
 --         does not: the batch waits for the AI, which failed as a whole (stats ai_waits)
+-- ARGV[18] review_notify  the tenant's review notification queue ("" when no review webhook
+--         is configured: nothing queued; lib/review.lua)
 -- (Recording the last part here, instead of in record_part.lua, saves a script call per turn.)
 --
 -- Returns 1, or 0 when the token does not hold the lock (lease lost: change nothing).
@@ -33,6 +35,7 @@
 -- uses: lib/keys.lua (conv_key, PENDING, BATCH, LOCK, MEMORY)
 -- uses: lib/clock.lua (now_ms)
 -- uses: lib/outbound.lua (record_outbound)
+-- uses: lib/review.lua (add_review_item)
 local prefix, person, token, outcome = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local lock = conv_key(prefix, person, LOCK)
 if redis.call('GET', lock) ~= token then return 0 end
@@ -53,16 +56,16 @@ if outcome == 'retry' then
   return 1
 end
 if outcome == 'review' then
-  redis.call('HSET', KEYS[4], redis.call('HGET', bkey, 'id'), ARGV[6])
-  redis.call('HINCRBY', KEYS[5], 'review:' .. ARGV[5], 1)
+  add_review_item(KEYS[4], KEYS[5], ARGV[18], redis.call('HGET', bkey, 'id'), ARGV[6], ARGV[5],
+    now)
   for what in string.gmatch(ARGV[16] or '', '[^,]+') do
     redis.call('HINCRBY', KEYS[5], 'unknown:' .. what, 1)
   end
 else
   redis.call('HINCRBY', KEYS[5], 'turns', 1)
   if ARGV[12] and ARGV[12] ~= '' and ARGV[13] ~= '' then
-    record_outbound(KEYS[5], KEYS[4], ARGV[14], ARGV[13], redis.call('HGET', bkey, 'id'),
-      person, ARGV[12], ARGV[15], now)
+    record_outbound(KEYS[5], KEYS[4], ARGV[18], ARGV[14], ARGV[13],
+      redis.call('HGET', bkey, 'id'), person, ARGV[12], ARGV[15], now)
   end
   if ARGV[9] and ARGV[9] ~= '' and tonumber(ARGV[10]) > 0 then
     local mkey = conv_key(prefix, person, MEMORY)

@@ -20,7 +20,9 @@
 -- ARGV[13] since_ms    Redis's clock when the lock was taken: what is still pending arrived
 --         after it
 -- ARGV[14] answered    JSON array of the ids of the messages the reply answers
--- ARGV[15..] provider_ids  the provider's id of each part sent, in order ("" for none)
+-- ARGV[15] review_notify  the tenant's review notification queue ("" without a review
+--         webhook): a status that overtook a part's record may create a review item
+-- ARGV[16..] provider_ids  the provider's id of each part sent, in order ("" for none)
 --
 -- "sent" records an outbound record per part (as record_part.lua does, so delivery statuses
 -- apply), appends the exchange to the memory and counts stats manual_replies, whatever
@@ -74,9 +76,10 @@ if ARGV[5] ~= 'sent' then
   reschedule(0)
   return {1, 0}
 end
-for i = 15, #ARGV do
+for i = 16, #ARGV do
   if ARGV[i] ~= '' then
-    record_outbound(KEYS[4], KEYS[3], ARGV[2], ARGV[i], ARGV[6], person, i - 15, ARGV[10], now)
+    record_outbound(KEYS[4], KEYS[3], ARGV[15], ARGV[2], ARGV[i], ARGV[6], person, i - 16,
+      ARGV[10], now)
   end
 end
 if ARGV[7] ~= '' and tonumber(ARGV[8]) > 0 then

@@ -10,6 +10,8 @@
 -- ARGV[6] provider_id  the provider's message id ("" when the part was deliberately not
 --         sent, e.g. replaced by a template)
 -- ARGV[7] outbound_ttl_s  how long the outbound record lives
+-- ARGV[8] review_notify  the tenant's review notification queue ("" when no review webhook
+--         is configured; lib/review.lua)
 --
 -- Returns 1 (also when this part is already recorded with this id), or 0 when the token does
 -- not hold the lock. The outbound record
@@ -27,7 +29,7 @@ local bkey = conv_key(prefix, person, BATCH)
 if redis.call('HGET', bkey, 'part:' .. part) == id then return 1 end
 redis.call('HSET', bkey, 'part:' .. part, id)
 if id ~= '' then
-  record_outbound(KEYS[1], KEYS[2], ARGV[2], id, redis.call('HGET', bkey, 'id'), person, part,
-    ARGV[7], now_ms())
+  record_outbound(KEYS[1], KEYS[2], ARGV[8], ARGV[2], id, redis.call('HGET', bkey, 'id'),
+    person, part, ARGV[7], now_ms())
 end
 return 1

@@ -383,3 +383,30 @@ async def test_cli_end_to_end(redis: Redis, settings: Settings) -> None:
     env["REDIS_URL"] = "redis://127.0.0.1:1/0"  # nothing listens there
     down = cli(*who, "--yes")
     assert down.returncode == 1 and "cannot reach Redis" in down.stderr
+
+
+async def test_a_review_items_webhook_event_not_sent_yet_is_forgotten_with_it(
+    redis: Redis, settings: Settings
+) -> None:
+    """With a review webhook configured, each review item has a pending event holding a copy
+    of it (shared/lua/lib/review.lua): forgetting the person deletes that copy too, and no
+    other person's (no worker runs here, so nothing is sent meanwhile)."""
+    hooked = settings.with_overrides(
+        review_webhook_url="http://127.0.0.1:9/review", review_webhook_secret="s"
+    )
+    made = Conversations(redis, hooked)
+    await made.turns(TENANT, PERSON)
+    await made.turns(TENANT, OTHER_PERSON)
+    k = made.keys.tenant(TENANT)
+    assert await redis.zcard(k.review_notify) == 2
+    assert await redis.hlen(k.review_notify_events) == 2
+
+    report = await forget_person(
+        redis, made.keys, TENANT, PERSON, by="ana", retention_s=RETENTION_S
+    )
+
+    assert report.review_items == 1
+    (left,) = await redis.zrange(k.review_notify, 0, -1)
+    (event,) = (await redis.hgetall(k.review_notify_events)).values()
+    assert PERSON.encode() not in left + event
+    assert OTHER_PERSON.encode() in event
