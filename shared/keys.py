@@ -34,6 +34,8 @@ Layout (prefix `wa`, tenant 106540352242922, person 16505551234):
     wa:{…}:c:16505551234:memory         LIST    recent exchanges for the AI (capped, idle TTL)
     wa:{…}:c:16505551234:context        LIST    events that are not messages, for the next turn
                                                 (reactions, edits, deletions; capped, TTL)
+    wa:{…}:c:16505551234:silent         STRING  a Chatwoot conversation a person of the business
+                                                handles: the bot is silent (JSON why/since; TTL)
     wa:{106540352242922}:out:<wamid>    HASH    one sent reply part: batch, person, part, status
 """
 
@@ -187,6 +189,11 @@ class TenantKeys:
     def context(self, person: str) -> str:
         return f"{self.conversation_prefix}{_check(person, 'person')}:{CONTEXT}"
 
+    def silent(self, person: str) -> str:
+        """While a person of the business handles a Chatwoot conversation, the bot is silent
+        there: JSON `why`, `since_ms`, `since_s`, `by` (shared/lua/lib/silence.lua)."""
+        return f"{self.conversation_prefix}{_check(person, 'person')}:{SILENT}"
+
     def conversations_pattern(self, kind: str) -> str:
         """A SCAN MATCH pattern for one kind of conversation key (PENDING, BATCH, ...) of
         every person of the tenant; `person_in` reads the person back from a match."""
@@ -214,6 +221,7 @@ class TenantKeys:
 # place a key is spelled.
 PENDING, BATCH, LOCK, LASTIN, MEMORY = "pending", "batch", "lock", "lastin", "memory"
 CONTEXT = "context"
+SILENT = "silent"
 
 
 def _glob_escape(text: str) -> str:

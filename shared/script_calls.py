@@ -41,6 +41,7 @@ def claim(
     welcome: int,
     context_ttl_s: int,
     context_max: int,
+    silence_ttl_s: int,
 ) -> Call:
     """`welcome`: 1 when the tenant has a welcome text (`request_welcome` starts a turn)."""
     return (
@@ -59,6 +60,7 @@ def claim(
             welcome,
             context_ttl_s,
             context_max,
+            silence_ttl_s,
         ],
     )
 
@@ -144,6 +146,16 @@ def finish(
             count_attempt,
         ],
     )
+
+
+def silence(k: TenantKeys, *, person: str, why: str, memory_ttl_s: int, silence_ttl_s: int) -> Call:
+    return [k.due, k.burst, k.stats], [
+        k.conversation_prefix,
+        person,
+        why,
+        memory_ttl_s,
+        silence_ttl_s,
+    ]
 
 
 def requeue(k: TenantKeys, *, item_id: str, person: str, messages: bytes) -> Call:
