@@ -218,8 +218,12 @@ def message_from(
     raw["conversation_id"] = int(person)
     status = conversation.get("status")
     if isinstance(status, str):
-        # A customer's message while the conversation is `pending` ends the bot's silence.
+        # A customer's message while the conversation is `pending` and nobody's (with the bot
+        # again) ends the bot's silence there (shared/lua/lib/silence.lua).
         raw["conversation_status"] = status[:20]
+        raw["conversation_assigned"] = (
+            field(field(conversation.get("meta"), "assignee"), "id") is not None
+        )
     if delivery:
         raw["delivery"] = delivery
     kind, text = describe(payload)

@@ -85,20 +85,31 @@ local function speak(prefix, person)
   return redis.call('DEL', conv_key(prefix, person, SILENT)) == 1
 end
 
--- A customer's message `ev` in a silent conversation joins the memory (true: no turn). One
--- Chatwoot sent while the conversation was `pending` (with the bot again), written after the
--- silence began, ends the silence instead (false: a turn as usual).
+-- A customer's message `ev` in a silent conversation joins the memory (true: no turn). An
+-- agent bot hears of no change back to `pending`: it learns it from the messages, which say
+-- the conversation's status. One Chatwoot sent while the conversation was `pending` and
+-- assigned to nobody, written after the silence began, ends the silence (false: a turn as
+-- usual) when the conversation had left `pending` meanwhile (a message said so: `left`), or
+-- the silence began by leaving it (opened, hand_over). An agent who wrote in a `pending`
+-- conversation keeps the bot silent until the conversation moves.
 local function held_silent(prefix, person, ev, stats_key, memory_ttl_s, silence_ttl_s)
   local record = silence_of(prefix, person)
   if not record then return false end
   local ok, obj = pcall(cjson.decode, ev)
   if not ok or type(obj) ~= 'table' then return false end
   local raw = type(obj.raw) == 'table' and obj.raw or {}
-  if raw.conversation_status == 'pending'
+  local skey = conv_key(prefix, person, SILENT)
+  if raw.conversation_status == 'pending' and raw.conversation_assigned == false
+      and (record.left or record.why == 'opened' or record.why == 'hand_over')
       and (tonumber(obj.ts) or 0) > (tonumber(record.since_s) or 0) then
     speak(prefix, person)
     redis.call('HINCRBY', stats_key, 'speak:pending', 1)
     return false
+  end
+  if type(raw.conversation_status) == 'string' and raw.conversation_status ~= 'pending'
+      and not record.left then
+    record.left = true
+    redis.call('SET', skey, cjson.encode(record))  -- its EXPIRE follows
   end
   remember_line(prefix, person, 'customer', obj, memory_ttl_s)
   redis.call('EXPIRE', conv_key(prefix, person, SILENT), silence_ttl_s)
