@@ -54,6 +54,7 @@
 -- uses: lib/outbound.lua (STATUS_RANK, park_undelivered)
 -- uses: lib/dispatch_lag.lua (record_dispatch_lag)
 -- uses: lib/silence.lua (held_silent, take_agent_message, take_conversation_event)
+-- uses: lib/silence.lua (silence_of, fold_batch)
 local prefix, max_claim, lease = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local window, max_wait, max_intake = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local out_prefix, service_window, early_ttl = ARGV[8], tonumber(ARGV[9]), tonumber(ARGV[10])
@@ -332,6 +333,9 @@ if max_claim > 0 then
             'created_ms', now, 'size', #msgs, 'messages', '[' .. table.concat(msgs, ',') .. ']',
             'context', '[' .. table.concat(context, ',') .. ']')
         end
+      elseif silence_of(prefix, person) and fold_batch(prefix, person, context_ttl) then
+        ok = false  -- a retry of a Chatwoot conversation a person took over meanwhile
+        redis.call('HINCRBY', KEYS[5], 'silent_batches', 1)
       end
       if ok then
         local token = ARGV[4] .. ':' .. i

@@ -205,3 +205,15 @@ def test_the_stand_ins_bodies_are_shaped_like_the_fixtures() -> None:
         sender=agent_user(12, "Laura Gómez"),
     )
     assert only_event(orjson.dumps(message))["kind"] == "human"
+
+
+def test_only_pending_still_drops_customers_messages_but_not_agents_or_events() -> None:
+    """CHATWOOT_ONLY_PENDING filters the customer's messages of conversations not `pending`,
+    as before; an agent's message and a conversation event are taken in either way."""
+    agent = fixture_bytes("chatwoot/message_created_agent.json")  # in an `open` conversation
+    assigned = fixture_bytes("chatwoot/conversation_updated_assignee.json")
+    assert [parse_body(b, NOW_MS, only_pending=True).count for b in (agent, assigned)] == [1, 1]
+    customer = fixture_json("chatwoot/message_created_incoming.json")
+    customer["conversation"]["status"] = "open"
+    parsed = parse_body(orjson.dumps(customer), NOW_MS, only_pending=True)
+    assert parsed.count == 0 and parsed.ignored_fields == ["conversation status open"]

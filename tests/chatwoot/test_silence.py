@@ -81,6 +81,12 @@ class Conversation:
         raw = await self.redis.get(Keys(self.prefix).tenant(TENANT).silent(str(CONVERSATION)))
         return orjson.loads(raw) if raw else None
 
+    async def reviewed(self) -> list[dict[str, Any]]:
+        async def parked() -> list[dict[str, Any]]:
+            return await review_items(self.redis, self.prefix, TENANT)
+
+        return await wait_for(parked, "the batch in review")
+
     async def nothing_waits(self) -> bool:
         k = Keys(self.prefix).tenant(TENANT)
         person = str(CONVERSATION)
@@ -192,7 +198,7 @@ async def test_after_the_bots_hand_over_it_is_silent_until_the_conversation_is_r
     await workers.start(**AI)
     await talk.customer("quiero hacer un reclamo")
     await talk.counted("silence:hand_over")
-    (item,) = await review_items(redis, talk.prefix, TENANT)
+    (item,) = await talk.reviewed()
     assert item["reason"] == "ai_hand_over" and item["hand_over"] == "done"
     assert talk.chatwoot.status_of(CONVERSATION) == "open"
     assert (await talk.silent() or {})["why"] == "hand_over"
@@ -265,3 +271,19 @@ async def test_the_bots_own_replies_sent_with_a_users_token_are_not_an_agents(
     await talk.customer("¿y mañana?")
     assert (await talk.replies(2))[1] == "stand-in reply to: ¿y mañana?"
     assert (await talk.counted("event:own_reply", 2)).get("silent_messages", 0) == 0
+
+
+async def test_a_hand_over_chatwoot_refused_still_silences_the_bot(
+    talk: Conversation, workers: InProcessWorkers, ai: MessagesApiStandIn, redis: Redis
+) -> None:
+    """The batch waits for a person on the review list: the bot does not answer meanwhile."""
+    talk.chatwoot.fail_always(422, message="Conversation is locked", kinds=["reply"])
+    talk.chatwoot.fail_always(403, kinds=["note", "status"])
+    await workers.start(**AI)
+    await talk.customer("hola")
+    await talk.counted("silence:hand_over")
+    (item,) = await talk.reviewed()
+    assert item["reason"] == "invalid_request" and item["hand_over"].startswith("failed: ")
+    await talk.customer("¿hola?")
+    await talk.counted("silent_messages")
+    assert await talk.nothing_waits() and len(ai_requests(ai)) == 1

@@ -7,7 +7,7 @@
 -- text, id, ts}, ...], "ids": [...]}` (by: customer | agent; ids: the customer's message ids),
 -- which worker/human_memory.py shows the AI.
 --
--- uses: lib/keys.lua (conv_key, PENDING, BATCH, MEMORY, SILENT)
+-- uses: lib/keys.lua (conv_key, PENDING, BATCH, LOCK, MEMORY, SILENT)
 
 local HUMAN_LINES_MAX = 40  -- the newest lines of one such entry; older ones are dropped
 
@@ -57,10 +57,30 @@ local function remember_line(prefix, person, by, obj, memory_ttl_s)
   redis.call('EXPIRE', mkey, memory_ttl_s)
 end
 
+-- A batch that is not running and has nothing decided yet (waiting for a retry, or for the
+-- AI after an outage; no reply stored, no review begun, no template noted, not requeued by a
+-- person): its messages join the memory and the batch is deleted (true). Anything else stays.
+local function fold_batch(prefix, person, memory_ttl_s)
+  local bkey = conv_key(prefix, person, BATCH)
+  if redis.call('EXISTS', conv_key(prefix, person, LOCK)) == 1 then return false end
+  local f = redis.call('HMGET', bkey, 'messages', 'reply', 'handoff', 'requeued', 'template')
+  if not f[1] or f[2] or f[3] or f[4] == '1' or f[5] then return false end
+  local ok, list = pcall(cjson.decode, f[1])
+  if ok and type(list) == 'table' then
+    for _, m in ipairs(list) do
+      if type(m) == 'table' then remember_line(prefix, person, 'customer', m, memory_ttl_s) end
+    end
+  end
+  redis.call('DEL', bkey)
+  return true
+end
+
 -- Start the silence (an existing one keeps its record and lives on). What waits for a turn
--- joins the memory first, in order, and leaves the schedule; a batch that exists (running, or
--- waiting for a retry) is finish.lua's to schedule.
+-- joins the memory first, in order, and leaves the schedule: a batch waiting for a retry
+-- (`fold_batch`), then the pending messages. A running batch finishes (finish.lua schedules
+-- what follows it, which is nothing: new messages go to the memory now).
 local function silence(prefix, person, record, due_key, burst_key, memory_ttl_s, silence_ttl_s)
+  if fold_batch(prefix, person, memory_ttl_s) then redis.call('ZREM', due_key, person) end
   local pkey = conv_key(prefix, person, PENDING)
   local waiting = redis.call('LRANGE', pkey, 0, -1)
   for _, item in ipairs(waiting) do
