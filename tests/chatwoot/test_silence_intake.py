@@ -21,8 +21,10 @@ from shared.group_commit import GroupCommitter
 from shared.keys import Keys
 from shared.scripts import Scripts
 from shared.settings import Settings
+from worker import live_state
 from worker.batch import Batch
 from worker.human_memory import HEADER, SILENT_ANSWER
+from worker.inspect import render_person
 from worker.store import SILENCE_TTL_S, Claim, ConversationStore
 
 TENANT, PERSON = "cw-1-3", "42"
@@ -253,6 +255,12 @@ async def test_the_hand_over_silences_and_folds_in_what_waits_and_a_memory_entry
     await store.silence(batch, "hand_over")  # a resumed hand-over: the same silence
     assert await redis.exists(k.pending(PERSON)) == 0
     assert orjson.loads(await redis.get(k.silent(PERSON)))["why"] == "hand_over"
+    state = await live_state.person(redis, Keys(prefix), TENANT, PERSON)
+    assert state["silent"]["why"] == "hand_over"
+    assert any(
+        line.startswith("  silent      a person handles it (hand_over)")
+        for line in render_person(state)
+    )
     assert (await stats(redis, prefix))["silence:hand_over"] == 2
     for i in range(45):
         await push(redis, prefix, customer(f"m{i}"))
