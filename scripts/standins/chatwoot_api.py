@@ -390,12 +390,34 @@ class ChatwootApiStandIn(WebhookStandIn[ChatwootFault, WebhookDelivery]):
           `ChatwootFault`: status, message, raw_body, content_type, delay, count (null =
           forever), conversation, kinds, after, drop.
         - `{"op": "hang", "seconds": 30, "count": 1}`
+        - people in Chatwoot: `{"op": "agent_writes", "conversation": 42, "content": "..."}`
+          (optional `name`, `agent_id`), `{"op": "assign", "conversation": 42, "agent_id": 12,
+          "name": "..."}` (`agent_id` null: unassign), `{"op": "set_status", "conversation":
+          42, "status": "pending"}`; each takes `account` (default 1).
+        - `{"op": "conversation_events", "mode": "account"}`: which conversation events to post.
         - `clear` also forgets the conversation statuses and the webhook deliveries.
         """
         return {
             **super()._control_ops(),
             "fail": self._control_fail,
             "hang": lambda p: self.hang_next(int(p.get("count", 1)), float(p.get("seconds", 30.0))),
+            "agent_writes": lambda p: self.agent_writes(
+                int(p["conversation"]),
+                str(p["content"]),
+                agent_id=int(p.get("agent_id", 12)),
+                name=str(p.get("name", "Laura Gómez")),
+                account=int(p.get("account", 1)),
+            ),
+            "assign": lambda p: self.assign(
+                int(p["conversation"]),
+                None if p.get("agent_id", 12) is None else int(p.get("agent_id", 12)),
+                str(p.get("name", "Laura Gómez")),
+                int(p.get("account", 1)),
+            ),
+            "set_status": lambda p: self.set_status(
+                int(p["conversation"]), str(p["status"]), int(p.get("account", 1))
+            ),
+            "conversation_events": lambda p: self.configure(conversation_events=str(p["mode"])),
         }
 
     def _control_fail(self, payload: Mapping[str, Any]) -> None:
@@ -541,7 +563,7 @@ class ChatwootApiStandIn(WebhookStandIn[ChatwootFault, WebhookDelivery]):
                 private=message.private,
                 created_at=message.time,
                 sender=sender,
-                **self._conversation_state(message.account, message.conversation),
+                **self.conversation_state(message.account, message.conversation),
             )
         )
         self._spawn(
@@ -567,7 +589,7 @@ class ChatwootApiStandIn(WebhookStandIn[ChatwootFault, WebhookDelivery]):
         )
         with self._lock:
             self.agent_messages.append(message)
-        state = self._conversation_state(account, conversation)
+        state = self.conversation_state(account, conversation)
         self._post_event(
             message_created(
                 message_id=message.id,
@@ -610,7 +632,7 @@ class ChatwootApiStandIn(WebhookStandIn[ChatwootFault, WebhookDelivery]):
                     changed_attributes={
                         "assignee_id": (before["id"] if before else None, agent_id)
                     },
-                    **self._conversation_state(account, conversation),
+                    **self.conversation_state(account, conversation),
                 )
             )
 
@@ -620,7 +642,8 @@ class ChatwootApiStandIn(WebhookStandIn[ChatwootFault, WebhookDelivery]):
             raise ValueError(f"status must be one of {sorted(STATUSES)}")
         self._change_status(account, conversation, status)
 
-    def _conversation_state(self, account: int, conversation: int) -> dict[str, Any]:
+    def conversation_state(self, account: int, conversation: int) -> dict[str, Any]:
+        """The conversation's `status` and `assignee` as Chatwoot has them now."""
         with self._lock:
             return {
                 "status": self._statuses.get((account, conversation), "pending"),
@@ -632,7 +655,7 @@ class ChatwootApiStandIn(WebhookStandIn[ChatwootFault, WebhookDelivery]):
             before = self._statuses.get((account, conversation), "pending")
             self._statuses[(account, conversation)] = status
         mode = self.conversation_events
-        state = self._conversation_state(account, conversation)
+        state = self.conversation_state(account, conversation)
         if mode == "account" and before != status:
             self._post_event(
                 conversation_webhook(
@@ -728,6 +751,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--secret", default=os.environ.get("CHATWOOT_WEBHOOK_SECRET"))
     parser.add_argument("--webhook-token", default=os.environ.get("CHATWOOT_WEBHOOK_TOKEN"))
     parser.add_argument("--inbox-id", type=int, default=3)
+    parser.add_argument(
+        "--conversation-events",
+        choices=["", "account", "agent_bot"],
+        default="",
+        help="post the conversation events an account webhook or an agent bot gets",
+    )
     args = parser.parse_args(argv)
     standin = ChatwootApiStandIn(
         access_tokens=TOKENS.accepted(args),
@@ -735,6 +764,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         webhook_secret=(args.secret or "").split(",")[0] or None,
         webhook_token=(args.webhook_token or "").split(",")[0] or None,
         inbox_id=args.inbox_id,
+        conversation_events=args.conversation_events,
     )
     serve_forever(standin, args, "chatwoot stand-in", "POST /_control for faults")
 

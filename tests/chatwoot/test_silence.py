@@ -59,7 +59,7 @@ class Conversation:
 
     async def customer(self, text: str) -> None:
         self._next_id += 1
-        state = self.chatwoot._conversation_state(1, CONVERSATION)
+        state = self.chatwoot.conversation_state(1, CONVERSATION)
         await post_message(self.url, self._next_id, text, **state)
 
     async def counted(self, name: str, at_least: int = 1) -> dict[str, int]:
