@@ -1,4 +1,5 @@
-"""Chatwoot webhooks: authenticated, and `message_created` bodies turned into inbox events.
+"""Chatwoot webhooks: authenticated, and their bodies turned into inbox events (messages, agents'
+messages, conversation events).
 
 `ChatwootInbound` is the receiver's half of the Chatwoot provider (see shared/provider.py),
 serving `POST /webhooks/chatwoot` for an account webhook or an agent bot. No I/O here.
@@ -142,7 +143,8 @@ class ChatwootInbound:
 def parse_body(
     body: bytes, received_ms: int, delivery: str = "", only_pending: bool = False
 ) -> Parsed:
-    """The inbox event of an incoming `message_created` body; anything else is ignored."""
+    """The inbox event of a body: a customer's or an agent's `message_created`, or a
+    conversation event that starts or ends the bot's silence; anything else is ignored."""
     parsed = Parsed()
     try:
         payload = orjson.loads(body)
