@@ -1,4 +1,5 @@
-"""Chatwoot webhooks: authenticated, and `message_created` bodies turned into inbox events.
+"""Chatwoot webhooks: authenticated, and their bodies turned into inbox events (messages, agents'
+messages, conversation events).
 
 `ChatwootInbound` is the receiver's half of the Chatwoot provider (see shared/provider.py),
 serving `POST /webhooks/chatwoot` for an account webhook or an agent bot. No I/O here.
@@ -12,12 +13,20 @@ Authentication (invariant 8: never accept unauthenticated traffic):
 - neither configured: every request is refused (403), as WhatsApp's route without a secret.
 Missing credentials answer 401, wrong or stale ones 403.
 
-What is stored: only `message_created` events that are `incoming` and not private. The bot's
-own replies, agents' messages, templates and private notes come back as `message_created`
-too, and every other event (conversation_status_changed, ...) is valid but not for us: all of
-them are reported in `ignored_fields`, never stored, never dead-lettered. With
-`CHATWOOT_ONLY_PENDING=true` only conversations in status `pending` (Chatwoot's "with the
-bot" state) are answered, so one handed over to a person (`open`) gets no more bot replies.
+What is stored:
+- `message_created` that is `incoming` and not private: a customer's message (kind "message").
+- `message_created` that is `outgoing`, not private, sent by a `user`: an agent's message (kind
+  "human"): it enters the memory and silences the bot in that conversation. The bot's own
+  replies come back the same way when its token is a user's; the intake knows them by their
+  recorded ids (shared/lua/lib/silence.lua). Sent with an agent bot's token they say
+  `agent_bot` and are ignored here.
+- the conversation events that start or end the bot's silence (kind "conversation",
+  receiver/chatwoot_conversations.py).
+Templates, private notes, activity messages and every other event are valid but not for us:
+reported in `ignored_fields`, never stored, never dead-lettered. With
+`CHATWOOT_ONLY_PENDING=true` only customers' messages of conversations in status `pending`
+(Chatwoot's "with the bot" state) are taken in, so one handed over to a person (`open`) gets
+no more bot replies (and its messages do not reach the memory).
 
 Identity: tenant = the inbox of an account (`cw-<account>-<inbox>`, shared/chatwoot.py),
 person = the conversation id, message id = Chatwoot's message id, which is also the dedupe key:
@@ -29,14 +38,14 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import math
 from collections.abc import Iterable
-from datetime import datetime
 from typing import Any
 from urllib.parse import parse_qs
 
 import orjson
 
+from receiver.chatwoot_conversations import conversation_change, is_conversation_event
+from receiver.chatwoot_fields import chatwoot_id, field, label, timestamp
 from receiver.parsing import Invalid, Parsed
 from receiver.signature import BadSignature, MissingSignature, token_matches
 from shared.chatwoot import CHANNEL, tenant_id
@@ -48,7 +57,6 @@ TIMESTAMP = b"x-chatwoot-timestamp"
 DELIVERY = b"x-chatwoot-delivery"
 PREFIX = "sha256="
 MAX_SKEW_S = 300  # a signed request more than 5 minutes off is a replay (or a broken clock)
-MAX_TS = 2**53
 
 # Chatwoot's attachment file types, as the inbox event's `type` (WhatsApp's names where equal).
 ATTACHMENT_TYPES = {"file": "document", "contact": "contacts"}
@@ -135,7 +143,8 @@ class ChatwootInbound:
 def parse_body(
     body: bytes, received_ms: int, delivery: str = "", only_pending: bool = False
 ) -> Parsed:
-    """The inbox event of an incoming `message_created` body; anything else is ignored."""
+    """The inbox event of a body: a customer's or an agent's `message_created`, or a
+    conversation event that starts or ends the bot's silence; anything else is ignored."""
     parsed = Parsed()
     try:
         payload = orjson.loads(body)
@@ -145,55 +154,82 @@ def parse_body(
     if not isinstance(payload, dict):
         parsed.problems.append("body is not an object")
         return parsed
-    ignored = ignored_because(payload, only_pending)
-    if ignored:
-        parsed.ignored_fields.append(ignored)
-        return parsed
     try:
-        tenant, event = message_from(payload, received_ms, delivery)
-        parsed.add(tenant, event)
+        if is_conversation_event(payload):
+            change = conversation_change(payload, body, received_ms)
+            if isinstance(change, str):
+                parsed.ignored_fields.append(change)
+            else:
+                parsed.add(*change)
+            return parsed
+        kind = "human" if is_agent_message(payload) else "message"
+        ignored = "" if kind == "human" else ignored_because(payload, only_pending)
+        if ignored:
+            parsed.ignored_fields.append(ignored)
+            return parsed
+        parsed.add(*message_from(payload, received_ms, delivery, kind))
     except Invalid as exc:
         parsed.problems.append(str(exc))
     return parsed
+
+
+def is_agent_message(payload: dict[str, Any]) -> bool:
+    """A public message a user (an agent, or the bot posting with a user's token) wrote to the
+    customer. Chatwoot names the sender's kind: `user`, `agent_bot`, `contact`; automations
+    and campaigns have none."""
+    return (
+        payload.get("event") == "message_created"
+        and payload.get("message_type") in ("outgoing", 1)
+        and not payload.get("private")
+        and field(payload.get("sender"), "type") == "user"
+    )
 
 
 def ignored_because(payload: dict[str, Any], only_pending: bool = False) -> str:
     """Why a valid webhook is not a customer's message for the bot ("" when it is one)."""
     event = payload.get("event")
     if event != "message_created":
-        return f"event {_label(event)}"
+        return f"event {label(event)}"
     kind = payload.get("message_type")
     if kind not in ("incoming", 0):  # 0 is "incoming" where Chatwoot sends the enum's index
-        return f"message_type {_label(kind)}"
+        return f"message_type {label(kind)}"
     if payload.get("private"):
         return "private note"
     if only_pending:
-        status = _get(payload.get("conversation"), "status")
+        status = field(payload.get("conversation"), "status")
         if status != "pending":
-            return f"conversation status {_label(status)}"
+            return f"conversation status {label(status)}"
     return ""
 
 
 def message_from(
-    payload: dict[str, Any], received_ms: int, delivery: str = ""
+    payload: dict[str, Any], received_ms: int, delivery: str = "", event_kind: str = "message"
 ) -> tuple[str, dict[str, Any]]:
-    """(tenant, inbox event) of one incoming message."""
-    message_id = _id(payload.get("id"), "message without id")
+    """(tenant, inbox event) of one message: a customer's ("message") or an agent's ("human")."""
+    message_id = chatwoot_id(payload.get("id"), "message without id")
     conversation = _dict(payload.get("conversation"), "message without conversation")
-    account = _id(_get(payload.get("account"), "id"), "message without account id")
-    inbox = _get(payload.get("inbox"), "id")
+    account = chatwoot_id(field(payload.get("account"), "id"), "message without account id")
+    inbox = field(payload.get("inbox"), "id")
     if inbox is None:
         inbox = conversation.get("inbox_id")
-    inbox_id = _id(inbox, "message without inbox id")
-    person = _id(conversation.get("id"), "message without conversation id")
+    inbox_id = chatwoot_id(inbox, "message without inbox id")
+    person = chatwoot_id(conversation.get("id"), "message without conversation id")
     attributes = payload.get("content_attributes")
-    reply_to = _get(attributes, "in_reply_to")
+    reply_to = field(attributes, "in_reply_to")
     raw = {k: v for k, v in payload.items() if k != "conversation"}
     raw["conversation_id"] = int(person)
+    status = conversation.get("status")
+    if isinstance(status, str):
+        # A customer's message while the conversation is `pending` and nobody's (with the bot
+        # again) ends the bot's silence there (shared/lua/lib/silence.lua).
+        raw["conversation_status"] = status[:20]
+        raw["conversation_assigned"] = (
+            field(field(conversation.get("meta"), "assignee"), "id") is not None
+        )
     if delivery:
         raw["delivery"] = delivery
     kind, text = describe(payload)
-    sender_name = _get(payload.get("sender"), "name")
+    sender_name = field(payload.get("sender"), "name")
     event = message_event(
         channel=CHANNEL,
         tenant=tenant_id(int(account), int(inbox_id)),
@@ -206,6 +242,7 @@ def message_from(
         raw=raw,
         name=sender_name if isinstance(sender_name, str) else "",
         context=str(reply_to) if isinstance(reply_to, int | str) and reply_to != "" else "",
+        kind=event_kind,
     )
     return event["tenant"], event
 
@@ -224,24 +261,6 @@ def describe(payload: dict[str, Any]) -> tuple[str, str]:
     return kinds[0], " ".join([first, *(f"[{k}]" for k in kinds[1:])])
 
 
-def timestamp(value: Any, received_ms: int) -> int:
-    """Unix seconds of `created_at` (ISO 8601 or a number); the receive time when unusable."""
-    ts: float | None = None
-    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
-        ts = value
-    elif isinstance(value, str):
-        try:
-            ts = float(value)
-        except ValueError:
-            try:
-                ts = datetime.fromisoformat(value).timestamp()
-            except (ValueError, OverflowError, OSError):  # not a date, or out of range
-                ts = None
-    if ts is None or not math.isfinite(ts) or not 0 <= ts < MAX_TS:
-        return received_ms // 1000
-    return int(ts)
-
-
 def _attachment_type(attachment: dict[str, Any]) -> str:
     kind = attachment.get("file_type")
     if not isinstance(kind, str) or not kind:
@@ -249,26 +268,7 @@ def _attachment_type(attachment: dict[str, Any]) -> str:
     return ATTACHMENT_TYPES.get(kind, kind)
 
 
-def _id(value: Any, problem: str) -> str:
-    """Chatwoot's numeric ids (an int, or a string of digits) as a string."""
-    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < MAX_TS:
-        return str(value)
-    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) < 16:
-        return str(int(value))
-    raise Invalid(problem)
-
-
 def _dict(value: Any, problem: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise Invalid(problem)
     return value
-
-
-def _get(obj: Any, key: str) -> Any:
-    return obj.get(key) if isinstance(obj, dict) else None
-
-
-def _label(value: Any) -> str:
-    if isinstance(value, str):
-        return value[:40]
-    return type(value).__name__ if value is not None else "missing"

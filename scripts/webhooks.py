@@ -145,8 +145,13 @@ def message_created(
     sender_name: str = "Ana Pérez",
     attachments: list[dict[str, Any]] | None = None,
     status: str = "pending",
+    sender: dict[str, Any] | None = None,
+    assignee: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """A `message_created` webhook body as Chatwoot shapes it (see the fixtures)."""
+    """A `message_created` webhook body as Chatwoot shapes it (see the fixtures). `sender`
+    replaces the default one (the contact for an incoming message, the agent bot otherwise):
+    an agent's message is `{"id": .., "name": .., "type": "user"}`. `assignee`: the
+    conversation's assigned user (`conversation.meta.assignee`), as `agent_user` builds it."""
     when = time.time() if created_at is None else created_at
     incoming = message_type == "incoming"
     body: dict[str, Any] = {
@@ -159,7 +164,8 @@ def message_created(
         "content_attributes": {},
         "private": private,
         "source_id": f"wamid.CW{message_id}" if incoming else None,
-        "sender": {
+        "sender": sender
+        or {
             "id": 7 if incoming else 1,
             "name": sender_name if incoming else "Bot",
             "type": "contact" if incoming else "agent_bot",
@@ -172,8 +178,88 @@ def message_created(
             "channel": "Channel::Whatsapp",
             "status": status,
             "can_reply": True,
+            "meta": {"sender": _contact(sender_name), "assignee": assignee},
         },
     }
     if attachments:
         body["attachments"] = attachments
     return body
+
+
+def agent_user(agent_id: int, name: str) -> dict[str, Any]:
+    """An agent as Chatwoot shows one (`User#push_event_data`): a message's `sender`, a
+    conversation's `meta.assignee`."""
+    return {
+        "id": agent_id,
+        "name": name,
+        "available_name": name.split()[0] if name.split() else name,
+        "avatar_url": "",
+        "type": "user",
+        "availability_status": "online",
+        "thumbnail": "",
+    }
+
+
+def conversation_webhook(
+    event: str,
+    *,
+    conversation: int,
+    account: int = 1,
+    inbox: int = 3,
+    status: str = "open",
+    assignee: dict[str, Any] | None = None,
+    changed_attributes: dict[str, tuple[Any, Any]] | None = None,
+    at: float | None = None,
+) -> dict[str, Any]:
+    """A conversation event as Chatwoot sends it (app/listeners/webhook_listener.rb and
+    agent_bot_listener.rb): the conversation's `push_data` (`id`, `inbox_id`, `status`,
+    `meta.assignee`, its last message in `messages`, which carries `account_id`) with `event`
+    and, where given, `changed_attributes` (attribute -> (previous, current)) written as
+    Chatwoot writes them: `[{attribute: {"previous_value", "current_value"}}]`. See
+    tests/fixtures/chatwoot/conversation_*.json."""
+    when = time.time() if at is None else at
+    body: dict[str, Any] = {
+        "additional_attributes": {},
+        "can_reply": True,
+        "channel": "Channel::Whatsapp",
+        "id": conversation,
+        "inbox_id": inbox,
+        "messages": [
+            {
+                "id": 1,
+                "account_id": account,
+                "inbox_id": inbox,
+                "conversation_id": conversation,
+                "message_type": 0,
+                "content": "",
+                "created_at": int(when),
+                "private": False,
+                "sender_type": "Contact",
+                "sender_id": 7,
+            }
+        ],
+        "labels": [],
+        "meta": {"sender": _contact("Ana Pérez"), "assignee": assignee, "team": None},
+        "status": status,
+        "custom_attributes": {},
+        "snoozed_until": None,
+        "unread_count": 0,
+        "priority": None,
+        "agent_last_seen_at": int(when),
+        "contact_last_seen_at": 0,
+        "last_activity_at": int(when),
+        "timestamp": int(when),
+        "created_at": int(when),
+        "updated_at": when,
+        "event": event,
+    }
+    if changed_attributes is not None:
+        body["changed_attributes"] = [
+            {name: {"previous_value": before, "current_value": after}}
+            for name, (before, after) in changed_attributes.items()
+        ]
+    return body
+
+
+def _contact(name: str) -> dict[str, Any]:
+    return {"id": 7, "name": name, "phone_number": "+5491155550001", "type": "contact"}

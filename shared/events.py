@@ -16,6 +16,16 @@ and `new_person` (a number change's new id; "" otherwise); they start no turn by
     "revoke"   the person deleted `target`
     "edit"     the person edited `target`; `text` is the new content
     "welcome"  `request_welcome`: a turn only where a welcome text is configured
+    "human"    Chatwoot: a message a person of the business (an agent) wrote to the customer;
+               `name` is the agent's. It enters the memory and makes the bot silent in that
+               conversation, unless the intake finds it is the bot's own reply coming back
+Conversation event (kind "conversation", Chatwoot): a change of a conversation that starts or
+ends the bot's silence there (shared/lua/lib/silence.lua); never a turn:
+    v, kind, person, tenant, channel, id (Chatwoot's event name, the conversation and a hash
+    of the body: deliveries of one event are one), type (the event's name), effect ("silence"
+    or "speak"), why (assignee, opened; pending, resolved, reopened), name (the assignee's),
+    ts (Chatwoot's time of the change, unix seconds), received_ms, raw (the event's status,
+    changed attributes and assignee)
 Status event (kind "status"):
     v, kind, person (recipient), tenant, channel, id (our outbound id), status, ts,
     received_ms, errors (list), raw
@@ -47,14 +57,19 @@ def message_event(
     raw: Any,
     name: str = "",
     context: str = "",
+    kind: str = "",
 ) -> dict[str, Any]:
-    # The kinds below are WhatsApp's types; other channels' items are all messages. Text,
-    # nearly all traffic, is told apart with one string comparison: a set lookup would hash
-    # the fresh string, and the receiver's hot path measured that (docs/benchmarks/receiver.md).
-    if type == "text" or channel != "whatsapp":
-        kind = "message"
-    else:
-        kind = message_kind(type, raw)
+    """`kind` "" classifies the item by its WhatsApp type; a caller that knows better (a
+    Chatwoot agent's message is "human") names it."""
+    if not kind:
+        # The kinds below are WhatsApp's types; other channels' items are all messages.
+        # Text, nearly all traffic, is told apart with one string comparison: a set lookup
+        # would hash the fresh string, and the receiver's hot path measured that
+        # (docs/benchmarks/receiver.md).
+        if type == "text" or channel != "whatsapp":
+            kind = "message"
+        else:
+            kind = message_kind(type, raw)
     event = {
         "v": EVENT_VERSION,
         "kind": kind,
@@ -70,9 +85,42 @@ def message_event(
         "context": context,
         "raw": raw,
     }
-    if kind != "message":
+    if kind not in ("message", "human"):
         event["target"], event["new_person"] = _about(type, raw)
     return event
+
+
+def conversation_event(
+    *,
+    channel: str,
+    tenant: str,
+    person: str,
+    event_id: str,
+    type: str,
+    effect: str,
+    why: str,
+    ts: int,
+    received_ms: int,
+    raw: Any,
+    name: str = "",
+) -> dict[str, Any]:
+    """A conversation's change that starts (`effect` "silence") or ends ("speak") the bot's
+    silence there, `why` in a word."""
+    return {
+        "v": EVENT_VERSION,
+        "kind": "conversation",
+        "person": person,
+        "tenant": tenant,
+        "channel": channel,
+        "id": event_id,
+        "type": type,
+        "effect": effect,
+        "why": why,
+        "name": name,
+        "ts": ts,
+        "received_ms": received_ms,
+        "raw": raw,
+    }
 
 
 # Types that are always plain messages.

@@ -40,6 +40,8 @@ Layout (prefix `wa`, tenant 106540352242922, person 16505551234):
     wa:{…}:c:16505551234:memory         LIST    recent exchanges for the AI (capped, idle TTL)
     wa:{…}:c:16505551234:context        LIST    events that are not messages, for the next turn
                                                 (reactions, edits, deletions; capped, TTL)
+    wa:{…}:c:16505551234:silent         STRING  a Chatwoot conversation a person of the business
+                                                handles: the bot is silent (JSON why/since; TTL)
     wa:{106540352242922}:out:<wamid>    HASH    one sent reply part: batch, person, part, status
 """
 
@@ -221,6 +223,11 @@ class TenantKeys:
         """The key of one kind (one of CONVERSATION_KINDS) of a person's conversation."""
         return f"{self.conversation_prefix}{_check(person, 'person')}:{kind}"
 
+    def silent(self, person: str) -> str:
+        """While a person of the business handles a Chatwoot conversation, the bot is silent
+        there: JSON `why`, `since_ms`, `since_s`, `by` (shared/lua/lib/silence.lua)."""
+        return f"{self.conversation_prefix}{_check(person, 'person')}:{SILENT}"
+
     def conversations_pattern(self, kind: str) -> str:
         """A SCAN MATCH pattern for one kind of conversation key (PENDING, BATCH, ...) of
         every person of the tenant; `person_in` reads the person back from a match."""
@@ -253,6 +260,7 @@ class TenantKeys:
 # place a key is spelled.
 PENDING, BATCH, LOCK, LASTIN, MEMORY = "pending", "batch", "lock", "lastin", "memory"
 CONTEXT = "context"
+SILENT = "silent"
 # The suffix of a tenant's review notifications (after its notification queue's key), written
 # into shared/lua/lib/review.lua by the loader like the suffixes above.
 NOTIFY_EVENTS = "events"
@@ -260,7 +268,7 @@ NOTIFY_EVENTS = "events"
 # Every kind of conversation key: forgetting a person (shared/forget.py) deletes the keys of
 # each kind listed here, so a new kind of conversation key must be added to this tuple too
 # (tests/test_forget.py checks that each `TenantKeys` method of one person's key is covered).
-CONVERSATION_KINDS: tuple[str, ...] = (PENDING, BATCH, LOCK, LASTIN, MEMORY, CONTEXT)
+CONVERSATION_KINDS: tuple[str, ...] = (PENDING, BATCH, LOCK, LASTIN, MEMORY, CONTEXT, SILENT)
 
 
 def _glob_escape(text: str) -> str:

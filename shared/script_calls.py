@@ -46,6 +46,7 @@ def claim(
     context_ttl_s: int,
     context_max: int,
     notify: bool,
+    silence_ttl_s: int,
 ) -> Call:
     """`welcome`: 1 when the tenant has a welcome text (`request_welcome` starts a turn);
     `notify`: a review webhook is configured (REVIEW_WEBHOOK_URL)."""
@@ -66,6 +67,7 @@ def claim(
             context_ttl_s,
             context_max,
             k.review_notify if notify else "",
+            silence_ttl_s,
         ],
     )
 
@@ -161,6 +163,16 @@ def finish(
             k.review_notify if notify else "",
         ],
     )
+
+
+def silence(k: TenantKeys, *, person: str, why: str, memory_ttl_s: int, silence_ttl_s: int) -> Call:
+    return [k.due, k.burst, k.stats], [
+        k.conversation_prefix,
+        person,
+        why,
+        memory_ttl_s,
+        silence_ttl_s,
+    ]
 
 
 def requeue(k: TenantKeys, *, item_id: str, person: str, messages: bytes) -> Call:

@@ -7,6 +7,8 @@ from typing import Any
 
 import orjson
 
+from worker.human_memory import with_transcript
+
 SERVICE_WINDOW_S = 24 * 3600  # WhatsApp's customer-service window
 
 
@@ -57,7 +59,8 @@ class Batch:
     # reply, `part:<i>`, the template note, the review journal) is read from here by
     # `TurnState.resumed`.
     fields: dict[str, str] = field(default_factory=dict)
-    # Earlier exchanges with this person, oldest first: [{"user": ..., "assistant": ...}]
+    # Earlier exchanges with this person, oldest first: [{"user": ..., "assistant": ...}]; what
+    # a Chatwoot agent and the customer said while the bot was silent too (worker/human_memory.py)
     history: list[dict[str, Any]] = field(default_factory=list)
     # Provider ts of the person's latest message (0: unknown, or the window has closed).
     last_inbound_ts: int = 0
@@ -85,7 +88,7 @@ class Batch:
             messages=[Message.from_event(e) for e in events],
             messages_json=raw_messages.encode(),
             fields=fields,
-            history=orjson.loads(fields.pop("history", "[]")),
+            history=_history(fields.pop("history", "[]")),
             last_inbound_ts=int(fields.pop("last_inbound", 0) or 0),
             context=_context(fields.pop("context", "[]")),
         )
@@ -119,6 +122,15 @@ class Batch:
     @property
     def texts(self) -> list[str]:
         return [m.text for m in self.messages]
+
+
+def _history(raw: str) -> list[dict[str, Any]]:
+    """The memory, oldest first; what people of the business said while the bot was silent
+    (Chatwoot) reads like an exchange (worker/human_memory.py)."""
+    entries = orjson.loads(raw or "[]")
+    if not isinstance(entries, list):
+        return []
+    return [with_transcript(e) for e in entries if isinstance(e, dict)]
 
 
 def _context(raw: str) -> list[dict[str, Any]]:

@@ -196,6 +196,13 @@ def render_person(state: dict[str, Any]) -> list[str]:
     else:
         lines.append("  24h window  closed (or no message seen)")
     lines.append(f"  memory      {state['memory_exchanges']} exchanges remembered")
+    silent = state.get("silent")
+    if silent:
+        by = f", {silent['by']}" if silent.get("by") else ""
+        lines.append(
+            f"  silent      a person handles it ({silent.get('why')}{by}) since "
+            f"{_at(silent.get('since_ms'))}: the customer's messages go to the memory"
+        )
     lines.append(f"  review      {len(state['review'])} items")
     for item in state["review"]:
         lines += _review_lines(item)

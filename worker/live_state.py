@@ -137,7 +137,8 @@ async def person(
     redis: Any, keys: Keys, tenant_id: str, person_id: str, with_text: bool = False
 ) -> dict[str, Any]:
     """One conversation: pending messages, due time, burst, lease, the batch (attempt, last
-    error, reply stored, parts sent), the 24-hour window, memory, and its review items."""
+    error, reply stored, parts sent), the 24-hour window, memory, the bot's silence (Chatwoot)
+    and its review items."""
     k = keys.tenant(tenant_id)
     now = await redis_now_ms(redis)
     pipe = redis.pipeline(transaction=False)
@@ -151,6 +152,7 @@ async def person(
     pipe.get(k.last_inbound(person_id))
     pipe.ttl(k.last_inbound(person_id))
     pipe.llen(k.memory(person_id))
+    pipe.get(k.silent(person_id))
     (
         pending,
         due,
@@ -162,6 +164,7 @@ async def person(
         lastin,
         lastin_ttl,
         memory,
+        silent,
     ) = await pipe.execute()
     review = [
         item if with_text else _review_summary(item)
@@ -186,6 +189,9 @@ async def person(
         "batch": _batch(batch, now, with_text) if batch else None,
         "window": _window(lastin, lastin_ttl),
         "memory_exchanges": int(memory),
+        # Chatwoot: a person of the business handles the conversation, the bot is silent
+        # (shared/lua/lib/silence.lua): why, since_ms, by; None when the bot may speak.
+        "silent": _json(silent),
         "review": review,
     }
 
@@ -393,3 +399,14 @@ def _lag(counters: dict[str, int]) -> dict[str, Any]:
     histogram = dispatch_lag.from_stats(counters)
     mean = histogram.sum_s * 1000 / histogram.count if histogram.count else None
     return {"claims": histogram.count, "mean_ms": mean}
+
+
+def _json(raw: Any) -> dict[str, Any] | None:
+    """A JSON object stored as a string, None when absent or unreadable."""
+    if raw is None:
+        return None
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None

@@ -31,6 +31,9 @@ EARLY_STATUS_TTL_S = 3600
 # How many events that are not messages (reactions, edits, deletions, ...) a conversation keeps
 # for its next turn; they live as long as memory does (`MEMORY_TTL_S`).
 CONTEXT_MAX = 20
+# How long the bot stays silent in a Chatwoot conversation a person handles after its last event
+# (shared/lua/lib/silence.lua): long enough for any human follow-up, not forever.
+SILENCE_TTL_S = 30 * 24 * 3600
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,7 @@ class ConversationStore:
             context_ttl_s=max(1, int(self._settings.memory_ttl_s)),
             context_max=CONTEXT_MAX,
             notify=self._notify,
+            silence_ttl_s=SILENCE_TTL_S,
         )
         row = await self._committer.submit(lambda p: self._scripts.claim.queue(p, keys, args))
         return Claim(
@@ -152,6 +156,19 @@ class ConversationStore:
             lambda p: self._scripts.journal_review.queue(p, keys, args)
         )
         return bool(int(result))
+
+    async def silence(self, batch: Batch, why: str) -> None:
+        """The bot is silent in the batch's conversation from now on (a Chatwoot hand-over):
+        its waiting messages join the memory (shared/lua/silence.lua)."""
+        k = self.keys.tenant(batch.tenant)
+        keys, args = script_calls.silence(
+            k,
+            person=batch.person,
+            why=why,
+            memory_ttl_s=max(1, int(self._settings.memory_ttl_s)),
+            silence_ttl_s=SILENCE_TTL_S,
+        )
+        await self._committer.submit(lambda p: self._scripts.silence.queue(p, keys, args))
 
     async def add_figures(self, tenant: str, increments: dict[str, int]) -> None:
         """Add a turn's figures to the tenant's stats (shared/turn_figures.py): one HINCRBY

@@ -289,6 +289,11 @@ class Turn:
         if not saved:
             raise LeaseLost
 
+    async def silence(self, why: str) -> None:
+        """The bot is silent in this conversation from now on (a Chatwoot hand-over: a person
+        answers there), until it is pending again or resolved (shared/lua/lib/silence.lua)."""
+        await self._while_leased(lambda: self.store.silence(self.batch, why), "silence the bot")
+
     async def finish(self, call: Callable[[], Awaitable[bool]]) -> None:
         if not await self._while_leased(call, "finish the turn"):
             log.warning(

@@ -1,9 +1,10 @@
 """How a turn ends when it does not end done: a retry with backoff, a wait for the AI (the
 fleet's pause, attempts not counted), or a review, with the conversation handed over to a person
-where the provider can (Chatwoot) and, when the AI asked for a person, the tenant's hand-over
-text sent first. A review is journaled on the batch before the provider hears of it
-(worker/review_journal.py): a worker that dies meanwhile leaves the batch to be resumed by
-another, which finishes this same review and hands over at most once.
+where the provider can (Chatwoot, where the bot is then silent in that conversation) and, when
+the AI asked for a person, the tenant's hand-over text sent first. A review is journaled on the
+batch before the provider hears of it (worker/review_journal.py): a worker that dies meanwhile
+leaves the batch to be resumed by another, which finishes this same review and hands over at
+most once.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
+from shared.chatwoot import CHANNEL as CHATWOOT
 from shared.logs import redact_person
 from worker.ai_pause import AIPaused
 from worker.batch import Batch
@@ -125,6 +127,10 @@ class TurnEndings:
                 state.journal = ReviewJournal(reason, detail, now_ms, state.delivery_unknown)
                 await self._turn.save_journal()
             outcome = await self._hand_over(state.journal, reason, detail, resumed)
+            if outcome and batch.channel == CHATWOOT:
+                # A person answers in Chatwoot now: the customer's next messages go to the
+                # memory, not to the AI, until the conversation is back with the bot.
+                await self._turn.silence("hand_over")
         except LeaseLost:
             log.warning("lease lost during the review tenant=%s batch=%s", batch.tenant, batch.id)
             return

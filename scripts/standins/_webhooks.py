@@ -47,6 +47,7 @@ class WebhookStandIn(StandInBase[F], Generic[F, D]):
         self._pending_webhooks = 0
         self._tasks: set[asyncio.Task[None]] = set()
         self._http: httpx.AsyncClient | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # the server's, while it serves
 
     @property
     def webhook_deliveries(self) -> list[D]:
@@ -84,9 +85,11 @@ class WebhookStandIn(StandInBase[F], Generic[F, D]):
     @asynccontextmanager
     async def _lifespan(self, app: Starlette) -> AsyncIterator[None]:
         self._http = self._new_client()
+        self._loop = asyncio.get_running_loop()
         try:
             yield
         finally:
+            self._loop = None
             tasks = list(self._tasks)
             for task in tasks:
                 task.cancel()
@@ -108,9 +111,22 @@ class WebhookStandIn(StandInBase[F], Generic[F, D]):
 
     def _spawn(self, job: Coroutine[Any, Any, None], what: str) -> None:
         """Run `job` (posting one message's webhooks) in the server's loop, counted in
-        `pending_webhooks` until it ends; `what` names it in the log if it fails."""
+        `pending_webhooks` until it ends; `what` names it in the log if it fails. Called from
+        another thread (a test acting as a person in Chatwoot), the job is handed to the
+        server's loop."""
         with self._lock:
             self._pending_webhooks += 1
+        try:
+            running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        server = self._loop
+        if server is not None and running is not server:
+            server.call_soon_threadsafe(self._start, job, what)
+        else:
+            self._start(job, what)
+
+    def _start(self, job: Coroutine[Any, Any, None], what: str) -> None:
         task = asyncio.get_running_loop().create_task(self._run(job, what))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)

@@ -50,7 +50,13 @@ from scripts.standins._common import (
 )
 from scripts.standins._script import Credentials, script_parser, serve_forever
 from scripts.standins._webhooks import WebhookStandIn
-from scripts.webhooks import chatwoot_headers, message_created, sign_chatwoot
+from scripts.webhooks import (
+    agent_user,
+    chatwoot_headers,
+    conversation_webhook,
+    message_created,
+    sign_chatwoot,
+)
 
 __all__ = [
     "CALL_KINDS",
@@ -63,6 +69,8 @@ __all__ = [
 ]
 
 CALL_KINDS = frozenset({"reply", "note", "status", "typing"})
+CONVERSATION_EVENT_MODES = frozenset({"", "account", "agent_bot"})
+BOT_SENDER = {"id": 1, "name": "Bot", "type": "agent_bot"}
 STATUSES = frozenset({"open", "resolved", "pending", "snoozed"})
 DEFAULT_ERRORS = {
     401: "Invalid Access Token",
@@ -157,6 +165,9 @@ class ChatwootApiStandIn(WebhookStandIn[ChatwootFault, WebhookDelivery]):
     - `webhook_url`: where to post `message_created` for each created message (None: nowhere);
       `webhook_secret` signs them, `webhook_token` goes in the URL's `?token=`.
     - `inbox_id`: the inbox named in those webhooks (the API paths do not carry it).
+    - `conversation_events`: "" (none), "account" or "agent_bot": which conversation events
+      to post to `webhook_url` (see the module docstring).
+    - `bot_sender`: the `sender` of the messages the product creates (default the agent bot).
     """
 
     name = "chatwoot-standin"
@@ -169,6 +180,8 @@ class ChatwootApiStandIn(WebhookStandIn[ChatwootFault, WebhookDelivery]):
         webhook_secret: str | None = None,
         webhook_token: str | None = None,
         inbox_id: int = 3,
+        conversation_events: str = "",
+        bot_sender: dict[str, Any] | None = None,
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
@@ -178,14 +191,20 @@ class ChatwootApiStandIn(WebhookStandIn[ChatwootFault, WebhookDelivery]):
         self.webhook_secret: str | None = None
         self.webhook_token: str | None = None
         self.inbox_id = inbox_id
+        self.conversation_events = ""
+        self.bot_sender: dict[str, Any] = dict(BOT_SENDER)
         self._ids = itertools.count(50_001)
         self._statuses: dict[tuple[int, int], str] = {}
+        self._assignees: dict[tuple[int, int], dict[str, Any] | None] = {}
+        self.agent_messages: list[CreatedMessage] = []
         self._initial_config = {
             "access_tokens": access_tokens,
             "webhook_url": webhook_url,
             "webhook_secret": webhook_secret,
             "webhook_token": webhook_token,
             "inbox_id": inbox_id,
+            "conversation_events": conversation_events,
+            "bot_sender": bot_sender,
         }
         self.configure(**self._initial_config)
         self._app = self._serve(
@@ -202,6 +221,8 @@ class ChatwootApiStandIn(WebhookStandIn[ChatwootFault, WebhookDelivery]):
         webhook_secret: str | None = UNSET,
         webhook_token: str | None = UNSET,
         inbox_id: int = UNSET,
+        conversation_events: str = UNSET,
+        bot_sender: dict[str, Any] | None = UNSET,
     ) -> None:
         """Change any constructor setting at runtime (only the ones given)."""
         unset = UNSET
@@ -216,6 +237,14 @@ class ChatwootApiStandIn(WebhookStandIn[ChatwootFault, WebhookDelivery]):
                 self.webhook_token = webhook_token or None
             if inbox_id is not unset:
                 self.inbox_id = int(inbox_id)
+            if conversation_events is not unset:
+                if conversation_events not in CONVERSATION_EVENT_MODES:
+                    raise ValueError(
+                        f"conversation_events must be one of {CONVERSATION_EVENT_MODES}"
+                    )
+                self.conversation_events = conversation_events
+            if bot_sender is not unset:
+                self.bot_sender = dict(bot_sender or BOT_SENDER)
 
     # ------------------------------------------------------------------ faults
 
@@ -299,6 +328,8 @@ class ChatwootApiStandIn(WebhookStandIn[ChatwootFault, WebhookDelivery]):
         with self._lock:
             super().clear()
             self._statuses.clear()
+            self._assignees.clear()
+            self.agent_messages.clear()
 
     def _admits(self, kind: str, conversation: int) -> ChatwootFault | None:
         def admits(fault: ChatwootFault) -> bool:
@@ -359,12 +390,34 @@ class ChatwootApiStandIn(WebhookStandIn[ChatwootFault, WebhookDelivery]):
           `ChatwootFault`: status, message, raw_body, content_type, delay, count (null =
           forever), conversation, kinds, after, drop.
         - `{"op": "hang", "seconds": 30, "count": 1}`
+        - people in Chatwoot: `{"op": "agent_writes", "conversation": 42, "content": "..."}`
+          (optional `name`, `agent_id`), `{"op": "assign", "conversation": 42, "agent_id": 12,
+          "name": "..."}` (`agent_id` null: unassign), `{"op": "set_status", "conversation":
+          42, "status": "pending"}`; each takes `account` (default 1).
+        - `{"op": "conversation_events", "mode": "account"}`: which conversation events to post.
         - `clear` also forgets the conversation statuses and the webhook deliveries.
         """
         return {
             **super()._control_ops(),
             "fail": self._control_fail,
             "hang": lambda p: self.hang_next(int(p.get("count", 1)), float(p.get("seconds", 30.0))),
+            "agent_writes": lambda p: self.agent_writes(
+                int(p["conversation"]),
+                str(p["content"]),
+                agent_id=int(p.get("agent_id", 12)),
+                name=str(p.get("name", "Laura Gómez")),
+                account=int(p.get("account", 1)),
+            ),
+            "assign": lambda p: self.assign(
+                int(p["conversation"]),
+                None if p.get("agent_id", 12) is None else int(p.get("agent_id", 12)),
+                str(p.get("name", "Laura Gómez")),
+                int(p.get("account", 1)),
+            ),
+            "set_status": lambda p: self.set_status(
+                int(p["conversation"]), str(p["status"]), int(p.get("account", 1))
+            ),
+            "conversation_events": lambda p: self.configure(conversation_events=str(p["mode"])),
         }
 
     def _control_fail(self, payload: Mapping[str, Any]) -> None:
@@ -446,8 +499,7 @@ class ChatwootApiStandIn(WebhookStandIn[ChatwootFault, WebhookDelivery]):
         """Set the conversation's status; Chatwoot's answer to `toggle_status`."""
         status = str(body["status"])
         record.extra["status_change"] = StatusChange(account, conversation, status, time.time())
-        with self._lock:
-            self._statuses[(account, conversation)] = status
+        self._change_status(account, conversation, status)
         return {
             "meta": {},
             "payload": {
@@ -499,6 +551,7 @@ class ChatwootApiStandIn(WebhookStandIn[ChatwootFault, WebhookDelivery]):
             if self.webhook_token:
                 url += ("&" if "?" in url else "?") + "token=" + quote(self.webhook_token)
             secret, inbox, generation = self.webhook_secret, self.inbox_id, self._generation
+            sender = dict(self.bot_sender)
         body = orjson.dumps(
             message_created(
                 message_id=message.id,
@@ -509,10 +562,132 @@ class ChatwootApiStandIn(WebhookStandIn[ChatwootFault, WebhookDelivery]):
                 message_type="outgoing",
                 private=message.private,
                 created_at=message.time,
+                sender=sender,
+                **self.conversation_state(message.account, message.conversation),
             )
         )
         self._spawn(
             self._post_webhook(url, secret, body, message.id, generation), f"message {message.id}"
+        )
+
+    # ------------------------------------------------------------------ what agents do
+
+    def agent_writes(
+        self,
+        conversation: int,
+        content: str,
+        *,
+        agent_id: int = 12,
+        name: str = "Laura Gómez",
+        account: int = 1,
+        private: bool = False,
+    ) -> CreatedMessage:
+        """An agent writes in the conversation (in Chatwoot's dashboard): the message is
+        posted back as an outgoing `message_created` from a `user`; kept in `agent_messages`."""
+        message = CreatedMessage(
+            next(self._ids), account, conversation, content, private, time.time()
+        )
+        with self._lock:
+            self.agent_messages.append(message)
+        state = self.conversation_state(account, conversation)
+        self._post_event(
+            message_created(
+                message_id=message.id,
+                content=content,
+                conversation=conversation,
+                account=account,
+                inbox=self.inbox_id,
+                message_type="outgoing",
+                private=private,
+                created_at=message.time,
+                sender=agent_user(agent_id, name),
+                **state,
+            ),
+            message.id,
+        )
+        return message
+
+    def assign(
+        self,
+        conversation: int,
+        agent_id: int | None = 12,
+        name: str = "Laura Gómez",
+        account: int = 1,
+    ) -> None:
+        """Assign the conversation to an agent (None: unassign). An account webhook gets
+        `conversation_updated` with `assignee_id` in `changed_attributes`; an agent bot gets
+        nothing."""
+        key = (account, conversation)
+        assignee = agent_user(agent_id, name) if agent_id is not None else None
+        with self._lock:
+            before = self._assignees.get(key)
+            self._assignees[key] = assignee
+        if self.conversation_events == "account":
+            self._post_event(
+                conversation_webhook(
+                    "conversation_updated",
+                    conversation=conversation,
+                    account=account,
+                    inbox=self.inbox_id,
+                    changed_attributes={
+                        "assignee_id": (before["id"] if before else None, agent_id)
+                    },
+                    **self.conversation_state(account, conversation),
+                )
+            )
+
+    def set_status(self, conversation: int, status: str, account: int = 1) -> None:
+        """Change the conversation's status as an agent (or Chatwoot) does."""
+        if status not in STATUSES:
+            raise ValueError(f"status must be one of {sorted(STATUSES)}")
+        self._change_status(account, conversation, status)
+
+    def conversation_state(self, account: int, conversation: int) -> dict[str, Any]:
+        """The conversation's `status` and `assignee` as Chatwoot has them now."""
+        with self._lock:
+            return {
+                "status": self._statuses.get((account, conversation), "pending"),
+                "assignee": self._assignees.get((account, conversation)),
+            }
+
+    def _change_status(self, account: int, conversation: int, status: str) -> None:
+        with self._lock:
+            before = self._statuses.get((account, conversation), "pending")
+            self._statuses[(account, conversation)] = status
+        mode = self.conversation_events
+        state = self.conversation_state(account, conversation)
+        if mode == "account" and before != status:
+            self._post_event(
+                conversation_webhook(
+                    "conversation_status_changed",
+                    conversation=conversation,
+                    account=account,
+                    inbox=self.inbox_id,
+                    changed_attributes={"status": (before, status)},
+                    **state,
+                )
+            )
+        elif mode == "agent_bot" and before != status and status in ("open", "resolved"):
+            event = "conversation_opened" if status == "open" else "conversation_resolved"
+            self._post_event(
+                conversation_webhook(
+                    event, conversation=conversation, account=account, inbox=self.inbox_id, **state
+                )
+            )
+
+    def _post_event(self, payload: dict[str, Any], message_id: int = 0) -> None:
+        """Post a webhook body to `webhook_url` as Chatwoot does (nothing when there is none)."""
+        with self._lock:
+            url = self.webhook_url
+            if not url:
+                return
+            if self.webhook_token:
+                url += ("&" if "?" in url else "?") + "token=" + quote(self.webhook_token)
+            secret, generation = self.webhook_secret, self._generation
+        body = orjson.dumps(payload)
+        self._spawn(
+            self._post_webhook(url, secret, body, message_id, generation),
+            f"{payload.get('event')} {message_id}",
         )
 
     async def _post_webhook(
@@ -576,6 +751,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--secret", default=os.environ.get("CHATWOOT_WEBHOOK_SECRET"))
     parser.add_argument("--webhook-token", default=os.environ.get("CHATWOOT_WEBHOOK_TOKEN"))
     parser.add_argument("--inbox-id", type=int, default=3)
+    parser.add_argument(
+        "--conversation-events",
+        choices=["", "account", "agent_bot"],
+        default="",
+        help="post the conversation events an account webhook or an agent bot gets",
+    )
     args = parser.parse_args(argv)
     standin = ChatwootApiStandIn(
         access_tokens=TOKENS.accepted(args),
@@ -583,6 +764,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         webhook_secret=(args.secret or "").split(",")[0] or None,
         webhook_token=(args.webhook_token or "").split(",")[0] or None,
         inbox_id=args.inbox_id,
+        conversation_events=args.conversation_events,
     )
     serve_forever(standin, args, "chatwoot stand-in", "POST /_control for faults")
 

@@ -30,6 +30,8 @@
 -- ARGV[13] context_max  how many context items a conversation keeps (the newest)
 -- ARGV[14] review_notify  the tenant's review notification queue ("" when no review webhook
 --         is configured: nothing queued; lib/review.lua)
+-- ARGV[15] silence_ttl_s  how long the bot's silence in a Chatwoot conversation lasts after
+--         its last event (lib/silence.lua)
 --
 -- Events that are not messages (kinds "note", "revoke", "edit", "welcome"; shared/events.py)
 -- never make a conversation due: a revoke takes its message out of the pending list (an
@@ -37,6 +39,10 @@
 -- longer waiting, and for every note, an item goes on the conversation's context list, which
 -- the next new batch takes (field `context`, a JSON array). A number change moves memory and
 -- `lastin` to the new id. Each is counted in stats as event:<what>.
+--
+-- Chatwoot (lib/silence.lua): an agent's message (kind "human") and a conversation event
+-- (kind "conversation") start or end the bot's silence in a conversation; while it is silent
+-- the customer's messages join the memory instead of the pending list, and so do the agents'.
 --
 -- Returns {now_ms, next_ms, more, b1, b2, ...} where next_ms is the earliest due time or lease
 -- end still pending (-1 if none), more is 1 when the inbox was not drained (nothing was claimed:
@@ -49,11 +55,15 @@
 -- uses: lib/clock.lua (now_ms)
 -- uses: lib/outbound.lua (STATUS_RANK, park_undelivered)
 -- uses: lib/dispatch_lag.lua (record_dispatch_lag)
+-- uses: lib/silence.lua (held_silent, take_agent_message, take_conversation_event)
+-- uses: lib/silence.lua (silence_of, fold_batch)
 local prefix, max_claim, lease = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local window, max_wait, max_intake = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local out_prefix, service_window, early_ttl = ARGV[8], tonumber(ARGV[9]), tonumber(ARGV[10])
 local welcome, context_ttl, context_max = ARGV[11] == '1', tonumber(ARGV[12]), tonumber(ARGV[13])
 local now = now_ms()
+local silence_keys = {due = KEYS[2], burst = KEYS[4], stats = KEYS[5]}
+local silence_ttls = {memory = context_ttl, silent = tonumber(ARGV[15])}
 
 local function next_wake()
   local d = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
@@ -252,8 +262,18 @@ while taken < max_intake do
   if kind == 'message' and has_person then
     messages = messages + 1
     person = same_person(ev, person)
-    take_message(ev, person)
+    if not held_silent(prefix, person, ev, KEYS[5], context_ttl, silence_ttls.silent) then
+      take_message(ev, person)
+    end
     saw_inbound(ev, person)
+  elseif has_person and kind == 'human' then
+    if not take_agent_message(prefix, out_prefix, person, ev, silence_keys, now, silence_ttls) then
+      redis.call('LPUSH', KEYS[6], ev)
+    end
+  elseif has_person and kind == 'conversation' then
+    if not take_conversation_event(prefix, person, ev, silence_keys, now, silence_ttls) then
+      redis.call('LPUSH', KEYS[6], ev)
+    end
   elseif kind == 'status' then
     statuses = statuses + 1
     apply_status(ev, person)
@@ -315,6 +335,9 @@ if max_claim > 0 then
             'created_ms', now, 'size', #msgs, 'messages', '[' .. table.concat(msgs, ',') .. ']',
             'context', '[' .. table.concat(context, ',') .. ']')
         end
+      elseif silence_of(prefix, person) and fold_batch(prefix, person, context_ttl) then
+        ok = false  -- a retry of a Chatwoot conversation a person took over meanwhile
+        redis.call('HINCRBY', KEYS[5], 'silent_batches', 1)
       end
       if ok then
         local token = ARGV[4] .. ':' .. i

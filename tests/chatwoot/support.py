@@ -3,6 +3,8 @@ and conversation they use, signed incoming messages, and waiting for turns to en
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
 import orjson
 from redis.asyncio import Redis
@@ -24,14 +26,19 @@ async def post_message(
     conversation: int = CONVERSATION,
     created_at: float | None = None,
     delivery: str | None = None,
+    status: str = "pending",
+    assignee: dict[str, Any] | None = None,
 ) -> httpx.Response:
-    """A signed incoming `message_created`, as Chatwoot posts it; it must answer 200."""
+    """A signed incoming `message_created`, as Chatwoot posts it; it must answer 200.
+    `status` and `assignee`: the conversation's at that moment."""
     body = orjson.dumps(
         message_created(
             message_id=message_id,
             content=content,
             conversation=conversation,
             created_at=created_at,
+            status=status,
+            assignee=assignee,
         )
     )
     async with httpx.AsyncClient() as client:

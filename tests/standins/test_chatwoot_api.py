@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from receiver.chatwoot import ChatwootInbound
+from receiver.chatwoot import ChatwootInbound, parse_body
 from scripts.standins import BackgroundServer, ChatwootApiStandIn
 from shared.provider import WebhookRequest
 from tests.standins.support import launch
@@ -108,6 +108,60 @@ def test_created_messages_come_back_as_signed_outgoing_webhooks() -> None:
     payload = orjson.loads(request.body)
     assert payload["message_type"] == "outgoing" and payload["content"] == "hola"
     assert payload["conversation"]["id"] == 42 and payload["inbox"]["id"] == 3
+
+
+@pytest.mark.parametrize("mode", ["account", "agent_bot"])
+def test_people_in_chatwoot_over_http_post_the_events_each_webhook_gets(mode: str) -> None:
+    """An agent writes, is assigned, changes the status, and the product's own hand-over sets
+    `open`: an account webhook gets `conversation_updated` / `conversation_status_changed`
+    with `changed_attributes`, an agent bot only `conversation_opened` / `_resolved`; the
+    agent's message comes from a `user`. The receiver's parser reads every one of them."""
+    got: list[dict[str, Any]] = []
+
+    async def hook(request: Request) -> Response:
+        got.append(orjson.loads(await request.body()))
+        return Response("")
+
+    receiver = BackgroundServer(Starlette(routes=[Route("/hook", hook, methods=["POST"])]))
+    with (
+        receiver,
+        ChatwootApiStandIn(
+            access_tokens=TOKEN, webhook_url=f"{receiver.url}/hook", webhook_secret="s"
+        ) as chatwoot,
+    ):
+        control = f"{chatwoot.url}/_control"
+        httpx.post(control, json={"op": "conversation_events", "mode": mode}).raise_for_status()
+        for op in [
+            {"op": "agent_writes", "conversation": 42, "content": "Hola, soy Laura."},
+            {"op": "assign", "conversation": 42, "agent_id": 12, "name": "Laura Gómez"},
+            {"op": "set_status", "conversation": 42, "status": "resolved"},
+        ]:
+            httpx.post(control, json=op).raise_for_status()
+            chatwoot.wait_for(lambda: chatwoot.pending_webhooks == 0, timeout=15)
+        call(chatwoot, "toggle_status", {"status": "open"})
+        chatwoot.wait_for(lambda: chatwoot.pending_webhooks == 0, timeout=15)
+    kinds = [(p["event"], p.get("message_type")) for p in got]
+    events = [
+        e.get("effect", e["kind"]) + ":" + e.get("why", "")
+        for p in got
+        for e in parse_body(orjson.dumps(p), 1).events.get("cw-1-3", [])
+    ]
+    if mode == "account":
+        assert kinds == [
+            ("message_created", "outgoing"),
+            ("conversation_updated", None),
+            ("conversation_status_changed", None),
+            ("conversation_status_changed", None),
+        ]
+        assert events == ["human:", "silence:assignee", "speak:resolved", "speak:reopened"]
+    else:
+        assert kinds == [
+            ("message_created", "outgoing"),
+            ("conversation_resolved", None),
+            ("conversation_opened", None),
+        ]
+        assert events == ["human:", "speak:resolved", "silence:opened"]
+    assert got[0]["sender"]["type"] == "user" and got[0]["sender"]["name"] == "Laura Gómez"
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="bash launchers")

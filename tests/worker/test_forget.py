@@ -110,6 +110,9 @@ class Conversations:
             detail="replied: my address is Calle 1",
             retention_s=RETENTION_S,
         )
+        # As a Chatwoot conversation's silence would be (lib/silence.lua writes it at intake);
+        # last: messages that arrive while it lasts go to the memory, not the pending list.
+        await self.redis.set(k.silent(person), orjson.dumps({"why": "assignee"}))
 
     async def everything(self, *people: tuple[str, str, str]) -> None:
         """Turns, then what waits, of each (tenant, person, user id)."""
@@ -183,7 +186,7 @@ async def test_forget_deletes_everything_of_the_person_and_nothing_else(
 
     assert report == ForgetReport(
         TENANT,
-        conversation_keys=4,  # pending, lastin, memory, context
+        conversation_keys=5,  # pending, lastin, memory, context, silent
         queue_entries=2,  # due, burst
         users_fields=1,
         review_items=1,
