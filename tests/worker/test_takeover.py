@@ -24,6 +24,7 @@ from shared.group_commit import GroupCommitter
 from shared.keys import KeyError_, Keys
 from shared.scripts import Scripts
 from shared.settings import Settings
+from shared.tenants import TenantConfig
 from tests.support.helpers import fixture_json
 from worker.batch import Batch
 from worker.prompt import HUMAN_WROTE, NO_CUSTOMER_MESSAGE, render_messages
@@ -262,15 +263,17 @@ async def test_the_business_writing_first_is_remembered_and_an_echo_never_shorte
     ]
 
 
-async def test_memory_turns_zero_keeps_no_echo_but_still_pauses(
+async def test_memory_turns_zero_keeps_no_echo_but_the_tenants_pause_applies(
     redis: Redis, settings: Settings, prefix: str
 ) -> None:
-    s = settings.with_overrides(key_prefix=prefix, memory_turns=0)
+    tenants = {TENANT: TenantConfig(human_pause_s=5)}
+    s = settings.with_overrides(key_prefix=prefix, memory_turns=0, tenants=tenants)
     quiet = ConversationStore(s, _SCRIPTS, GroupCommitter(redis, _SCRIPTS))
     await push_echo(redis, prefix, "wamid.ECHO5", "hola")
     await quiet.claim(TENANT, 0, "intake")
     assert await memory(redis, prefix) == []
     assert await takeover.pause_state(redis, Keys(prefix), TENANT, ANA) is not None
+    assert 0 < await redis.pttl(Keys(prefix).tenant(TENANT).human(ANA)) <= 5000, "its override"
 
 
 def test_only_whatsapp_reviews_for_reasons_about_the_conversation_pause() -> None:
