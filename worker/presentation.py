@@ -108,8 +108,10 @@ class Quotes:
             user, assistant = _joined(exchange.get("user")), _joined(exchange.get("assistant"))
             for wamid in _strings(exchange.get("ids")):
                 self.texts[wamid] = f'their earlier message "{_cut(user)}"'
+            # An echo's text was written by a person of the business, not by the AI.
+            whose = "a person of the business's" if exchange.get("human") is True else "your"
             for wamid in _strings(exchange.get("out")):
-                self.texts[wamid] = f'your message "{_cut(assistant)}"'
+                self.texts[wamid] = f'{whose} message "{_cut(assistant)}"'
         for message in batch.messages:
             self.texts[message.id] = f'their message "{_cut(message.text)}"'
 

@@ -27,6 +27,7 @@ from shared.settings import Settings
 from shared.tenants import TenantConfig
 from tests.support.helpers import fixture_json
 from worker.batch import Batch
+from worker.presentation import Quotes
 from worker.prompt import HUMAN_WROTE, NO_CUSTOMER_MESSAGE, render_messages
 from worker.review import ReviewList
 from worker.store import ConversationStore
@@ -261,6 +262,8 @@ async def test_the_business_writing_first_is_remembered_and_an_echo_never_shorte
         ("assistant", f"{HUMAN_WROTE}\nHola Ana, ¿pudiste pasar?"),
         ("user", "sí, mañana paso"),
     ]
+    quoted = Quotes(batch).of("wamid.ECHO4")
+    assert quoted == 'a person of the business\'s message "Hola Ana, ¿pudiste pasar?"'
 
 
 async def test_memory_turns_zero_keeps_no_echo_but_the_tenants_pause_applies(
