@@ -26,6 +26,11 @@ ends the bot's silence there (shared/lua/lib/silence.lua); never a turn:
     or "speak"), why (assignee, opened; pending, resolved, reopened), name (the assignee's),
     ts (Chatwoot's time of the change, unix seconds), received_ms, raw (the event's status,
     changed attributes and assignee)
+Echo event (kind "echo"): what the business itself wrote to `person` from the WhatsApp Business
+app (coexistence, the `smb_message_echoes` webhook field); the fields of an event that is not a
+message (`type` and `text` of what the business sent; `name`, `target`, `new_person` ""). It
+starts no turn: it pauses the bot for the person and enters their memory as written by a human
+(shared/lua/lib/human.lua).
 Status event (kind "status"):
     v, kind, person (recipient), tenant, channel, id (our outbound id), status, ts,
     received_ms, errors (list), raw
@@ -126,6 +131,38 @@ def conversation_event(
 # Types that are always plain messages.
 _PLAIN = frozenset({"text", "image", "audio", "video", "document", "sticker", "location"})
 _NOTE_TYPES = frozenset({"reaction", "system"})
+
+
+def echo_event(
+    *,
+    channel: str,
+    tenant: str,
+    person: str,
+    message_id: str,
+    type: str,
+    text: str,
+    ts: int,
+    received_ms: int,
+    raw: Any,
+) -> dict[str, Any]:
+    """The event of a message the business sent from the WhatsApp Business app to `person`."""
+    return {
+        "v": EVENT_VERSION,
+        "kind": "echo",
+        "person": person,
+        "tenant": tenant,
+        "channel": channel,
+        "id": message_id,
+        "type": type,
+        "text": text,
+        "ts": ts,
+        "received_ms": received_ms,
+        "name": "",
+        "context": "",
+        "raw": raw,
+        "target": "",
+        "new_person": "",
+    }
 
 
 def message_kind(type: str, raw: Any) -> str:

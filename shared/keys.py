@@ -42,6 +42,8 @@ Layout (prefix `wa`, tenant 106540352242922, person 16505551234):
                                                 (reactions, edits, deletions; capped, TTL)
     wa:{…}:c:16505551234:silent         STRING  a Chatwoot conversation a person of the business
                                                 handles: the bot is silent (JSON why/since; TTL)
+    wa:{…}:c:16505551234:human          STRING  a human has the conversation: the bot is paused
+                                                for this person (JSON; PX, lapses by itself)
     wa:{106540352242922}:out:<wamid>    HASH    one sent reply part: batch, person, part, status
 """
 
@@ -228,6 +230,11 @@ class TenantKeys:
         there: JSON `why`, `since_ms`, `since_s`, `by` (shared/lua/lib/silence.lua)."""
         return f"{self.conversation_prefix}{_check(person, 'person')}:{SILENT}"
 
+    def human(self, person: str) -> str:
+        """While it exists a human has the conversation and the bot sends nothing to this
+        person (shared/takeover.py): JSON `by`, `why`, `since_ms`, `until_ms`, PX the pause."""
+        return f"{self.conversation_prefix}{_check(person, 'person')}:{HUMAN}"
+
     def conversations_pattern(self, kind: str) -> str:
         """A SCAN MATCH pattern for one kind of conversation key (PENDING, BATCH, ...) of
         every person of the tenant; `person_in` reads the person back from a match."""
@@ -259,7 +266,7 @@ class TenantKeys:
 # loader writes these suffixes into shared/lua/lib/keys.lua, so this module stays the only
 # place a key is spelled.
 PENDING, BATCH, LOCK, LASTIN, MEMORY = "pending", "batch", "lock", "lastin", "memory"
-CONTEXT = "context"
+CONTEXT, HUMAN = "context", "human"
 SILENT = "silent"
 # The suffix of a tenant's review notifications (after its notification queue's key), written
 # into shared/lua/lib/review.lua by the loader like the suffixes above.
@@ -268,7 +275,16 @@ NOTIFY_EVENTS = "events"
 # Every kind of conversation key: forgetting a person (shared/forget.py) deletes the keys of
 # each kind listed here, so a new kind of conversation key must be added to this tuple too
 # (tests/test_forget.py checks that each `TenantKeys` method of one person's key is covered).
-CONVERSATION_KINDS: tuple[str, ...] = (PENDING, BATCH, LOCK, LASTIN, MEMORY, CONTEXT, SILENT)
+CONVERSATION_KINDS: tuple[str, ...] = (
+    PENDING,
+    BATCH,
+    LOCK,
+    LASTIN,
+    MEMORY,
+    CONTEXT,
+    SILENT,
+    HUMAN,
+)
 
 
 def _glob_escape(text: str) -> str:

@@ -56,6 +56,7 @@ _PYTHON_VALUES: dict[str, str | int | tuple[int, ...]] = {
     "CONTEXT": keys.CONTEXT,
     "NOTIFY_EVENTS": keys.NOTIFY_EVENTS,
     "SILENT": keys.SILENT,
+    "HUMAN": keys.HUMAN,
     "LAG_BUCKETS_MS": dispatch_lag.BUCKETS_MS,
     "LAG_BUCKET_PREFIX": dispatch_lag.BUCKET_PREFIX,
     "LAG_INF": dispatch_lag.INF,

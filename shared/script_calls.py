@@ -47,6 +47,8 @@ def claim(
     context_max: int,
     notify: bool,
     silence_ttl_s: int,
+    human_pause_ms: int,
+    memory_turns: int,
 ) -> Call:
     """`welcome`: 1 when the tenant has a welcome text (`request_welcome` starts a turn);
     `notify`: a review webhook is configured (REVIEW_WEBHOOK_URL)."""
@@ -68,6 +70,8 @@ def claim(
             context_max,
             k.review_notify if notify else "",
             silence_ttl_s,
+            human_pause_ms,
+            memory_turns,
         ],
     )
 
@@ -244,3 +248,11 @@ def review_notify_settle(
         [k.review_notify, k.review_notify_events, k.stats],
         [item_id, token, outcome, delay_ms, error],
     )
+
+
+def pause_human(k: TenantKeys, *, person: str, by: str, why: str, pause_ms: int) -> Call:
+    return [k.stats], [k.conversation_prefix, person, by, why, pause_ms]
+
+
+def resume_human(k: TenantKeys, *, person: str) -> Call:
+    return [k.due, k.running, k.stats], [k.conversation_prefix, person]

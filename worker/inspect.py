@@ -203,6 +203,13 @@ def render_person(state: dict[str, Any]) -> list[str]:
             f"  silent      a person handles it ({silent.get('why')}{by}) since "
             f"{_at(silent.get('since_ms'))}: the customer's messages go to the memory"
         )
+    human = state.get("human")
+    if isinstance(human, dict):
+        left = duration(int(human.get("until_ms") or 0) - state["now_ms"])
+        lines.append(
+            f"  human       bot paused by {human.get('by')!r} ({human.get('why')!r}), "
+            f"ends in {left}"
+        )
     lines.append(f"  review      {len(state['review'])} items")
     for item in state["review"]:
         lines += _review_lines(item)

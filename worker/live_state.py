@@ -137,8 +137,9 @@ async def person(
     redis: Any, keys: Keys, tenant_id: str, person_id: str, with_text: bool = False
 ) -> dict[str, Any]:
     """One conversation: pending messages, due time, burst, lease, the batch (attempt, last
-    error, reply stored, parts sent), the 24-hour window, memory, the bot's silence (Chatwoot)
-    and its review items."""
+    error, reply stored, parts sent), the 24-hour window, memory, the bot's silence (Chatwoot),
+    a human's pause of the bot (`human`: by, why, since_ms, until_ms; None), and its review
+    items."""
     k = keys.tenant(tenant_id)
     now = await redis_now_ms(redis)
     pipe = redis.pipeline(transaction=False)
@@ -153,6 +154,7 @@ async def person(
     pipe.ttl(k.last_inbound(person_id))
     pipe.llen(k.memory(person_id))
     pipe.get(k.silent(person_id))
+    pipe.get(k.human(person_id))
     (
         pending,
         due,
@@ -165,6 +167,7 @@ async def person(
         lastin_ttl,
         memory,
         silent,
+        human,
     ) = await pipe.execute()
     review = [
         item if with_text else _review_summary(item)
@@ -192,6 +195,7 @@ async def person(
         # Chatwoot: a person of the business handles the conversation, the bot is silent
         # (shared/lua/lib/silence.lua): why, since_ms, by; None when the bot may speak.
         "silent": _json(silent),
+        "human": None if human is None else orjson.loads(human),
         "review": review,
     }
 

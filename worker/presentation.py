@@ -33,11 +33,12 @@ from shared.settings import Settings, TenantConfig
 from worker.batch import Batch, Message
 
 HEADER_START = "Date and time: "
-# An exchange whose reply a person of the business wrote by hand (worker/manual_reply.py) has
-# `"by": BY_HUMAN`; the model is shown it with these notes (`remembered`), so it knows the
-# words were not its own and can go on from them.
+# An exchange whose reply a person of the business wrote (a reply by hand,
+# worker/manual_reply.py; an echo of what the business wrote from the WhatsApp Business app,
+# shared/lua/lib/human.lua) has `"by": BY_HUMAN`; the model is shown it with these notes
+# (`remembered`), so it knows the words were not its own and can go on from them.
 BY_HUMAN = "human"
-HUMAN_REPLY_NOTE = "[Written by hand by a person of the business, not by you:]"
+HUMAN_REPLY_NOTE = "[Written by a person of the business, not by you:]"
 NO_NEW_MESSAGE = "[The customer wrote nothing new before this reply.]"
 QUOTE_CHARS = 300  # a quoted text longer than this is cut (with "…")
 # English names whatever the process' locale (strftime's %A and %B follow it).

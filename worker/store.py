@@ -18,6 +18,7 @@ from shared.group_commit import GroupCommitter
 from shared.keys import Keys
 from shared.scripts import Scripts
 from shared.settings import Settings
+from shared.takeover import pauses_for_review
 from worker.batch import SERVICE_WINDOW_S, Batch
 from worker.review_journal import ReviewJournal
 from worker.turn_state import TurnState
@@ -78,6 +79,8 @@ class ConversationStore:
             context_max=CONTEXT_MAX,
             notify=self._notify,
             silence_ttl_s=SILENCE_TTL_S,
+            human_pause_ms=int(self._settings.human_pause_for(tenant) * 1000),
+            memory_turns=self._settings.memory_turns_for(tenant),
         )
         row = await self._committer.submit(lambda p: self._scripts.claim.queue(p, keys, args))
         return Claim(
@@ -200,9 +203,13 @@ class ConversationStore:
         ("done", "failed: ...", "unknown: ..."; "" where it has no hand-over, and then the
         item has no field). From the turn's `state` the item also carries the send whose
         outcome is unknown (`delivery_unknown`) and the hand-over's steps, each of those
-        counted in stats as unknown:<what>, and the parts already sent."""
+        counted in stats as unknown:<what>, and the parts already sent. A WhatsApp batch
+        parked for a reason that needs a person (shared/takeover.py `pauses_for_review`)
+        carries `human_pause_ms`: finish.lua pauses the bot for the person with the item."""
         state = state or TurnState()
         extra: dict[str, Any] = {"hand_over": hand_over} if hand_over else {}
+        if pauses_for_review(batch.channel, reason):
+            extra["human_pause_ms"] = int(self._settings.human_pause_for(batch.tenant) * 1000)
         unknown: list[str] = []
         if state.delivery_unknown is not None:
             extra["delivery_unknown"] = state.delivery_unknown.to_json()

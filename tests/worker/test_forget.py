@@ -18,7 +18,7 @@ import orjson
 import pytest
 from redis.asyncio import Redis
 
-from shared import audit, events, script_calls
+from shared import audit, events, script_calls, takeover
 from shared.forget import ForgetError, ForgetReport, forget_person
 from shared.group_commit import GroupCommitter
 from shared.keys import CONVERSATION_KINDS, Keys, TenantKeys
@@ -85,6 +85,8 @@ class Conversations:
         batch, now_ms = await self.claim_one(tenant, person)
         assert await self.store.record_part(batch, 0, f"wamid.out.{tenant}.{person}.1")
         assert await self.store.finish_review(batch, "max_attempts", "boom", now_ms)
+        # That review paused the bot for the person (a human's turn); lift it to go on.
+        await takeover.resume(self.redis, self.keys, tenant, person, by="ana")
         await self.message(tenant, person, "answered")
         batch, _ = await self.claim_one(tenant, person)
         await self.outbox.send(batch, "the reply", 0)
@@ -173,6 +175,7 @@ async def test_forget_deletes_everything_of_the_person_and_nothing_else(
         (OTHER_TENANT, PERSON, ""),  # the same number, another tenant
     )
     k = made.keys.tenant(TENANT)
+    await takeover.pause(redis, made.keys, TENANT, PERSON, by="ana", why="taking over", seconds=600)
     # The person has something under every kind of key listed to be forgotten, but a lock
     # and a batch (the forget is refused while those exist: tested below).
     for kind in set(CONVERSATION_KINDS) - {"lock", "batch"}:
@@ -186,7 +189,7 @@ async def test_forget_deletes_everything_of_the_person_and_nothing_else(
 
     assert report == ForgetReport(
         TENANT,
-        conversation_keys=5,  # pending, lastin, memory, context, silent
+        conversation_keys=6,  # pending, lastin, memory, context, silent, human
         queue_entries=2,  # due, burst
         users_fields=1,
         review_items=1,
