@@ -34,6 +34,10 @@ Layout (prefix `wa`, tenant 106540352242922, person 16505551234):
     wa:{…}:c:16505551234:memory         LIST    recent exchanges for the AI (capped, idle TTL)
     wa:{…}:c:16505551234:context        LIST    events that are not messages, for the next turn
                                                 (reactions, edits, deletions; capped, TTL)
+    wa:{…}:c:16505551234:sent           LIST    the last answered batches' messages and reply,
+                                                for a late delivery failure (capped, TTL)
+    wa:{…}:c:16505551234:late           HASH    late delivery failures waiting for the worker,
+                                                and the batches whose template went out (TTL)
     wa:{106540352242922}:out:<wamid>    HASH    one sent reply part: batch, person, part, status
 """
 
@@ -187,6 +191,16 @@ class TenantKeys:
     def context(self, person: str) -> str:
         return f"{self.conversation_prefix}{_check(person, 'person')}:{CONTEXT}"
 
+    def sent(self, person: str) -> str:
+        """The last batches answered (messages and reply, JSON), newest first: what a late
+        delivery failure's review item carries (shared/lua/lib/outbound.lua)."""
+        return f"{self.conversation_prefix}{_check(person, 'person')}:{SENT}"
+
+    def late(self, person: str) -> str:
+        """Late delivery failures (`failed` statuses of parts Meta had accepted) waiting for
+        the worker, and per batch whether its template was already sent."""
+        return f"{self.conversation_prefix}{_check(person, 'person')}:{LATE}"
+
     def conversations_pattern(self, kind: str) -> str:
         """A SCAN MATCH pattern for one kind of conversation key (PENDING, BATCH, ...) of
         every person of the tenant; `person_in` reads the person back from a match."""
@@ -213,7 +227,7 @@ class TenantKeys:
 # loader writes these suffixes into shared/lua/lib/keys.lua, so this module stays the only
 # place a key is spelled.
 PENDING, BATCH, LOCK, LASTIN, MEMORY = "pending", "batch", "lock", "lastin", "memory"
-CONTEXT = "context"
+CONTEXT, SENT, LATE = "context", "sent", "late"
 
 
 def _glob_escape(text: str) -> str:

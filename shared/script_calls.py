@@ -79,7 +79,7 @@ def record_part(
     k: TenantKeys, *, person: str, token: str, part: int, provider_id: str, outbound_ttl_s: int
 ) -> Call:
     return (
-        [k.stats, k.review],
+        [k.stats],
         [
             k.conversation_prefix,
             k.outbound_prefix,
@@ -95,6 +95,16 @@ def record_part(
 def mark_template(k: TenantKeys, *, person: str, token: str, mark: str, part: int) -> Call:
     """`mark`: "1" notes the template as going out, "0" clears the note."""
     return [k.stats], [k.conversation_prefix, person, token, mark, part]
+
+
+def mark_memory(
+    k: TenantKeys, *, person: str, token: str, entries: Iterable[tuple[str, bytes]]
+) -> Call:
+    """`entries`: (provider id of a reply part, the exchange that replaces the one holding it)."""
+    args: list[ScriptArg] = [k.conversation_prefix, person, token]
+    for provider_id, entry in entries:
+        args += [provider_id, entry]
+    return [k.stats], args
 
 
 def journal_review(k: TenantKeys, *, person: str, token: str, journal: str | bytes) -> Call:

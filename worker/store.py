@@ -134,6 +134,19 @@ class ConversationStore:
         )
         return bool(int(result))
 
+    async def mark_memory(self, batch: Batch, entries: list[tuple[str, bytes]]) -> int:
+        """Replace each exchange of the person's memory holding the reply part (provider id)
+        with the given one (worker/late_failures.py); how many were, or -1 if the lock is
+        lost."""
+        k = self.keys.tenant(batch.tenant)
+        keys, args = script_calls.mark_memory(
+            k, person=batch.person, token=batch.token, entries=entries
+        )
+        result = await self._committer.submit(
+            lambda p: self._scripts.mark_memory.queue(p, keys, args)
+        )
+        return int(result)
+
     async def save_journal(self, batch: Batch, journal: ReviewJournal) -> bool:
         """Write the review journal on the batch; False if the lock is lost."""
         k = self.keys.tenant(batch.tenant)
@@ -170,14 +183,16 @@ class ConversationStore:
         now_ms: int,
         hand_over: str = "",
         state: TurnState | None = None,
+        extra: dict[str, Any] | None = None,
     ) -> bool:
         """Park the batch on the review list; `hand_over` says whether the provider was told
         ("done", "failed: ...", "unknown: ..."; "" where it has no hand-over, and then the
         item has no field). From the turn's `state` the item also carries the send whose
         outcome is unknown (`delivery_unknown`) and the hand-over's steps, each of those
-        counted in stats as unknown:<what>, and the parts already sent."""
+        counted in stats as unknown:<what>, and the parts already sent; `extra`: more fields
+        of the item (a late delivery failure's `late_failure`)."""
         state = state or TurnState()
-        extra: dict[str, Any] = {"hand_over": hand_over} if hand_over else {}
+        extra = {**(extra or {}), **({"hand_over": hand_over} if hand_over else {})}
         unknown: list[str] = []
         if state.delivery_unknown is not None:
             extra["delivery_unknown"] = state.delivery_unknown.to_json()

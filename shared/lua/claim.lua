@@ -36,6 +36,9 @@
 -- the next new batch takes (field `context`, a JSON array). A number change moves memory and
 -- `lastin` to the new id. Each is counted in stats as event:<what>.
 --
+-- A status moves its part's outbound record forward; a `failed` one queues a late delivery
+-- failure and, when the person has no batch, makes it a batch due now (lib/outbound.lua).
+--
 -- Returns {now_ms, next_ms, more, b1, b2, ...} where next_ms is the earliest due time or lease
 -- end still pending (-1 if none), more is 1 when the inbox was not drained (nothing was claimed:
 -- a message still in the inbox may belong to a due batch, so call again), and each b is
@@ -45,7 +48,7 @@
 --
 -- uses: lib/keys.lua (conv_key, PENDING, BATCH, LOCK, LASTIN, MEMORY, CONTEXT)
 -- uses: lib/clock.lua (now_ms)
--- uses: lib/outbound.lua (STATUS_RANK, park_undelivered)
+-- uses: lib/outbound.lua (apply_status)
 -- uses: lib/dispatch_lag.lua (record_dispatch_lag)
 local prefix, max_claim, lease = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local window, max_wait, max_intake = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
@@ -60,40 +63,6 @@ local function next_wake()
   if d[2] then best = tonumber(d[2]) end
   if r[2] and (best < 0 or tonumber(r[2]) < best) then best = tonumber(r[2]) end
   return best
-end
-
-local RANK = STATUS_RANK
-
-local function apply_status(ev, person)
-  local st = string.match(ev, '"status":"(%a+)"') or 'unknown'
-  redis.call('HINCRBY', KEYS[5], 'status:' .. st, 1)
-  local id = string.match(ev, '"id":"([^"]+)"')
-  if not id then return end
-  local okey = out_prefix .. id
-  local code = string.match(ev, '"code":(%d+)') or ''
-  local current = redis.call('HGET', okey, 'status')
-  if not current and RANK[st] then
-    -- Meta's webhook overtook the send's answer: record_part has not run yet. Park the
-    -- furthest status on the record; record_part applies it. Ids that are not ours expire.
-    local early = redis.call('HGET', okey, 'early')
-    if not early or RANK[st] > RANK[early] then
-      redis.call('HSET', okey, 'early', st, 'early_error', code)
-      redis.call('EXPIRE', okey, early_ttl)
-    end
-    return
-  end
-  if not current or not RANK[st] or RANK[st] <= (RANK[current] or 0) then return end
-  redis.call('HSET', okey, 'status', st)
-  redis.call('HINCRBY', KEYS[5], 'parts_' .. st, 1)
-  if st ~= 'failed' then return end
-  redis.call('HSET', okey, 'error', code)
-  if code == '131047' then
-    -- Meta accepted the part but could not deliver it: the 24-hour window had closed.
-    -- A person has to look at this conversation.
-    park_undelivered(KEYS[7], KEYS[5], redis.call('HGET', okey, 'batch') or '',
-      redis.call('HGET', okey, 'person') or person, redis.call('HGET', okey, 'part') or '?',
-      id, now)
-  end
 end
 
 -- Usernames: the receiver keys a WhatsApp person by the phone number when the message has one,
@@ -254,7 +223,8 @@ while taken < max_intake do
     saw_inbound(ev, person)
   elseif kind == 'status' then
     statuses = statuses + 1
-    apply_status(ev, person)
+    -- Delivery statuses and late delivery failures: lib/outbound.lua.
+    apply_status(prefix, out_prefix, KEYS[5], KEYS[2], ev, early_ttl, now)
   elseif has_person and (kind == 'note' or kind == 'revoke' or kind == 'edit'
       or kind == 'welcome') then
     take_other(kind, ev, person)
