@@ -10,7 +10,7 @@
 -- recorded. `template:<batch>` = "sent" on the same hash: the batch's template went out (its
 -- turn's or a late failure's): never a second one, whatever statuses arrive.
 --
--- uses: lib/keys.lua (conv_key, BATCH, SENT, LATE)
+-- uses: lib/keys.lua (conv_key, BATCH, LOCK, SENT, LATE)
 
 -- Delivery statuses only move forward: a late "delivered" never undoes "read".
 local STATUS_RANK = {accepted = 0, sent = 1, delivered = 2, read = 3, played = 4, failed = 5}
@@ -77,14 +77,22 @@ local function queue_late(prefix, person, batch, part, id, failure, sent_ms, now
 end
 
 -- When the person has no batch: make one of the late failures of one batch (the oldest
--- queued batch's, all its parts), due now. For 131047 the batch asks for the template unless
--- that batch's template went out already. Returns true when it made one.
+-- queued batch's, all its parts), due now. When the person's batch is a late failure's that
+-- no worker holds (still due, or waiting for a retry), the queued failures of the same batch
+-- join it: one review item per batch. For 131047 the batch asks for the template unless that
+-- batch's template went out already. Returns true when it made or joined one.
 local function start_late_job(prefix, person, due_key, now)
   local bkey = conv_key(prefix, person, BATCH)
-  if redis.call('EXISTS', bkey) == 1 then return false end
+  local joining = nil
+  if redis.call('EXISTS', bkey) == 1 then
+    joining = redis.call('HMGET', bkey, 'late_of', 'late_jobs')
+    if not joining[1] or redis.call('EXISTS', conv_key(prefix, person, LOCK)) == 1 then
+      return false
+    end
+  end
   local lkey = conv_key(prefix, person, LATE)
   local fields = redis.call('HGETALL', lkey)
-  local batch, jobs, window = nil, {}, false
+  local batch, jobs, window = joining and joining[1], {}, false
   for i = 1, #fields, 2 do
     if string.sub(fields[i], 1, 4) == 'job:' then
       local ok, job = pcall(cjson.decode, fields[i + 1])
@@ -98,12 +106,19 @@ local function start_late_job(prefix, person, due_key, now)
       end
     end
   end
-  if not batch then return false end
+  if #jobs == 0 then return false end
   local template = '0'
   if window and redis.call('HGET', lkey, 'template:' .. batch) ~= 'sent' then
     -- Noted before the worker sends it: no other late failure of this batch asks again.
     redis.call('HSET', lkey, 'template:' .. batch, 'sent')
     template = '1'
+  end
+  if joining then
+    local before = string.sub(joining[2] or '[]', 2, -2)
+    if before ~= '' then table.insert(jobs, 1, before) end
+    redis.call('HSET', bkey, 'late_jobs', '[' .. table.concat(jobs, ',') .. ']')
+    if template == '1' then redis.call('HSET', bkey, 'late_template', '1') end
+    return true
   end
   local messages, reply = sent_of(prefix, person, batch)
   redis.call('HSET', bkey, 'id', batch .. ':late-' .. now, 'person', person, 'attempt', 0,
