@@ -14,9 +14,10 @@ from __future__ import annotations
 
 # How many answered batches a conversation keeps (messages and reply, newest first) for a
 # failure that arrives after the batch is gone, and how long after the last reply: Meta reports
-# a failure within seconds to minutes of the send; one kept a day covers a slow webhook.
+# a failure within seconds to minutes of the send, and 6 hours covers a slow or retried webhook.
+# Longer costs memory: about 835 B per answered conversation while kept (docs/deploying.md).
 SENT_KEEP = 3
-SENT_TTL_S = 24 * 3600
+SENT_TTL_S = 6 * 3600
 # How long queued failures, and the note that a batch's template went out, live after the last
 # change: as long as an outbound record, so a status for any of its parts still finds the note.
 LATE_TTL_S = 7 * 24 * 3600

@@ -390,3 +390,42 @@ async def test_a_worker_that_died_sending_the_late_template_never_sends_it_again
     # Requeue works: the item holds the batch's messages.
     await ReviewList(redis, Keys(prefix), Scripts()).requeue(TENANT, item["id"])
     assert await review_items(redis, prefix) == []
+
+
+async def test_the_sent_list_keeps_the_last_three_whatsapp_batches_for_six_hours(
+    redis: Redis, prefix: str, settings: Settings
+) -> None:
+    store = make_store(redis, settings, prefix)
+    batches = [
+        await answered(store, redis, prefix, [f"wamid.o{i}"], message=f"wamid.in{i}")
+        for i in range(4)
+    ]
+    k = Keys(prefix).tenant(TENANT)
+    kept = [orjson.loads(e) for e in await redis.lrange(k.sent(PERSON), 0, -1)]
+    assert [e["batch"] for e in kept] == [b.id for b in reversed(batches[1:])]
+    assert kept[0]["reply"] == REPLY and kept[0]["messages"][0]["id"] == "wamid.in3"
+    assert 5 * 3600 < await redis.ttl(k.sent(PERSON)) <= 6 * 3600
+    # A failure of the oldest batch, no longer kept, still makes its batch, without messages.
+    await push_failed_status(redis, prefix, PERSON, "wamid.o0", 131026)
+    await store.claim(TENANT, 0, "intake")
+    late = await late_batch(redis, prefix)
+    assert late["late_of"] == batches[0].id and late["messages"] == "[]"
+    assert late["late_reply"] == ""
+
+
+async def test_chatwoot_batches_keep_nothing_for_late_failures(
+    redis: Redis, prefix: str, settings: Settings
+) -> None:
+    store = make_store(redis, settings, prefix)
+    tenant = "cw-1-2"
+    await Scripts().load(redis)
+    await push_message(redis, prefix, PERSON, "cw.in", "hola", tenant=tenant, channel="chatwoot")
+    await store.claim(tenant, 0, "intake")
+    await asyncio.sleep(0.05)
+    (batch,) = (await store.claim(tenant, 1, "turn")).batches
+    assert await store.save_reply(batch, REPLY) == REPLY
+    assert await store.record_part(batch, 0, "cw.out.0")
+    assert await store.finish_done(batch, b"", (1, "cw.out.1"))
+    k = Keys(prefix).tenant(tenant)
+    assert await redis.exists(k.sent(PERSON)) == 0
+    assert await redis.exists(k.outbound("cw.out.0")) == 1

@@ -22,7 +22,7 @@ end
 
 -- The first part of `batch` is recorded: keep its messages and reply (as the batch holds them,
 -- byte for byte) for a failure reported after the batch is gone. Not for a late failure's own
--- batch (its template): that batch's messages are kept already.
+-- batch (its template): that batch's messages are kept already; not for Chatwoot.
 local function keep_sent(prefix, person, batch, bkey)
   local skey = conv_key(prefix, person, SENT)
   local head = sent_head(batch)
@@ -33,6 +33,8 @@ local function keep_sent(prefix, person, batch, bkey)
   end
   local reply = redis.call('HGET', bkey, 'reply') or ''
   local messages = redis.call('HGET', bkey, 'messages') or '[]'
+  -- Chatwoot reports no delivery failures: nothing to keep for it.
+  if string.find(messages, '"channel":"chatwoot"', 1, true) then return end
   redis.call('LPUSH', skey, head .. cjson.encode(reply) .. ',"messages":' .. messages .. '}')
   redis.call('LTRIM', skey, 0, {{SENT_KEEP}} - 1)
   redis.call('EXPIRE', skey, {{SENT_TTL_S}})
