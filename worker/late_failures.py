@@ -73,6 +73,11 @@ class LateFailure:
                 await TurnEndings(turn).failed(exc)  # a retry with backoff, the note cleared
                 return
             template = f"failed: {exc}"[:500]
+        except Exception as exc:
+            # Not expected (a Redis error answer, a bug): retried, then parked as max_attempts,
+            # still with the batch's messages.
+            await TurnEndings(turn).failed(exc)
+            return
         reason, error, late = self._describe(template)
         log.info(
             "late delivery failure to review tenant=%s batch=%s reason=%s",

@@ -12,6 +12,8 @@ must be exact; the worker, the Graph API stand-in and the real receiver elsewher
 from __future__ import annotations
 
 import asyncio
+import os
+import sys
 import time
 from typing import Any
 
@@ -41,7 +43,9 @@ from tests.support.helpers import APP_SECRET
 from tests.worker.support import push_message, review_items, stats, wait_for, wake_up
 from worker.batch import Batch
 from worker.review import ReviewList
+from worker.review_journal import ReviewJournal
 from worker.store import ConversationStore
+from worker.turn_state import TurnState
 
 PERSON = "5491155550071"
 REPLY = "Hola, ¿en qué te ayudo?"
@@ -304,6 +308,16 @@ async def test_a_tenant_without_a_template_parks_the_batch_and_sends_nothing(
     assert item["reason"] == "window_closed"
     assert item["late_failure"]["template"] == "not sent: the tenant has no template"
     assert graph.sent_templates() == []
+    listed = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-m", "worker.review", "list", "--tenant", PLAIN_TENANT),
+        env={**os.environ, **workers.env},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(listed.communicate(), 30)
+    assert listed.returncode == 0, err.decode()
+    assert b"reason=window_closed" in out and b"late=131047" in out
+    assert b"template='not sent: the tenant has no template'" in out
 
 
 async def test_no_template_when_the_person_wrote_after_the_failed_send(
@@ -429,3 +443,18 @@ async def test_chatwoot_batches_keep_nothing_for_late_failures(
     k = Keys(prefix).tenant(tenant)
     assert await redis.exists(k.sent(PERSON)) == 0
     assert await redis.exists(k.outbound("cw.out.0")) == 1
+
+
+async def test_a_worker_of_the_release_before_parks_a_late_batch_without_sending(
+    redis: Redis, prefix: str, settings: Settings
+) -> None:
+    """During a rolling deploy an older worker may claim a late failure's batch: it reads the
+    review journal the batch carries and parks it (its resumed-review path), sending nothing."""
+    store = make_store(redis, settings, prefix)
+    await answered(store, redis, prefix, ["wamid.o0"])
+    await push_failed_status(redis, prefix, PERSON, "wamid.o0", 131047)
+    await store.claim(TENANT, 0, "intake")
+    (job,) = (await store.claim(TENANT, 1, "old")).batches
+    journal = ReviewJournal.read(job.fields["handoff"])
+    assert journal.reason == "delivery_failed" and "earlier release" in journal.detail
+    assert TurnState.resumed(job).journal == journal

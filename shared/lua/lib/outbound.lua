@@ -126,7 +126,11 @@ local function start_late_job(prefix, person, due_key, now)
   redis.call('HSET', bkey, 'id', batch .. ':late-' .. now, 'person', person, 'attempt', 0,
     'created_ms', now, 'messages', messages, 'context', '[]', 'requeued', 1,
     'late_of', batch, 'late_reply', reply, 'late_jobs', '[' .. table.concat(jobs, ',') .. ']',
-    'late_template', template)
+    'late_template', template,
+    -- During a rolling deploy a worker of the release before late failures may claim it:
+    -- it finds a review decided (worker/review_journal.py) and parks it without sending.
+    'handoff', cjson.encode({reason = 'delivery_failed', at_ms = now,
+      detail = 'Meta reported a sent part failed (parked by a worker of an earlier release)'}))
   redis.call('ZADD', due_key, now, person)
   return true
 end
