@@ -44,6 +44,10 @@ Layout (prefix `wa`, tenant 106540352242922, person 16505551234):
                                                 handles: the bot is silent (JSON why/since; TTL)
     wa:{…}:c:16505551234:human          STRING  a human has the conversation: the bot is paused
                                                 for this person (JSON; PX, lapses by itself)
+    wa:{…}:c:16505551234:sent           LIST    the last answered batches' messages and reply,
+                                                for a late delivery failure (capped, TTL)
+    wa:{…}:c:16505551234:late           HASH    late delivery failures waiting for the worker,
+                                                and the batches whose template went out (TTL)
     wa:{106540352242922}:out:<wamid>    HASH    one sent reply part: batch, person, part, status
 """
 
@@ -235,6 +239,16 @@ class TenantKeys:
         person (shared/takeover.py): JSON `by`, `why`, `since_ms`, `until_ms`, PX the pause."""
         return f"{self.conversation_prefix}{_check(person, 'person')}:{HUMAN}"
 
+    def sent(self, person: str) -> str:
+        """The last batches answered (messages and reply, JSON), newest first: what a late
+        delivery failure's review item carries (shared/lua/lib/outbound.lua)."""
+        return f"{self.conversation_prefix}{_check(person, 'person')}:{SENT}"
+
+    def late(self, person: str) -> str:
+        """Late delivery failures (`failed` statuses of parts Meta had accepted) waiting for
+        the worker, and per batch whether its template was already sent."""
+        return f"{self.conversation_prefix}{_check(person, 'person')}:{LATE}"
+
     def conversations_pattern(self, kind: str) -> str:
         """A SCAN MATCH pattern for one kind of conversation key (PENDING, BATCH, ...) of
         every person of the tenant; `person_in` reads the person back from a match."""
@@ -267,6 +281,7 @@ class TenantKeys:
 # place a key is spelled.
 PENDING, BATCH, LOCK, LASTIN, MEMORY = "pending", "batch", "lock", "lastin", "memory"
 CONTEXT, HUMAN = "context", "human"
+SENT, LATE = "sent", "late"
 SILENT = "silent"
 # The suffix of a tenant's review notifications (after its notification queue's key), written
 # into shared/lua/lib/review.lua by the loader like the suffixes above.
@@ -284,6 +299,8 @@ CONVERSATION_KINDS: tuple[str, ...] = (
     CONTEXT,
     SILENT,
     HUMAN,
+    SENT,
+    LATE,
 )
 
 

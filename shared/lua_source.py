@@ -27,7 +27,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from shared import dispatch_lag, keys
+from shared import dispatch_lag, keys, late_failures
 
 LUA_DIR = Path(__file__).with_name("lua")
 
@@ -57,6 +57,11 @@ _PYTHON_VALUES: dict[str, str | int | tuple[int, ...]] = {
     "NOTIFY_EVENTS": keys.NOTIFY_EVENTS,
     "SILENT": keys.SILENT,
     "HUMAN": keys.HUMAN,
+    "SENT": keys.SENT,
+    "LATE": keys.LATE,
+    "SENT_KEEP": late_failures.SENT_KEEP,
+    "SENT_TTL_S": late_failures.SENT_TTL_S,
+    "LATE_TTL_S": late_failures.LATE_TTL_S,
     "LAG_BUCKETS_MS": dispatch_lag.BUCKETS_MS,
     "LAG_BUCKET_PREFIX": dispatch_lag.BUCKET_PREFIX,
     "LAG_INF": dispatch_lag.INF,

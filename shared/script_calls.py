@@ -45,15 +45,13 @@ def claim(
     welcome: int,
     context_ttl_s: int,
     context_max: int,
-    notify: bool,
     silence_ttl_s: int,
     human_pause_ms: int,
     memory_turns: int,
 ) -> Call:
-    """`welcome`: 1 when the tenant has a welcome text (`request_welcome` starts a turn);
-    `notify`: a review webhook is configured (REVIEW_WEBHOOK_URL)."""
+    """`welcome`: 1 when the tenant has a welcome text (`request_welcome` starts a turn)."""
     return (
-        [k.inbox, k.due, k.running, k.burst, k.stats, k.unroutable, k.review, k.users],
+        [k.inbox, k.due, k.running, k.burst, k.stats, k.unroutable, k.users],
         [
             k.conversation_prefix,
             max_claim,
@@ -68,7 +66,6 @@ def claim(
             welcome,
             context_ttl_s,
             context_max,
-            k.review_notify if notify else "",
             silence_ttl_s,
             human_pause_ms,
             memory_turns,
@@ -96,10 +93,9 @@ def record_part(
     part: int,
     provider_id: str,
     outbound_ttl_s: int,
-    notify: bool,
 ) -> Call:
     return (
-        [k.stats, k.review],
+        [k.stats],
         [
             k.conversation_prefix,
             k.outbound_prefix,
@@ -108,7 +104,6 @@ def record_part(
             part,
             provider_id,
             outbound_ttl_s,
-            k.review_notify if notify else "",
         ],
     )
 
@@ -116,6 +111,16 @@ def record_part(
 def mark_template(k: TenantKeys, *, person: str, token: str, mark: str, part: int) -> Call:
     """`mark`: "1" notes the template as going out, "0" clears the note."""
     return [k.stats], [k.conversation_prefix, person, token, mark, part]
+
+
+def mark_memory(
+    k: TenantKeys, *, person: str, token: str, entries: Iterable[tuple[str, bytes]]
+) -> Call:
+    """`entries`: (provider id of a reply part, the exchange that replaces the one holding it)."""
+    args: list[ScriptArg] = [k.conversation_prefix, person, token]
+    for provider_id, entry in entries:
+        args += [provider_id, entry]
+    return [k.stats], args
 
 
 def journal_review(k: TenantKeys, *, person: str, token: str, journal: str | bytes) -> Call:
@@ -209,12 +214,10 @@ def manual_end(
     since_ms: int,
     answered: bytes,
     provider_ids: Sequence[str],
-    notify: bool,
 ) -> Call:
-    """`outcome` "sent" or "release"; `answered`: the answered message ids (JSON array);
-    `notify`: a review webhook is configured."""
+    """`outcome` "sent" or "release"; `answered`: the answered message ids (JSON array)."""
     return (
-        [k.due, k.burst, k.review, k.stats],
+        [k.due, k.burst, k.stats],
         [
             k.conversation_prefix,
             k.outbound_prefix,
@@ -230,7 +233,6 @@ def manual_end(
             max_wait_ms,
             since_ms,
             answered,
-            k.review_notify if notify else "",
             *provider_ids,
         ],
     )

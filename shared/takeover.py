@@ -28,7 +28,7 @@ from typing import Any
 
 import orjson
 
-from shared import events, script_calls, wake
+from shared import events, late_failures, script_calls, wake
 from shared.keys import Keys
 from shared.scripts import Scripts
 
@@ -38,13 +38,16 @@ from shared.scripts import Scripts
 # answerable); `window_closed`: the person cannot be written to until they write again, and
 # the bot answering what they write then is the conversation resuming; `token_expired`,
 # `ai_auth` and `no_sender` are configuration faults of the whole tenant or fleet (nothing goes
-# out anyway, and a pause would keep everyone silent for `HUMAN_PAUSE_S` after the fix). Every
-# other reason (the AI's hand-over, `delivery_unknown`, `max_attempts`, a provider's refusal of
-# this batch, a custom brain's or sender's `NeedsReview`) needs a person to look at this
-# exchange, so the person's next messages wait for that person rather than get bot answers
-# without its context.
+# out anyway, and a pause would keep everyone silent for `HUMAN_PAUSE_S` after the fix); a
+# late delivery failure (shared/late_failures.py: the reply was answered, Meta could not
+# deliver it) says nothing about what the person writes next, and the next turn's AI is told
+# the reply never arrived. Every other reason (the AI's hand-over, `delivery_unknown`,
+# `max_attempts`, a provider's refusal of this batch, a custom brain's or sender's
+# `NeedsReview`) needs a person to look at this exchange, so the person's next messages wait
+# for that person rather than get bot answers without its context.
 NO_PAUSE_REVIEW_REASONS = frozenset(
-    {"too_old", "window_closed", "token_expired", "ai_auth", "no_sender"}
+    {"too_old", "token_expired", "ai_auth", "no_sender", *late_failures.REASONS.values()}
+    | {late_failures.DELIVERY_FAILED}
 )
 # Only WhatsApp conversations pause: a Chatwoot conversation is handed over in Chatwoot.
 PAUSING_CHANNELS = frozenset({"whatsapp"})

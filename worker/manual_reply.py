@@ -291,7 +291,6 @@ class ManualReplies:
             since_ms=hold.since_ms,
             answered=orjson.dumps(hold.answered),
             provider_ids=sent.provider_ids,
-            notify=bool(self._settings.review_webhook_url),
         )
         try:
             held, taken = await self._scripts.manual_end(self._redis, *call)
@@ -325,7 +324,6 @@ class ManualReplies:
             since_ms=hold.since_ms,
             answered=b"[]",
             provider_ids=[],
-            notify=False,
         )
         try:
             await self._scripts.manual_end(self._redis, *call)

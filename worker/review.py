@@ -107,6 +107,12 @@ def _summary(item: dict[str, Any]) -> str:
     unknown = item.get("delivery_unknown")
     if isinstance(unknown, dict):
         line += f"  unknown={describe(unknown)!r} at {utc(int(unknown.get('at_ms') or 0))}"
+    late = item.get("late_failure")
+    if isinstance(late, dict):  # Meta reported a sent part undelivered (worker/late_failures.py)
+        codes = ",".join(str(p.get("code")) for p in late.get("parts") or [] if isinstance(p, dict))
+        line += f"  late={codes}" + (
+            f"  template={late['template']!r}" if "template" in late else ""
+        )
     if item.get("hand_over"):
         line += f"  hand_over={item['hand_over']!r}"
     return line

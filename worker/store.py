@@ -77,7 +77,6 @@ class ConversationStore:
             welcome=1 if self._settings.welcome_text_for(tenant) else 0,
             context_ttl_s=max(1, int(self._settings.memory_ttl_s)),
             context_max=CONTEXT_MAX,
-            notify=self._notify,
             silence_ttl_s=SILENCE_TTL_S,
             human_pause_ms=int(self._settings.human_pause_for(tenant) * 1000),
             memory_turns=self._settings.memory_turns_for(tenant),
@@ -129,7 +128,6 @@ class ConversationStore:
             part=part,
             provider_id=provider_id,
             outbound_ttl_s=OUTBOUND_TTL_S,
-            notify=self._notify,
         )
         result = await self._committer.submit(
             lambda p: self._scripts.record_part.queue(p, keys, args)
@@ -148,6 +146,19 @@ class ConversationStore:
             lambda p: self._scripts.mark_template.queue(p, keys, args)
         )
         return bool(int(result))
+
+    async def mark_memory(self, batch: Batch, entries: list[tuple[str, bytes]]) -> int:
+        """Replace each exchange of the person's memory holding the reply part (provider id)
+        with the given one (worker/late_failures.py); how many were, or -1 if the lock is
+        lost."""
+        k = self.keys.tenant(batch.tenant)
+        keys, args = script_calls.mark_memory(
+            k, person=batch.person, token=batch.token, entries=entries
+        )
+        result = await self._committer.submit(
+            lambda p: self._scripts.mark_memory.queue(p, keys, args)
+        )
+        return int(result)
 
     async def save_journal(self, batch: Batch, journal: ReviewJournal) -> bool:
         """Write the review journal on the batch; False if the lock is lost."""
@@ -198,16 +209,18 @@ class ConversationStore:
         now_ms: int,
         hand_over: str = "",
         state: TurnState | None = None,
+        extra: dict[str, Any] | None = None,
     ) -> bool:
         """Park the batch on the review list; `hand_over` says whether the provider was told
         ("done", "failed: ...", "unknown: ..."; "" where it has no hand-over, and then the
         item has no field). From the turn's `state` the item also carries the send whose
         outcome is unknown (`delivery_unknown`) and the hand-over's steps, each of those
-        counted in stats as unknown:<what>, and the parts already sent. A WhatsApp batch
-        parked for a reason that needs a person (shared/takeover.py `pauses_for_review`)
-        carries `human_pause_ms`: finish.lua pauses the bot for the person with the item."""
+        counted in stats as unknown:<what>, and the parts already sent; `extra`: more fields
+        of the item (a late delivery failure's `late_failure`). A WhatsApp batch parked for a
+        reason that needs a person (shared/takeover.py `pauses_for_review`) carries
+        `human_pause_ms`: finish.lua pauses the bot for the person with the item."""
         state = state or TurnState()
-        extra: dict[str, Any] = {"hand_over": hand_over} if hand_over else {}
+        extra = {**(extra or {}), **({"hand_over": hand_over} if hand_over else {})}
         if pauses_for_review(batch.channel, reason):
             extra["human_pause_ms"] = int(self._settings.human_pause_for(batch.tenant) * 1000)
         unknown: list[str] = []

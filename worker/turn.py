@@ -38,6 +38,7 @@ from worker.errors import (
     NeedsReview,
 )
 from worker.formatting import for_channel
+from worker.late_failures import LateFailure
 from worker.leases import Leases
 from worker.presentation import exchange
 from worker.senders import Sender, takes_delivery
@@ -97,6 +98,11 @@ class Turn:
 
     async def _run(self) -> None:
         batch, state = self.batch, self.state
+        if "late_jobs" in batch.fields:
+            # Not an answer to the person: Meta reported a sent part undelivered (the intake
+            # made this batch of it: shared/lua/lib/outbound.lua).
+            await LateFailure(self).run()
+            return
         if state.journal is not None:
             # An earlier attempt decided on review and its worker stopped before the finish:
             # finish that review. Running the turn again could send what is not to be sent
@@ -299,6 +305,10 @@ class Turn:
             log.warning(
                 "lease lost before finish tenant=%s batch=%s", self.batch.tenant, self.batch.id
             )
+
+    async def leased(self, call: Callable[[], Awaitable[T]], what: str) -> T:
+        """One Redis call of the turn's helpers (worker/late_failures.py), as `_while_leased`."""
+        return await self._while_leased(call, what)
 
     async def _while_leased(self, call: Callable[[], Awaitable[T]], what: str) -> T:
         """One of the turn's Redis calls; while Redis does not answer, try again for as long as

@@ -8,7 +8,8 @@
   (known from the person's last inbound message, or Meta's error 131047, on any part) it sends
   the tenant's template instead of the rest of the reply, once per batch (noted on the batch
   before the request, so a retry never sends it again), or parks the batch for review
-  ("window_closed", the parts already sent listed on the item).
+  ("window_closed", the parts already sent listed on the item). `send_template` sends it alone,
+  for a 131047 Meta reported after accepting a part (worker/late_failures.py).
 - A person known only by a business-scoped user id (a username, no phone number) is written to
   in `recipient` instead of `to` (`addressed_to`).
 - Meta's error codes decide: throughput and transient errors are retried with backoff
@@ -163,6 +164,16 @@ class WhatsAppSender:
                 why = f"{exc.code}: {exc.message}"
                 return await self._outside_window(batch, part, why, delivery)
             raise _classify(exc) from exc
+
+    async def send_template(
+        self, batch: Batch, part: int, *, delivery: Delivery | None = None
+    ) -> str:
+        """The tenant's template alone, for a late 131047 (Meta accepted a part, then reported
+        the window closed: worker/late_failures.py); noted on the batch before its request,
+        as `send`'s. The caller checks that the tenant has one."""
+        return await self._outside_window(
+            batch, part, "131047 reported late", delivery or Delivery()
+        )
 
     async def _outside_window(self, batch: Batch, part: int, why: str, delivery: Delivery) -> str:
         """Send the tenant's template in place of what is left of the reply (once per batch:

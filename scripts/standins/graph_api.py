@@ -141,6 +141,12 @@ META_ERRORS: dict[int, tuple[int, str, str, str]] = {
         "Cloud API message throughput has been reached.",
         "Rate limit hit",
     ),
+    130472: (
+        400,
+        "(#130472) User's number is part of an experiment",
+        "Failed to send message because this user's phone number is part of an experiment.",
+        "User's number is part of an experiment",
+    ),
     131000: (
         500,
         "Something went wrong",
@@ -191,6 +197,20 @@ META_ERRORS: dict[int, tuple[int, str, str, str]] = {
             " last replied to this number."
         ),
         "Re-engagement message",
+    ),
+    131049: (
+        400,
+        "(#131049) Meta chose not to deliver",
+        "This message was not delivered to maintain healthy ecosystem engagement.",
+        "This message was not delivered to maintain healthy ecosystem engagement.",
+    ),
+    131050: (
+        400,
+        "(#131050) Unable to deliver the message",
+        "This recipient has chosen to stop receiving marketing messages on WhatsApp from your"
+        " business.",
+        "Unable to deliver the message. This recipient has chosen to stop receiving marketing"
+        " messages on WhatsApp from your business.",
     ),
     131051: (
         400,
@@ -405,7 +425,8 @@ class GraphApiStandIn(WebhookStandIn[GraphFault, WebhookDelivery]):
       (default sent, delivered, read); `out_of_order=True` posts them reversed.
     - `status_delays`: seconds before each status POST (the last value repeats).
     - `fail_status_recipients`: {recipient: code}: such sends are accepted (200, wamid) but the
-      webhook is a single `failed` status with that code (Meta reports 131047 this way).
+      webhook is a single `failed` status with that code (Meta reports 131047 this way; a
+      template to such a recipient is delivered, as Meta's are outside the window).
     - `webhook_retries` / `webhook_retry_delay`: extra attempts on a non-200 answer or a
       connection error, with doubling delays.
     - `seed`: seeds the RNG used by `fail_fraction`.
@@ -865,6 +886,8 @@ class GraphApiStandIn(WebhookStandIn[GraphFault, WebhookDelivery]):
             if not url or not secret:
                 return
             fail_code = self.fail_status_recipients.get(_digits(sent.to))
+            if fail_code == 131047 and sent.type == "template":
+                fail_code = None  # a template may go out after the 24-hour window: delivered
             if fail_code is not None:
                 order: tuple[str, ...] = ("failed",)
             else:

@@ -8,8 +8,7 @@
 -- KEYS[4] burst        HASH: person -> "first_ms,last_ms" of waiting messages
 -- KEYS[5] stats        HASH: counters
 -- KEYS[6] unroutable   LIST: inbox entries that are not ours to interpret
--- KEYS[7] review       HASH: batch id -> review item
--- KEYS[8] users        HASH: WhatsApp user id -> the phone number it was seen with
+-- KEYS[7] users        HASH: WhatsApp user id -> the phone number it was seen with
 -- ARGV[1] conversation_prefix  the tenant's conversation key prefix ("wa:{t}:c:"); a
 --         conversation's keys are built from it with conv_key() (same hash tag, so the same
 --         slot as KEYS)
@@ -28,13 +27,11 @@
 --         "0": it is only context
 -- ARGV[12] context_ttl_s  how long a conversation's context list lives after its last event
 -- ARGV[13] context_max  how many context items a conversation keeps (the newest)
--- ARGV[14] review_notify  the tenant's review notification queue ("" when no review webhook
---         is configured: nothing queued; lib/review.lua)
--- ARGV[15] silence_ttl_s  how long the bot's silence in a Chatwoot conversation lasts after
+-- ARGV[14] silence_ttl_s  how long the bot's silence in a Chatwoot conversation lasts after
 --         its last event (lib/silence.lua)
--- ARGV[16] human_pause_ms  how long an echo (the business wrote from the WhatsApp Business
+-- ARGV[15] human_pause_ms  how long an echo (the business wrote from the WhatsApp Business
 --         app) pauses the bot for that person (HUMAN_PAUSE_S)
--- ARGV[17] memory_turns  how many exchanges a memory keeps (an echo enters it)
+-- ARGV[16] memory_turns  how many exchanges a memory keeps (an echo enters it)
 --
 -- Events that are not messages (kinds "note", "revoke", "edit", "welcome"; shared/events.py)
 -- never make a conversation due: a revoke takes its message out of the pending list (an
@@ -51,6 +48,8 @@
 -- An echo (kind "echo": what the business wrote from the WhatsApp Business app) pauses the
 -- person, enters their memory as written by a human, takes the waiting messages with it (the
 -- human answered them) and starts no turn (stats event:echo).
+-- A status moves its part's outbound record forward; a `failed` one queues a late delivery
+-- failure and, when the person has no batch, makes it a batch due now (lib/outbound.lua).
 --
 -- Returns {now_ms, next_ms, more, b1, b2, ...} where next_ms is the earliest due time or lease
 -- end still pending (-1 if none), more is 1 when the inbox was not drained (nothing was claimed:
@@ -62,7 +61,7 @@
 -- uses: lib/keys.lua (conv_key, PENDING, BATCH, LOCK, LASTIN, MEMORY, CONTEXT, HUMAN)
 -- uses: lib/human.lua (take_echo)
 -- uses: lib/clock.lua (now_ms)
--- uses: lib/outbound.lua (STATUS_RANK, park_undelivered)
+-- uses: lib/outbound.lua (apply_status)
 -- uses: lib/dispatch_lag.lua (record_dispatch_lag)
 -- uses: lib/silence.lua (held_silent, take_agent_message, take_conversation_event)
 -- uses: lib/silence.lua (silence_of, fold_batch)
@@ -70,10 +69,10 @@ local prefix, max_claim, lease = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local window, max_wait, max_intake = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local out_prefix, service_window, early_ttl = ARGV[8], tonumber(ARGV[9]), tonumber(ARGV[10])
 local welcome, context_ttl, context_max = ARGV[11] == '1', tonumber(ARGV[12]), tonumber(ARGV[13])
-local human_pause, memory_turns = tonumber(ARGV[16]), tonumber(ARGV[17])
+local human_pause, memory_turns = tonumber(ARGV[15]), tonumber(ARGV[16])
 local now = now_ms()
 local silence_keys = {due = KEYS[2], burst = KEYS[4], stats = KEYS[5]}
-local silence_ttls = {memory = context_ttl, silent = tonumber(ARGV[15])}
+local silence_ttls = {memory = context_ttl, silent = tonumber(ARGV[14])}
 
 local function next_wake()
   local d = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
@@ -84,51 +83,17 @@ local function next_wake()
   return best
 end
 
-local RANK = STATUS_RANK
-
-local function apply_status(ev, person)
-  local st = string.match(ev, '"status":"(%a+)"') or 'unknown'
-  redis.call('HINCRBY', KEYS[5], 'status:' .. st, 1)
-  local id = string.match(ev, '"id":"([^"]+)"')
-  if not id then return end
-  local okey = out_prefix .. id
-  local code = string.match(ev, '"code":(%d+)') or ''
-  local current = redis.call('HGET', okey, 'status')
-  if not current and RANK[st] then
-    -- Meta's webhook overtook the send's answer: record_part has not run yet. Park the
-    -- furthest status on the record; record_part applies it. Ids that are not ours expire.
-    local early = redis.call('HGET', okey, 'early')
-    if not early or RANK[st] > RANK[early] then
-      redis.call('HSET', okey, 'early', st, 'early_error', code)
-      redis.call('EXPIRE', okey, early_ttl)
-    end
-    return
-  end
-  if not current or not RANK[st] or RANK[st] <= (RANK[current] or 0) then return end
-  redis.call('HSET', okey, 'status', st)
-  redis.call('HINCRBY', KEYS[5], 'parts_' .. st, 1)
-  if st ~= 'failed' then return end
-  redis.call('HSET', okey, 'error', code)
-  if code == '131047' then
-    -- Meta accepted the part but could not deliver it: the 24-hour window had closed.
-    -- A person has to look at this conversation.
-    park_undelivered(KEYS[7], KEYS[5], ARGV[14], redis.call('HGET', okey, 'batch') or '',
-      redis.call('HGET', okey, 'person') or person, redis.call('HGET', okey, 'part') or '?',
-      id, now)
-  end
-end
-
 -- Usernames: the receiver keys a WhatsApp person by the phone number when the message has one,
 -- else by the business-scoped user id (`AR.4410...`, never only digits). A message carrying
 -- both records user id -> number; a later one with only the user id joins the number's
 -- conversation (memory, window, batch). Messages without `from_user_id` cost nothing here.
 local function same_person(ev, person)
   if string.find(person, '.', 1, true) then
-    return redis.call('HGET', KEYS[8], person) or person
+    return redis.call('HGET', KEYS[7], person) or person
   end
   local user_id = string.match(ev, '"from_user_id":"([^"]+)"')
-  if user_id and redis.call('HGET', KEYS[8], user_id) ~= person then
-    redis.call('HSET', KEYS[8], user_id, person)
+  if user_id and redis.call('HGET', KEYS[7], user_id) ~= person then
+    redis.call('HSET', KEYS[7], user_id, person)
   end
   return person
 end
@@ -286,7 +251,8 @@ while taken < max_intake do
     end
   elseif kind == 'status' then
     statuses = statuses + 1
-    apply_status(ev, person)
+    -- Delivery statuses and late delivery failures: lib/outbound.lua.
+    apply_status(prefix, out_prefix, KEYS[5], KEYS[2], ev, early_ttl, now)
   elseif kind == 'echo' and has_person then
     person = same_person(ev, person)
     take_echo(KEYS[2], KEYS[4], KEYS[5], prefix, ev, person, now, human_pause, memory_turns,

@@ -3,8 +3,7 @@
 --
 -- KEYS[1] due          ZSET: person -> when the conversation is due (ms)
 -- KEYS[2] burst        HASH: person -> "first_ms,last_ms" of waiting messages
--- KEYS[3] review       HASH: batch id -> review item (a status that overtook a part's record)
--- KEYS[4] stats        HASH: counters
+-- KEYS[3] stats        HASH: counters
 -- ARGV[1] conversation_prefix  the tenant's conversation key prefix ("wa:{t}:c:")
 -- ARGV[2] outbound_prefix  the tenant's outbound record prefix ("wa:{t}:out:")
 -- ARGV[3] person
@@ -20,9 +19,7 @@
 -- ARGV[13] since_ms    Redis's clock when the lock was taken: what is still pending arrived
 --         after it
 -- ARGV[14] answered    JSON array of the ids of the messages the reply answers
--- ARGV[15] review_notify  the tenant's review notification queue ("" without a review
---         webhook): a status that overtook a part's record may create a review item
--- ARGV[16..] provider_ids  the provider's id of each part sent, in order ("" for none)
+-- ARGV[15..] provider_ids  the provider's id of each part sent, in order ("" for none)
 --
 -- "sent" records an outbound record per part (as record_part.lua does, so delivery statuses
 -- apply), appends the exchange to the memory and counts stats manual_replies, whatever
@@ -76,10 +73,9 @@ if ARGV[5] ~= 'sent' then
   reschedule(0)
   return {1, 0}
 end
-for i = 16, #ARGV do
+for i = 15, #ARGV do
   if ARGV[i] ~= '' then
-    record_outbound(KEYS[4], KEYS[3], ARGV[15], ARGV[2], ARGV[i], ARGV[6], person, i - 16,
-      ARGV[10], now)
+    record_outbound(prefix, KEYS[3], ARGV[2], ARGV[i], ARGV[6], person, i - 15, ARGV[10], now)
   end
 end
 if ARGV[7] ~= '' and tonumber(ARGV[8]) > 0 then
@@ -88,7 +84,7 @@ if ARGV[7] ~= '' and tonumber(ARGV[8]) > 0 then
   redis.call('LTRIM', mkey, -tonumber(ARGV[8]), -1)
   redis.call('PEXPIRE', mkey, ARGV[9])
 end
-redis.call('HINCRBY', KEYS[4], 'manual_replies', 1)
+redis.call('HINCRBY', KEYS[3], 'manual_replies', 1)
 if not held then return {0, 0} end
 redis.call('DEL', lock)
 

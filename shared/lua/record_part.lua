@@ -1,7 +1,6 @@
 -- record_part: remember that the provider accepted part i of the batch's reply.
 --
 -- KEYS[1] stats        HASH: counters
--- KEYS[2] review       HASH: batch id -> review item
 -- ARGV[1] conversation_prefix  the tenant's conversation key prefix ("wa:{t}:c:")
 -- ARGV[2] outbound_prefix  the tenant's outbound record prefix ("wa:{t}:out:")
 -- ARGV[3] person
@@ -10,14 +9,13 @@
 -- ARGV[6] provider_id  the provider's message id ("" when the part was deliberately not
 --         sent, e.g. replaced by a template)
 -- ARGV[7] outbound_ttl_s  how long the outbound record lives
--- ARGV[8] review_notify  the tenant's review notification queue ("" when no review webhook
---         is configured; lib/review.lua)
 --
 -- Returns 1 (also when this part is already recorded with this id), or 0 when the token does
 -- not hold the lock. The outbound record
 -- (`out:<id>`: batch, person, part, status) is what delivery statuses update later. A status
 -- that arrived before this call was parked on the record by claim.lua (`early`): it is
--- applied here, as claim.lua would have (a failed 131047 puts the person in review).
+-- applied here, as claim.lua would have (a failed one is queued as a late delivery failure,
+-- handled once this batch ended: lib/outbound.lua).
 --
 -- uses: lib/keys.lua (conv_key, BATCH, LOCK)
 -- uses: lib/clock.lua (now_ms)
@@ -29,7 +27,7 @@ local bkey = conv_key(prefix, person, BATCH)
 if redis.call('HGET', bkey, 'part:' .. part) == id then return 1 end
 redis.call('HSET', bkey, 'part:' .. part, id)
 if id ~= '' then
-  record_outbound(KEYS[1], KEYS[2], ARGV[8], ARGV[2], id, redis.call('HGET', bkey, 'id'),
-    person, part, ARGV[7], now_ms())
+  record_outbound(prefix, KEYS[1], ARGV[2], id, redis.call('HGET', bkey, 'id'), person, part,
+    ARGV[7], now_ms())
 end
 return 1

@@ -176,6 +176,8 @@ async def test_forget_deletes_everything_of_the_person_and_nothing_else(
     )
     k = made.keys.tenant(TENANT)
     await takeover.pause(redis, made.keys, TENANT, PERSON, by="ana", why="taking over", seconds=600)
+    # As a late delivery failure's note would be (shared/lua/lib/outbound.lua).
+    await redis.hset(k.late(PERSON), "template:b1", "sent")
     # The person has something under every kind of key listed to be forgotten, but a lock
     # and a batch (the forget is refused while those exist: tested below).
     for kind in set(CONVERSATION_KINDS) - {"lock", "batch"}:
@@ -189,7 +191,7 @@ async def test_forget_deletes_everything_of_the_person_and_nothing_else(
 
     assert report == ForgetReport(
         TENANT,
-        conversation_keys=6,  # pending, lastin, memory, context, silent, human
+        conversation_keys=8,  # pending, lastin, memory, context, silent, human, sent, late
         queue_entries=2,  # due, burst
         users_fields=1,
         review_items=1,

@@ -42,7 +42,6 @@ async def end(redis: Redis, token: str, outcome: str, ids: list[str] | None = No
         since_ms=0,
         answered=orjson.dumps(["wamid.1"]),
         provider_ids=ids or [],
-        notify=False,
     )
     return [int(x) for x in await SCRIPTS.manual_end(redis, *call)]
 

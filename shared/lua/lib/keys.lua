@@ -7,6 +7,7 @@ local PENDING, BATCH, LOCK = '{{PENDING}}', '{{BATCH}}', '{{LOCK}}'
 local LASTIN, MEMORY, CONTEXT = '{{LASTIN}}', '{{MEMORY}}', '{{CONTEXT}}'
 local SILENT = '{{SILENT}}'
 local HUMAN = '{{HUMAN}}'
+local SENT, LATE = '{{SENT}}', '{{LATE}}'
 
 local function conv_key(prefix, person, kind)
   return prefix .. person .. ':' .. kind

@@ -1,42 +1,205 @@
 -- The outbound records (`out:<provider id>`: batch, person, part, status) that delivery
--- statuses update, and the review item for a part Meta could not deliver.
+-- statuses update, what a late delivery failure needs, and its queue for the worker.
 --
--- uses: lib/review.lua (add_review_item)
+-- A `failed` status for a part Meta had accepted is a late failure: it is queued on the
+-- person's `late` hash (field `job:<wamid>`), and a batch is made of it as soon as the person
+-- has none (now, or when the running one finishes: finish.lua), due at once. The worker runs
+-- it under the person's lock like any batch (worker/late_failures.py: the template for 131047,
+-- the review item, the memory's mark), so it never overlaps a turn (invariant 3). Its
+-- messages and reply come from the person's `sent` list, filled when a batch's first part is
+-- recorded. `template:<batch>` = "sent" on the same hash: the batch's template went out (its
+-- turn's or a late failure's): never a second one, whatever statuses arrive.
+--
+-- uses: lib/keys.lua (conv_key, BATCH, LOCK, SENT, LATE)
 
 -- Delivery statuses only move forward: a late "delivered" never undoes "read".
 local STATUS_RANK = {accepted = 0, sent = 1, delivered = 2, read = 3, played = 4, failed = 5}
 
--- Meta accepted a part but could not deliver it because the 24-hour window had closed:
--- a person has to look at this conversation.
--- `notify_key`: the tenant's review notification queue, "" for none (lib/review.lua).
-local function park_undelivered(review_key, stats_key, notify_key, batch, person, part, id, now)
-  local item_id = batch .. ':undelivered:' .. id
-  local item = cjson.encode({
-    id = item_id, person = person, reason = 'window_closed', attempts = 0, reviewed_ms = now,
-    error = 'status failed 131047 (window closed) for part ' .. part .. ' ' .. id,
-  })
-  -- cjson writes an empty table as {}; review items always carry a messages array.
-  add_review_item(review_key, stats_key, notify_key, item_id,
-    string.sub(item, 1, -2) .. ',"messages":[]}', 'window_closed', now)
+-- The start of a `sent` entry of `batch`: {"batch":<id>,"reply":<text>,"messages":[...]}.
+local function sent_head(batch)
+  return '{"batch":' .. cjson.encode(batch) .. ',"reply":'
 end
 
--- The provider accepted part `part` of `batch` as `id`: create its outbound record, and apply
--- a status that overtook the send's answer (parked as `early` by claim.lua).
-local function record_outbound(stats_key, review_key, notify_key, out_prefix, id, batch, person,
-                                part, ttl, now)
+-- The first part of `batch` is recorded: keep its messages and reply (as the batch holds them,
+-- byte for byte) for a failure reported after the batch is gone. Not for a late failure's own
+-- batch (its template): that batch's messages are kept already; not for Chatwoot.
+local function keep_sent(prefix, person, batch, bkey)
+  local skey = conv_key(prefix, person, SENT)
+  local head = sent_head(batch)
+  local newest = redis.call('LINDEX', skey, 0)
+  if (newest and string.sub(newest, 1, #head) == head)
+      or redis.call('HEXISTS', bkey, 'late_jobs') == 1 then
+    return
+  end
+  local reply = redis.call('HGET', bkey, 'reply') or ''
+  local messages = redis.call('HGET', bkey, 'messages') or '[]'
+  -- Chatwoot reports no delivery failures: nothing to keep for it.
+  if string.find(messages, '"channel":"chatwoot"', 1, true) then return end
+  redis.call('LPUSH', skey, head .. cjson.encode(reply) .. ',"messages":' .. messages .. '}')
+  redis.call('LTRIM', skey, 0, {{SENT_KEEP}} - 1)
+  redis.call('EXPIRE', skey, {{SENT_TTL_S}})
+end
+
+-- The messages (JSON, as kept) and reply of `batch` from the `sent` list; '[]' and '' when
+-- it is no longer kept. The reply is a JSON string, which cannot hold ',"messages":' unescaped.
+local function sent_of(prefix, person, batch)
+  local head = sent_head(batch)
+  for _, entry in ipairs(redis.call('LRANGE', conv_key(prefix, person, SENT), 0, -1)) do
+    if string.sub(entry, 1, #head) == head then
+      local at = string.find(entry, ',"messages":', #head + 1, true)
+      if at then
+        local ok, reply = pcall(cjson.decode, string.sub(entry, #head + 1, at - 1))
+        return string.sub(entry, at + 12, -2), ok and type(reply) == 'string' and reply or ''
+      end
+    end
+  end
+  return '[]', ''
+end
+
+-- The error of a `failed` status event: Meta's `errors[1]` (code, title, message, details).
+local function failure_of(ev)
+  local ok, obj = pcall(cjson.decode, ev)
+  local e = ok and type(obj) == 'table' and type(obj.errors) == 'table' and obj.errors[1]
+  if type(e) ~= 'table' then return {} end
+  local data = type(e.error_data) == 'table' and e.error_data or {}
+  local function text(v) return type(v) == 'string' and v or nil end
+  return {code = tonumber(e.code), title = text(e.title), message = text(e.message),
+    details = text(data.details)}
+end
+
+-- Queue a late failure of part `part` (provider id `id`) of `batch` for the worker.
+local function queue_late(prefix, person, batch, part, id, failure, sent_ms, now)
+  local lkey = conv_key(prefix, person, LATE)
+  redis.call('HSET', lkey, 'job:' .. id, cjson.encode({
+    batch = batch, part = tonumber(part), id = id, code = failure.code, title = failure.title,
+    message = failure.message, details = failure.details, sent_ms = tonumber(sent_ms),
+    at_ms = now,
+  }))
+  redis.call('EXPIRE', lkey, {{LATE_TTL_S}})
+end
+
+-- When the person has no batch: make one of the late failures of one batch (the oldest
+-- queued batch's, all its parts), due now. When the person's batch is a late failure's that
+-- no worker holds (still due, or waiting for a retry), the queued failures of the same batch
+-- join it: one review item per batch. For 131047 the batch asks for the template unless that
+-- batch's template went out already. Returns true when it made or joined one.
+local function start_late_job(prefix, person, due_key, now)
+  local bkey = conv_key(prefix, person, BATCH)
+  local joining = nil
+  if redis.call('EXISTS', bkey) == 1 then
+    joining = redis.call('HMGET', bkey, 'late_of', 'late_jobs')
+    if not joining[1] or redis.call('EXISTS', conv_key(prefix, person, LOCK)) == 1 then
+      return false
+    end
+  end
+  local lkey = conv_key(prefix, person, LATE)
+  local fields = redis.call('HGETALL', lkey)
+  local batch, jobs, window = joining and joining[1], {}, false
+  for i = 1, #fields, 2 do
+    if string.sub(fields[i], 1, 4) == 'job:' then
+      local ok, job = pcall(cjson.decode, fields[i + 1])
+      if not ok or type(job) ~= 'table' or type(job.batch) ~= 'string' then
+        redis.call('HDEL', lkey, fields[i])  -- not ours to read; never retried forever
+      elseif batch == nil or job.batch == batch then
+        batch = job.batch
+        table.insert(jobs, fields[i + 1])
+        redis.call('HDEL', lkey, fields[i])
+        if job.code == 131047 then window = true end
+      end
+    end
+  end
+  if #jobs == 0 then return false end
+  local template = '0'
+  if window and redis.call('HGET', lkey, 'template:' .. batch) ~= 'sent' then
+    -- Noted before the worker sends it: no other late failure of this batch asks again.
+    redis.call('HSET', lkey, 'template:' .. batch, 'sent')
+    template = '1'
+  end
+  if joining then
+    local before = string.sub(joining[2] or '[]', 2, -2)
+    if before ~= '' then table.insert(jobs, 1, before) end
+    redis.call('HSET', bkey, 'late_jobs', '[' .. table.concat(jobs, ',') .. ']')
+    if template == '1' then redis.call('HSET', bkey, 'late_template', '1') end
+    return true
+  end
+  local messages, reply = sent_of(prefix, person, batch)
+  redis.call('HSET', bkey, 'id', batch .. ':late-' .. now, 'person', person, 'attempt', 0,
+    'created_ms', now, 'messages', messages, 'context', '[]', 'requeued', 1,
+    'late_of', batch, 'late_reply', reply, 'late_jobs', '[' .. table.concat(jobs, ',') .. ']',
+    'late_template', template,
+    -- During a rolling deploy a worker of the release before late failures may claim it:
+    -- it finds a review decided (worker/review_journal.py) and parks it without sending.
+    'handoff', cjson.encode({reason = 'delivery_failed', at_ms = now,
+      detail = 'Meta reported a sent part failed (parked by a worker of an earlier release)'}))
+  redis.call('ZADD', due_key, now, person)
+  return true
+end
+
+-- A `failed` status applied to our record `okey`: count its error, queue it for the worker
+-- and, when the person has no batch and `due_key` is given, start it.
+local function failed_part(prefix, okey, id, failure, due_key, now)
+  redis.call('HSET', okey, 'error', failure.code and tostring(failure.code) or '')
+  local r = redis.call('HMGET', okey, 'batch', 'person', 'part', 'sent_ms')
+  if not r[1] or not r[2] then return end
+  queue_late(prefix, r[2], r[1], r[3] or 0, id, failure, r[4] or 0, now)
+  if due_key then start_late_job(prefix, r[2], due_key, now) end
+end
+
+-- The provider accepted part `part` of `batch` as `id`: create its outbound record, keep the
+-- batch's messages for a late failure, note a template, and apply a status that overtook the
+-- send's answer (parked as `early` by apply_status). A late failure found here is only
+-- queued: the batch is still running; finish.lua starts it.
+local function record_outbound(prefix, stats_key, out_prefix, id, batch, person, part, ttl, now)
   local okey = out_prefix .. id
-  local early = redis.call('HGET', okey, 'early')
-  local code = redis.call('HGET', okey, 'early_error') or ''
+  local e = redis.call('HMGET', okey, 'early', 'early_failure', 'early_error')
+  local early, failure = e[1], e[2]
   redis.call('HSET', okey, 'batch', batch, 'person', person, 'part', part,
     'status', early or 'accepted', 'sent_ms', now)
-  redis.call('HDEL', okey, 'early', 'early_error')
+  redis.call('HDEL', okey, 'early', 'early_error', 'early_failure')
   redis.call('EXPIRE', okey, ttl)
   redis.call('HINCRBY', stats_key, 'parts_out', 1)
+  local bkey = conv_key(prefix, person, BATCH)
+  keep_sent(prefix, person, batch, bkey)
+  local t = redis.call('HMGET', bkey, 'template', 'template_part')
+  if t[1] == '1' and t[2] == tostring(part) then
+    local lkey = conv_key(prefix, person, LATE)
+    redis.call('HSET', lkey, 'template:' .. batch, 'sent')
+    redis.call('EXPIRE', lkey, {{LATE_TTL_S}})
+  end
   if not early then return end
   redis.call('HINCRBY', stats_key, 'parts_' .. early, 1)
   if early ~= 'failed' then return end
-  redis.call('HSET', okey, 'error', code)
-  if code == '131047' then
-    park_undelivered(review_key, stats_key, notify_key, batch, person, part, id, now)
+  local ok, f = pcall(cjson.decode, failure or '')
+  -- (`early_error`: the code alone, as the release before late failures parked it)
+  if not ok or type(f) ~= 'table' then f = {code = tonumber(e[3] or '')} end
+  failed_part(prefix, okey, id, f, nil, now)
+end
+
+-- One status event (kind "status") of the intake: move its outbound record forward. A status
+-- whose record does not exist yet overtook the send's answer: the furthest one is parked on
+-- the record (`early`, with its failure) for record_outbound; ids that are not ours expire.
+local function apply_status(prefix, out_prefix, stats_key, due_key, ev, early_ttl, now)
+  local st = string.match(ev, '"status":"(%a+)"') or 'unknown'
+  redis.call('HINCRBY', stats_key, 'status:' .. st, 1)
+  local id = string.match(ev, '"id":"([^"]+)"')
+  if not id then return end
+  local okey = out_prefix .. id
+  local current = redis.call('HGET', okey, 'status')
+  if not current and STATUS_RANK[st] then
+    local early = redis.call('HGET', okey, 'early')
+    if not early or STATUS_RANK[st] > STATUS_RANK[early] then
+      redis.call('HSET', okey, 'early', st)
+      if st == 'failed' then
+        redis.call('HSET', okey, 'early_failure', cjson.encode(failure_of(ev)))
+      end
+      redis.call('EXPIRE', okey, early_ttl)
+    end
+    return
   end
+  if not current or not STATUS_RANK[st] or STATUS_RANK[st] <= (STATUS_RANK[current] or 0) then
+    return
+  end
+  redis.call('HSET', okey, 'status', st)
+  redis.call('HINCRBY', stats_key, 'parts_' .. st, 1)
+  if st == 'failed' then failed_part(prefix, okey, id, failure_of(ev), due_key, now) end
 end
