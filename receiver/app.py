@@ -31,7 +31,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import PlainTextResponse, Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import Receive, Scope, Send
 
 from receiver.chatwoot import ChatwootInbound
@@ -343,7 +343,7 @@ class Receiver:
         text = await self.metrics.exposition(self.redis)
         return Response(text, media_type=CONTENT_TYPE_LATEST)
 
-    def routes(self) -> list[Route]:
+    def routes(self) -> list[BaseRoute]:
         # Without METRICS_TOKEN there is no /metrics at all: 404, like any unknown path.
         metrics = [Route("/metrics", never_500(self.metrics_endpoint), methods=["GET"])]
         return [
@@ -351,7 +351,15 @@ class Receiver:
             Route("/healthz", self.healthz, methods=["GET"]),
             Route("/readyz", never_500(self.readyz), methods=["GET"]),
             *(metrics if self.settings.metrics_token else []),
+            *(self._ops() if self.settings.ops_token else []),
         ]
+
+    def _ops(self) -> list[BaseRoute]:
+        """The ops page (receiver/ops/), a sub-app of its own under /ops: without OPS_TOKEN it
+        is neither imported nor mounted (404), and its guards never wrap the webhook routes."""
+        from receiver.ops.routes import OpsPage
+
+        return [Mount("/ops", app=OpsPage(self).app())]
 
 
 @functools.lru_cache(maxsize=1024)  # the same few answers over and over: built once each
