@@ -12,7 +12,10 @@ and, when there is any problem, also keeps the whole raw body on the dead-letter
 the good items means one bad item never holds a customer's other messages hostage; keeping
 the body means nothing that was skipped is lost (re-driving it later is safe: the good items
 are deduplicated). Changes whose `field` is not "messages" are not problems: they are other
-subscriptions and are only reported in `ignored_fields`.
+subscriptions and are only reported in `ignored_fields`, except `smb_message_echoes`: what the
+business itself wrote from the WhatsApp Business app (coexistence), stored as echo events
+(shared/events.py), deduplicated like messages. Echoes never take the one-item fast path, so
+they add nothing to a plain message's cost.
 
 A missing or malformed `timestamp` is not a problem either: the event gets the receive time.
 """
@@ -27,12 +30,13 @@ import orjson
 from receiver.parsing import Invalid, Parsed, usable_id
 from receiver.signature import SignatureChecker
 from receiver.whatsapp_text import describe_as, field_str, message_type, objects
-from shared.events import dedupe_id, encode, message_event, status_event
+from shared.events import dedupe_id, echo_event, encode, message_event, status_event
 from shared.provider import WebhookRequest
 
 CHANNEL = "whatsapp"
 EXPECTED_OBJECT = "whatsapp_business_account"
 MAX_TS = 2**53  # keeps the timestamp a JSON-safe integer
+ECHOES_FIELD = "smb_message_echoes"  # what the business sent from the WhatsApp Business app
 
 
 class WhatsAppInbound:
@@ -224,13 +228,20 @@ def _parse_change(change: Any, received_ms: int, parsed: Parsed) -> None:
     try:
         change = _dict(change, "change")
         name = change.get("field")
-        if name != "messages":
+        if name != "messages" and name != ECHOES_FIELD:
             parsed.ignored_fields.append(name if isinstance(name, str) else repr(type(name)))
             return
         value = _dict(change.get("value"), "change.value")
         tenant = _usable_id(_dict(value.get("metadata"), "metadata").get("phone_number_id"))
     except Invalid as exc:
         parsed.problems.append(str(exc))
+        return
+    if name == ECHOES_FIELD:
+        for echo in _optional_list(value.get("message_echoes"), "message_echoes", parsed):
+            try:
+                parsed.add(tenant, echo_from(echo, tenant, received_ms))
+            except Invalid as exc:
+                parsed.problems.append(str(exc))
         return
     contacts = Contacts.parse(value.get("contacts"))
     for message in _optional_list(value.get("messages"), "messages", parsed):
@@ -265,6 +276,32 @@ def message_from(message: Any, tenant: str, contacts: Contacts, received_ms: int
         name=contacts.names.get(person, ""),
         context=context_id if isinstance(context_id, str) else "",
         raw=message,
+    )
+
+
+def echo_from(echo: Any, tenant: str, received_ms: int) -> dict[str, Any]:
+    """The inbox event of one message the business sent from the WhatsApp Business app.
+
+    Meta's `message_echoes[]` item: `from` (the business' number), `to` (the person; Meta's
+    reference shows it both as `16505551234` and `+16505551234`, while inbound messages name
+    the person without the `+`, so a leading `+` is dropped to reach the same conversation),
+    `id`, `timestamp`, `type` and the content under the type's name, as in a sent message.
+    A person known only by a username is taken from `to_user_id` when `to` is absent.
+    """
+    echo = _dict(echo, "message echo")
+    to = echo.get("to") or echo.get("to_user_id")
+    person = to[1:] if isinstance(to, str) and to.startswith("+") else to
+    kind = message_type(echo)
+    return echo_event(
+        channel=CHANNEL,
+        tenant=tenant,
+        person=_usable_id(person, "message echo without to"),
+        message_id=_required_str(echo.get("id"), "message echo without id"),
+        type=kind,
+        text=_text(kind, echo),
+        ts=timestamp(echo.get("timestamp"), received_ms),
+        received_ms=received_ms,
+        raw=echo,
     )
 
 

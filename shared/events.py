@@ -16,6 +16,11 @@ and `new_person` (a number change's new id; "" otherwise); they start no turn by
     "revoke"   the person deleted `target`
     "edit"     the person edited `target`; `text` is the new content
     "welcome"  `request_welcome`: a turn only where a welcome text is configured
+Echo event (kind "echo"): what the business itself wrote to `person` from the WhatsApp Business
+app (coexistence, the `smb_message_echoes` webhook field); the fields of an event that is not a
+message (`type` and `text` of what the business sent; `name`, `target`, `new_person` ""). It
+starts no turn: it pauses the bot for the person and enters their memory as written by a human
+(shared/lua/lib/human.lua).
 Status event (kind "status"):
     v, kind, person (recipient), tenant, channel, id (our outbound id), status, ts,
     received_ms, errors (list), raw
@@ -73,6 +78,38 @@ def message_event(
 # Types that are always plain messages: most traffic skips the classification below.
 _PLAIN = frozenset({"text", "image", "audio", "video", "document", "sticker", "location"})
 _NOTE_TYPES = frozenset({"reaction", "system"})
+
+
+def echo_event(
+    *,
+    channel: str,
+    tenant: str,
+    person: str,
+    message_id: str,
+    type: str,
+    text: str,
+    ts: int,
+    received_ms: int,
+    raw: Any,
+) -> dict[str, Any]:
+    """The event of a message the business sent from the WhatsApp Business app to `person`."""
+    return {
+        "v": EVENT_VERSION,
+        "kind": "echo",
+        "person": person,
+        "tenant": tenant,
+        "channel": channel,
+        "id": message_id,
+        "type": type,
+        "text": text,
+        "ts": ts,
+        "received_ms": received_ms,
+        "name": "",
+        "context": "",
+        "raw": raw,
+        "target": "",
+        "new_person": "",
+    }
 
 
 def message_kind(type: str, raw: Any) -> str:

@@ -35,6 +35,8 @@ Layout (prefix `wa`, tenant 106540352242922, person 16505551234):
     wa:{…}:c:16505551234:memory         LIST    recent exchanges for the AI (capped, idle TTL)
     wa:{…}:c:16505551234:context        LIST    events that are not messages, for the next turn
                                                 (reactions, edits, deletions; capped, TTL)
+    wa:{…}:c:16505551234:human          STRING  a human has the conversation: the bot is paused
+                                                for this person (JSON; PX, lapses by itself)
     wa:{106540352242922}:out:<wamid>    HASH    one sent reply part: batch, person, part, status
 """
 
@@ -194,6 +196,11 @@ class TenantKeys:
     def context(self, person: str) -> str:
         return f"{self.conversation_prefix}{_check(person, 'person')}:{CONTEXT}"
 
+    def human(self, person: str) -> str:
+        """While it exists a human has the conversation and the bot sends nothing to this
+        person (shared/takeover.py): JSON `by`, `why`, `since_ms`, `until_ms`, PX the pause."""
+        return f"{self.conversation_prefix}{_check(person, 'person')}:{HUMAN}"
+
     def conversations_pattern(self, kind: str) -> str:
         """A SCAN MATCH pattern for one kind of conversation key (PENDING, BATCH, ...) of
         every person of the tenant; `person_in` reads the person back from a match."""
@@ -220,7 +227,7 @@ class TenantKeys:
 # loader writes these suffixes into shared/lua/lib/keys.lua, so this module stays the only
 # place a key is spelled.
 PENDING, BATCH, LOCK, LASTIN, MEMORY = "pending", "batch", "lock", "lastin", "memory"
-CONTEXT = "context"
+CONTEXT, HUMAN = "context", "human"
 
 
 def _glob_escape(text: str) -> str:

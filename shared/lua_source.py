@@ -54,6 +54,7 @@ _PYTHON_VALUES: dict[str, str | int | tuple[int, ...]] = {
     "LASTIN": keys.LASTIN,
     "MEMORY": keys.MEMORY,
     "CONTEXT": keys.CONTEXT,
+    "HUMAN": keys.HUMAN,
     "LAG_BUCKETS_MS": dispatch_lag.BUCKETS_MS,
     "LAG_BUCKET_PREFIX": dispatch_lag.BUCKET_PREFIX,
     "LAG_INF": dispatch_lag.INF,

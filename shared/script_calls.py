@@ -41,6 +41,8 @@ def claim(
     welcome: int,
     context_ttl_s: int,
     context_max: int,
+    human_pause_ms: int,
+    memory_turns: int,
 ) -> Call:
     """`welcome`: 1 when the tenant has a welcome text (`request_welcome` starts a turn)."""
     return (
@@ -59,6 +61,8 @@ def claim(
             welcome,
             context_ttl_s,
             context_max,
+            human_pause_ms,
+            memory_turns,
         ],
     )
 
@@ -148,3 +152,11 @@ def finish(
 
 def requeue(k: TenantKeys, *, item_id: str, person: str, messages: bytes) -> Call:
     return [k.due, k.review], [k.conversation_prefix, item_id, person, messages]
+
+
+def pause_human(k: TenantKeys, *, person: str, by: str, why: str, pause_ms: int) -> Call:
+    return [k.stats], [k.conversation_prefix, person, by, why, pause_ms]
+
+
+def resume_human(k: TenantKeys, *, person: str) -> Call:
+    return [k.due, k.running, k.stats], [k.conversation_prefix, person]

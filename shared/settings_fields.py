@@ -332,6 +332,13 @@ class TurnSettings:
         "a batch whose oldest message is older goes to review, unanswered",
         above=0,
     )
+    human_pause_s: float = setting(
+        "HUMAN_PAUSE_S",
+        3600.0,
+        "how long the bot stays silent for a person a human took over (an echo from the"
+        " WhatsApp Business app, the AI's hand-over, a review) unless resumed sooner",
+        above=0,
+    )
     ai_outage_pause_s: float = setting(
         "AI_OUTAGE_PAUSE_S",
         2.0,

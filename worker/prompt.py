@@ -48,6 +48,9 @@ from worker.presentation import Quotes, present
 MAX_BREAKPOINTS = 4
 CHARS_PER_TOKEN = 3  # generous on purpose: see the module docstring
 EMPTY_TEXT = "[empty message]"  # the API refuses empty text blocks
+# How an exchange a person of the business wrote is shown (`human_exchange`).
+HUMAN_WROTE = "[written by a person of the business, not by you]"
+NO_CUSTOMER_MESSAGE = "[no message from the customer: a person of the business wrote first]"
 
 # Minimum cacheable prefix by model name (the first that matches), from the page cited above.
 MIN_CACHEABLE: tuple[tuple[str, int], ...] = (
@@ -136,9 +139,11 @@ def render_messages(
     messages: list[dict[str, Any]] = []
     for exchange in history:
         header = exchange.get("header")
-        user = exchange.get("user")
+        user, assistant = exchange.get("user"), exchange.get("assistant")
+        if exchange.get("human") is True:
+            user, assistant = human_exchange(user, assistant)
         messages.append(_message("user", *([header] if isinstance(header, str) else []), user))
-        messages.append(_message("assistant", exchange.get("assistant")))
+        messages.append(_message("assistant", assistant))
     # Events that are not messages (reactions, deletions, ...) come first in the body block.
     blocks = list(current or [batch.user_text])
     lines = render_context(batch.context, Quotes(batch) if batch.context else None)
@@ -146,6 +151,16 @@ def render_messages(
         blocks[-1] = "\n".join([*lines, blocks[-1]])
     messages.append(_message("user", *blocks))
     return messages
+
+
+def human_exchange(user: Any, assistant: Any) -> tuple[str, str]:
+    """A remembered exchange a person of the business wrote (`human: true`: an echo from the
+    WhatsApp Business app, shared/lua/lib/human.lua): the answer says so, so the AI knows
+    a human said it and does not take it for its own words; an exchange the human began has
+    no customer message, and says that instead of an empty one."""
+    said = assistant if isinstance(assistant, str) else ""
+    asked = user if isinstance(user, str) and user else NO_CUSTOMER_MESSAGE
+    return asked, f"{HUMAN_WROTE}\n{said}"
 
 
 def render_context(items: Sequence[Mapping[str, Any]], quotes: Quotes | None = None) -> list[str]:

@@ -12,6 +12,10 @@ the person has another batch in flight, to keep the person's order. An item with
 `delivery_unknown` holds a send that may or may not have reached the person
 (`delivery_unknown`: which part or template, when, why, its text): requeueing it asks the AI
 again and sends a new reply, so do it only once you know the person did not get it.
+
+Both requeue and drop lift the person's pause (a human takeover, shared/takeover.py), which a
+WhatsApp review for a reason that needs a person sets: requeue hands the batch back to the AI,
+drop says the person dealt with it; messages that waited through the pause are then answered.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from typing import Any
 import orjson
 from redis.exceptions import RedisError
 
-from shared import script_calls, wake
+from shared import script_calls, takeover, wake
 from shared.keys import Keys
 from shared.redis_client import explain, make_redis
 from shared.scripts import Scripts
@@ -78,8 +82,12 @@ class ReviewList:
         await wake.add(self._redis, self._keys.relay_queue, [tenant])
 
     async def drop(self, tenant: str, item_id: str) -> None:
+        item = await self.get(tenant, item_id)
         if not await self._redis.hdel(self._keys.tenant(tenant).review, item_id):
             raise ReviewError(f"no review item {item_id!r} for tenant {tenant!r}")
+        person = item.get("person")
+        if isinstance(person, str) and person:
+            await takeover.resume(self._redis, self._keys, tenant, person, by="review drop")
 
 
 def _summary(item: dict[str, Any]) -> str:

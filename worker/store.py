@@ -17,6 +17,7 @@ from shared.group_commit import GroupCommitter
 from shared.keys import Keys
 from shared.scripts import Scripts
 from shared.settings import Settings
+from shared.takeover import pauses_for_review
 from worker.batch import SERVICE_WINDOW_S, Batch
 from worker.review_journal import ReviewJournal
 from worker.turn_state import TurnState
@@ -67,6 +68,8 @@ class ConversationStore:
             welcome=1 if self._settings.welcome_text_for(tenant) else 0,
             context_ttl_s=max(1, int(self._settings.memory_ttl_s)),
             context_max=CONTEXT_MAX,
+            human_pause_ms=int(self._settings.human_pause_s * 1000),
+            memory_turns=self._settings.memory_turns_for(tenant),
         )
         row = await self._committer.submit(lambda p: self._scripts.claim.queue(p, keys, args))
         return Claim(
@@ -175,9 +178,13 @@ class ConversationStore:
         ("done", "failed: ...", "unknown: ..."; "" where it has no hand-over, and then the
         item has no field). From the turn's `state` the item also carries the send whose
         outcome is unknown (`delivery_unknown`) and the hand-over's steps, each of those
-        counted in stats as unknown:<what>, and the parts already sent."""
+        counted in stats as unknown:<what>, and the parts already sent. A WhatsApp batch
+        parked for a reason that needs a person (shared/takeover.py `pauses_for_review`)
+        carries `human_pause_ms`: finish.lua pauses the bot for the person with the item."""
         state = state or TurnState()
         extra: dict[str, Any] = {"hand_over": hand_over} if hand_over else {}
+        if pauses_for_review(batch.channel, reason):
+            extra["human_pause_ms"] = int(self._settings.human_pause_s * 1000)
         unknown: list[str] = []
         if state.delivery_unknown is not None:
             extra["delivery_unknown"] = state.delivery_unknown.to_json()

@@ -30,6 +30,7 @@ from typing import Any
 import httpx
 
 from shared.settings import Settings
+from shared.takeover import pauses_for_review
 from worker.batch import Batch
 from worker.errors import DeliveryUnknown, NeedsReview, RetryLater
 from worker.split import WHATSAPP_MAX_CHARS
@@ -113,9 +114,17 @@ class WhatsAppSender:
 
     async def hand_over(
         self, batch: Batch, reason: str, detail: str, *, delivery: Delivery | None = None
-    ) -> bool:
-        """Nothing to tell Meta: WhatsApp's human queue is the review list itself."""
-        return False
+    ) -> bool | str:
+        """Nothing to tell Meta: WhatsApp's human queue is the review list (and the ops page).
+        For a reason that needs a person the bot is paused for this person (the review item's
+        `human_pause_ms`, set with it by finish.lua: shared/takeover.py); what the item's
+        `hand_over` says of it."""
+        if not pauses_for_review(batch.channel, reason):
+            return False
+        return (
+            f"bot paused for this person for {self._settings.human_pause_s:g} s (HUMAN_PAUSE_S)"
+            " or until resumed"
+        )
 
     async def send(
         self, batch: Batch, text: str, part: int, *, delivery: Delivery | None = None

@@ -28,6 +28,9 @@
 --         "0": it is only context
 -- ARGV[12] context_ttl_s  how long a conversation's context list lives after its last event
 -- ARGV[13] context_max  how many context items a conversation keeps (the newest)
+-- ARGV[14] human_pause_ms  how long an echo (the business wrote from the WhatsApp Business
+--         app) pauses the bot for that person (HUMAN_PAUSE_S)
+-- ARGV[15] memory_turns  how many exchanges a memory keeps (an echo enters it)
 --
 -- Events that are not messages (kinds "note", "revoke", "edit", "welcome"; shared/events.py)
 -- never make a conversation due: a revoke takes its message out of the pending list (an
@@ -36,6 +39,12 @@
 -- the next new batch takes (field `context`, a JSON array). A number change moves memory and
 -- `lastin` to the new id. Each is counted in stats as event:<what>.
 --
+-- Human takeover (shared/takeover.py, lib/human.lua): a due person whose `human` key exists
+-- is not claimed; their due time moves to the pause's end, and their messages keep waiting.
+-- An echo (kind "echo": what the business wrote from the WhatsApp Business app) pauses the
+-- person, enters their memory as written by a human, takes the waiting messages with it (the
+-- human answered them) and starts no turn (stats event:echo).
+--
 -- Returns {now_ms, next_ms, more, b1, b2, ...} where next_ms is the earliest due time or lease
 -- end still pending (-1 if none), more is 1 when the inbox was not drained (nothing was claimed:
 -- a message still in the inbox may belong to a due batch, so call again), and each b is
@@ -43,7 +52,8 @@
 -- the person's last message, 0 if the window has closed) and `history` (the memory, a JSON array).
 -- A batch's `context` field holds the context items it took (a JSON array).
 --
--- uses: lib/keys.lua (conv_key, PENDING, BATCH, LOCK, LASTIN, MEMORY, CONTEXT)
+-- uses: lib/keys.lua (conv_key, PENDING, BATCH, LOCK, LASTIN, MEMORY, CONTEXT, HUMAN)
+-- uses: lib/human.lua (take_echo)
 -- uses: lib/clock.lua (now_ms)
 -- uses: lib/outbound.lua (STATUS_RANK, park_undelivered)
 -- uses: lib/dispatch_lag.lua (record_dispatch_lag)
@@ -51,6 +61,7 @@ local prefix, max_claim, lease = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local window, max_wait, max_intake = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local out_prefix, service_window, early_ttl = ARGV[8], tonumber(ARGV[9]), tonumber(ARGV[10])
 local welcome, context_ttl, context_max = ARGV[11] == '1', tonumber(ARGV[12]), tonumber(ARGV[13])
+local human_pause, memory_turns = tonumber(ARGV[14]), tonumber(ARGV[15])
 local now = now_ms()
 
 local function next_wake()
@@ -255,6 +266,10 @@ while taken < max_intake do
   elseif kind == 'status' then
     statuses = statuses + 1
     apply_status(ev, person)
+  elseif kind == 'echo' and has_person then
+    person = same_person(ev, person)
+    take_echo(KEYS[2], KEYS[4], KEYS[5], prefix, ev, person, now, human_pause, memory_turns,
+      context_ttl)
   elseif has_person and (kind == 'note' or kind == 'revoke' or kind == 'edit'
       or kind == 'welcome') then
     take_other(kind, ev, person)
@@ -288,11 +303,17 @@ if max_claim > 0 then
     local person, due_ms, i = due[j], due[j + 1], (j + 1) / 2
     local lock = conv_key(prefix, person, LOCK)
     local pttl = redis.call('PTTL', lock)
+    local held = redis.call('PTTL', conv_key(prefix, person, HUMAN))
     if pttl ~= -2 then
       -- Still held (should not happen: a running conversation is not in due). Look again
       -- when that lease ends rather than spinning on it.
       if pttl < 0 then pttl = lease end
       redis.call('ZADD', KEYS[2], now + pttl, person)
+    elseif held ~= -2 then
+      -- A human has this conversation: no turn. Due again when the pause ends (resume_human
+      -- makes it due at once); the messages keep waiting in `pending`.
+      if held < 0 then held = lease end
+      redis.call('ZADD', KEYS[2], now + held, person)
     else
       redis.call('ZREM', KEYS[2], person)
       local bkey = conv_key(prefix, person, BATCH)

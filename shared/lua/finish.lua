@@ -10,7 +10,9 @@
 -- ARGV[3] token        the lock token of the turn
 -- ARGV[4] outcome      "done" | "retry" | "review"
 -- ARGV[5] delay_ms_or_reason  retry: the delay in ms; review: the reason (counted in stats)
--- ARGV[6] error_or_item  retry: the error text; review: the review item (JSON)
+-- ARGV[6] error_or_item  retry: the error text; review: the review item (JSON); an item with
+--         `human_pause_ms` also pauses the bot for the person that long (lib/human.lua; a
+--         longer pause is kept), by "review:<reason>"
 -- ARGV[7] window_ms    the debounce window
 -- ARGV[8] max_wait_ms  how long a burst waits at most
 -- ARGV[9] remember     done: the exchange to remember (JSON, "" for none)
@@ -33,6 +35,7 @@
 -- uses: lib/keys.lua (conv_key, PENDING, BATCH, LOCK, MEMORY)
 -- uses: lib/clock.lua (now_ms)
 -- uses: lib/outbound.lua (record_outbound)
+-- uses: lib/human.lua (set_human_pause)
 local prefix, person, token, outcome = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local lock = conv_key(prefix, person, LOCK)
 if redis.call('GET', lock) ~= token then return 0 end
@@ -55,6 +58,12 @@ end
 if outcome == 'review' then
   redis.call('HSET', KEYS[4], redis.call('HGET', bkey, 'id'), ARGV[6])
   redis.call('HINCRBY', KEYS[5], 'review:' .. ARGV[5], 1)
+  local ok, item = pcall(cjson.decode, ARGV[6])
+  if ok and type(item) == 'table' and tonumber(item.human_pause_ms) then
+    local why = type(item.error) == 'string' and string.sub(item.error, 1, 300) or ''
+    set_human_pause(prefix, person, 'review:' .. ARGV[5], why, now, tonumber(item.human_pause_ms),
+      true)
+  end
   for what in string.gmatch(ARGV[16] or '', '[^,]+') do
     redis.call('HINCRBY', KEYS[5], 'unknown:' .. what, 1)
   end

@@ -1,4 +1,5 @@
--- requeue: turn a review item back into a fresh batch (attempt 0), due now.
+-- requeue: turn a review item back into a fresh batch (attempt 0), due now. A person asked
+-- the AI to answer: the person's pause (a human takeover, lib/human.lua) is lifted with it.
 --
 -- KEYS[1] due          ZSET: person -> when the conversation is due (ms)
 -- KEYS[2] review       HASH: batch id -> review item
@@ -10,7 +11,7 @@
 -- Returns 1; 0 when the item is gone; -1 when the person has a batch in flight (the
 -- requeued messages are older than it, so they must wait to keep the person's order).
 --
--- uses: lib/keys.lua (conv_key, BATCH)
+-- uses: lib/keys.lua (conv_key, BATCH, HUMAN)
 -- uses: lib/clock.lua (now_ms)
 if redis.call('HEXISTS', KEYS[2], ARGV[2]) == 0 then return 0 end
 local bkey = conv_key(ARGV[1], ARGV[3], BATCH)
@@ -19,5 +20,6 @@ local now = now_ms()
 redis.call('HSET', bkey, 'id', ARGV[2] .. '-r' .. now, 'person', ARGV[3], 'attempt', 0,
   'created_ms', now, 'messages', ARGV[4], 'requeued', 1)
 redis.call('HDEL', KEYS[2], ARGV[2])
+redis.call('DEL', conv_key(ARGV[1], ARGV[3], HUMAN))
 redis.call('ZADD', KEYS[1], now, ARGV[3])
 return 1

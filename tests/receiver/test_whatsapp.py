@@ -191,6 +191,15 @@ EXPECTED: dict[str, list[tuple[str, str, str, str, str, str, dict[str, Any]]]] =
     "status_failed_window.json": [
         (TENANT, "status", ANA, "wamid.OUTBOUND0002", "failed", "", {}),
     ],
+    # What the business wrote from the WhatsApp Business app (`smb_message_echoes`): the
+    # person is `to` without its "+", so the echo joins the conversation of Ana's messages.
+    "echo_text.json": [
+        (
+            *(TENANT, "echo", ANA, "wamid.ECHO0001", "text"),
+            "Hola Ana, soy Marta de la tienda: sí, tenemos talle M.",
+            {"ts": 1764421260, "name": ""},
+        ),
+    ],
     "two_tenants_one_post.json": [
         (TENANT, "message", ANA, "wamid.FIXTURE0005", "text", "buenas", {"name": "Ana Pérez"}),
         (TENANT_2, "message", "15550009999", "wamid.FIXTURE0006", "text", "hello", {"name": "Bo"}),

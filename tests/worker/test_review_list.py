@@ -23,8 +23,11 @@ from worker.store import ConversationStore
 TENANT = "106500000000001"
 
 
-async def _parked_item(redis: Redis, settings: Settings, texts: list[str]) -> tuple[Any, str]:
-    """Store messages, claim them as a batch and park it in review as the worker would."""
+async def _parked_item(
+    redis: Redis, settings: Settings, texts: list[str], reason: str = "max_attempts"
+) -> tuple[Any, str]:
+    """Store messages, claim them as a batch and park it in review as the worker would
+    (`max_attempts` also pauses the bot for the person: shared/takeover.py)."""
     scripts = Scripts()
     await scripts.load(redis)
     k = Keys(settings.key_prefix).tenant(TENANT)
@@ -52,7 +55,7 @@ async def _parked_item(redis: Redis, settings: Settings, texts: list[str]) -> tu
     await asyncio.sleep(0.05)
     claim = await store.claim(TENANT, 5, "t")
     (batch,) = claim.batches
-    assert await store.finish_review(batch, "max_attempts", "boom", claim.now_ms)
+    assert await store.finish_review(batch, reason, "boom", claim.now_ms)
     return store, batch.id
 
 
@@ -79,8 +82,9 @@ async def test_list_show_requeue_as_fresh_batch(redis: Redis, settings: Settings
 
 
 async def test_requeue_waits_while_the_person_has_a_batch(redis: Redis, settings: Settings) -> None:
-    _, first = await _parked_item(redis, settings, ["uno"])
-    _, second = await _parked_item(redis, settings, ["dos"])
+    # `too_old` does not pause the person, so their second batch is claimed and parked too.
+    _, first = await _parked_item(redis, settings, ["uno"], "too_old")
+    _, second = await _parked_item(redis, settings, ["dos"], "too_old")
     review = ReviewList(redis, Keys(settings.key_prefix), Scripts())
     await review.requeue(TENANT, first)
     with pytest.raises(ReviewError, match="in flight"):

@@ -5,6 +5,7 @@
 
 local PENDING, BATCH, LOCK = '{{PENDING}}', '{{BATCH}}', '{{LOCK}}'
 local LASTIN, MEMORY, CONTEXT = '{{LASTIN}}', '{{MEMORY}}', '{{CONTEXT}}'
+local HUMAN = '{{HUMAN}}'
 
 local function conv_key(prefix, person, kind)
   return prefix .. person .. ':' .. kind

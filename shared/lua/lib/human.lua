@@ -1,0 +1,86 @@
+-- A human has a conversation: while the person's `human` key exists the claim gives the bot
+-- no turn for them (claim.lua), and the key lapses by itself (PX). shared/takeover.py reads it.
+--
+-- uses: lib/keys.lua (conv_key, HUMAN, PENDING, BATCH, MEMORY)
+
+-- Pause the bot for `person` for `ms` from `now`: JSON {by, why, since_ms, until_ms}. With
+-- `extend_only` a pause that already lasts longer is kept as it is (an automatic pause never
+-- shortens one a person set). Returns the pause's JSON as it now stands.
+local function set_human_pause(prefix, person, by, why, now, ms, extend_only)
+  local key = conv_key(prefix, person, HUMAN)
+  if extend_only and redis.call('PTTL', key) >= ms then
+    return redis.call('GET', key)
+  end
+  local pause = cjson.encode({by = by, why = why, since_ms = now, until_ms = now + ms})
+  redis.call('SET', key, pause, 'PX', ms)
+  return pause
+end
+
+local ECHO_BY, ECHO_WHY = 'business_app', 'the business wrote from the WhatsApp Business app'
+
+-- The text and id of an inbox event, '' where it has none.
+local function text_and_id(obj)
+  local text = type(obj.text) == 'string' and obj.text or ''
+  return text, type(obj.id) == 'string' and obj.id or ''
+end
+
+-- An echo: the business wrote to `person` from the WhatsApp Business app. The person is paused
+-- (extend only), and what the human wrote enters the memory as the answer, marked `human`, to
+-- the messages that were waiting when it was written (provider ts up to the echo's): the
+-- human answered those, so they leave `pending` and no turn answers them again. Echoes in a
+-- row with no message between them are one memory entry. No turn starts; `lastin` is not
+-- touched (an echo does not open the 24-hour window).
+local function take_echo(due_key, burst_key, stats_key, prefix, ev, person, now, pause_ms,
+    memory_turns, memory_ttl_s)
+  redis.call('HINCRBY', stats_key, 'event:echo', 1)
+  set_human_pause(prefix, person, ECHO_BY, ECHO_WHY, now, pause_ms, true)
+  local ok, echo = pcall(cjson.decode, ev)
+  if not ok or type(echo) ~= 'table' then return end
+  local echo_text, echo_id = text_and_id(echo)
+  local echo_ts = tonumber(echo.ts) or math.huge
+  local pkey = conv_key(prefix, person, PENDING)
+  local answered, later, texts, ids = 0, {}, {}, {}
+  for _, item in ipairs(redis.call('LRANGE', pkey, 0, -1)) do
+    local ok2, m = pcall(cjson.decode, item)
+    if ok2 and type(m) == 'table' and (tonumber(m.ts) or 0) <= echo_ts then
+      answered = answered + 1
+      local text, id = text_and_id(m)
+      if text ~= '' then table.insert(texts, text) end
+      if id ~= '' then table.insert(ids, id) end
+    else
+      table.insert(later, item)
+    end
+  end
+  if answered > 0 then
+    redis.call('DEL', pkey)
+    if #later > 0 then
+      redis.call('RPUSH', pkey, unpack(later))
+    else
+      redis.call('HDEL', burst_key, person)
+      -- A batch (running, or waiting for a retry) keeps its own due time.
+      if redis.call('EXISTS', conv_key(prefix, person, BATCH)) == 0 then
+        redis.call('ZREM', due_key, person)
+      end
+    end
+  end
+  if memory_turns <= 0 then return end
+  local mkey = conv_key(prefix, person, MEMORY)
+  if answered == 0 then
+    local last = redis.call('LINDEX', mkey, -1)
+    local ok3, entry = pcall(cjson.decode, last or '')
+    if last and ok3 and type(entry) == 'table' and entry.human == true
+        and type(entry.assistant) == 'string' and type(entry.out) == 'table' then
+      entry.assistant = entry.assistant .. '\n' .. echo_text
+      table.insert(entry.out, echo_id)
+      redis.call('LSET', mkey, -1, cjson.encode(entry))
+      redis.call('EXPIRE', mkey, memory_ttl_s)
+      return
+    end
+  end
+  local entry = {user = table.concat(texts, '\n'), assistant = echo_text, human = true,
+    out = {echo_id}}
+  if #ids > 0 then entry.ids = ids end
+  redis.call('RPUSH', mkey, cjson.encode(entry))
+  redis.call('LTRIM', mkey, -memory_turns, -1)
+  redis.call('EXPIRE', mkey, memory_ttl_s)
+end
