@@ -201,6 +201,10 @@ class TenantKeys:
         person (shared/takeover.py): JSON `by`, `why`, `since_ms`, `until_ms`, PX the pause."""
         return f"{self.conversation_prefix}{_check(person, 'person')}:{HUMAN}"
 
+    def conversation(self, person: str, kind: str) -> str:
+        """The key of one kind (one of CONVERSATION_KINDS) of a person's conversation."""
+        return f"{self.conversation_prefix}{_check(person, 'person')}:{kind}"
+
     def conversations_pattern(self, kind: str) -> str:
         """A SCAN MATCH pattern for one kind of conversation key (PENDING, BATCH, ...) of
         every person of the tenant; `person_in` reads the person back from a match."""
@@ -221,6 +225,11 @@ class TenantKeys:
     def outbound(self, provider_id: str) -> str:
         return f"{self.outbound_prefix}{provider_id}"
 
+    @property
+    def outbound_pattern(self) -> str:
+        """A SCAN MATCH pattern for every outbound record of the tenant."""
+        return f"{_glob_escape(self.outbound_prefix)}*"
+
 
 # Suffixes of a conversation's keys. Scripts that visit many conversations (claim, intake)
 # cannot receive every key through KEYS; they get the tenant's conversation prefix, and the
@@ -228,6 +237,11 @@ class TenantKeys:
 # place a key is spelled.
 PENDING, BATCH, LOCK, LASTIN, MEMORY = "pending", "batch", "lock", "lastin", "memory"
 CONTEXT, HUMAN = "context", "human"
+
+# Every kind of conversation key: forgetting a person (shared/forget.py) deletes the keys of
+# each kind listed here, so a new kind of conversation key must be added to this tuple too
+# (tests/test_forget.py checks that each `TenantKeys` method of one person's key is covered).
+CONVERSATION_KINDS: tuple[str, ...] = (PENDING, BATCH, LOCK, LASTIN, MEMORY, CONTEXT, HUMAN)
 
 
 def _glob_escape(text: str) -> str:

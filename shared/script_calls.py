@@ -160,3 +160,9 @@ def pause_human(k: TenantKeys, *, person: str, by: str, why: str, pause_ms: int)
 
 def resume_human(k: TenantKeys, *, person: str) -> Call:
     return [k.due, k.running, k.stats], [k.conversation_prefix, person]
+
+
+def forget(k: TenantKeys, *, person: str, kinds: str, user_ids: Sequence[str]) -> Call:
+    """`kinds`: shared.keys.CONVERSATION_KINDS joined by commas; `user_ids`: users fields
+    seen pointing at `person`."""
+    return [k.due, k.running, k.burst, k.users], [k.conversation_prefix, person, kinds, *user_ids]

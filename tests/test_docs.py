@@ -19,7 +19,8 @@ DOCS = REPO / "docs"
 README_MAX_BYTES = 10240
 
 # Members of Keys/TenantKeys that spell no key: connection names, prefixes scripts append to,
-# SCAN patterns and their parser, and the step from the fleet's keys to a tenant's.
+# SCAN patterns and their parser, the generic conversation key, and the step from the fleet's
+# keys to a tenant's.
 NOT_KEYS = frozenset(
     {
         "worker_client_prefix",
@@ -29,6 +30,8 @@ NOT_KEYS = frozenset(
         "conversations_pattern",
         "person_in",
         "outbound_prefix",
+        "outbound_pattern",
+        "conversation",  # any kind of a conversation's keys: each kind has its own row
     }
 )
 # Pages another branch generates: linking to them is fine once they exist (then drop them here).

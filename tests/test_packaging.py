@@ -186,11 +186,12 @@ def test_console_scripts_run_the_clis() -> None:
         "wa-worker": "worker.__main__:main",
         "wa-inspect": "worker.inspect:main",
         "wa-review": "worker.review:main",
+        "wa-forget": "worker.forget:main",
     }
     # scripts/bootstrap installed them into .venv/bin (pip install -e .).
     installed = {ep.name: ep.value for ep in metadata.entry_points(group="console_scripts")}
     assert {name: installed.get(name) for name in scripts} == scripts
-    for name in ("wa-inspect", "wa-review"):
+    for name in ("wa-inspect", "wa-review", "wa-forget"):
         done = subprocess.run(
             [str(Path(sys.executable).parent / name), "--help"], capture_output=True, text=True
         )

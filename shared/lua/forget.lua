@@ -1,0 +1,34 @@
+-- forget: delete one person's conversation in one step, unless a turn holds it (privacy
+-- requests, shared/forget.py). A message taken in at the same moment is either deleted with
+-- the rest or, taken in after this script, kept whole as new data: never half of it.
+--
+-- KEYS[1] due          ZSET: person -> when the conversation is due (ms)
+-- KEYS[2] running      ZSET: person -> when the running turn's lease ends (ms)
+-- KEYS[3] burst        HASH: person -> "first_ms,last_ms" of waiting messages
+-- KEYS[4] users        HASH: WhatsApp user id -> the phone number of its conversation
+-- ARGV[1] conversation_prefix  the tenant's conversation key prefix ("wa:{t}:c:")
+-- ARGV[2] person
+-- ARGV[3] kinds        every suffix of a conversation's keys, comma-separated
+-- ARGV[4..] user_ids   users fields seen pointing at the person: deleted if they still do
+--
+-- Returns {state, keys deleted, due/running/burst entries removed, users fields removed};
+-- state 1 done, -1 a turn holds the lock, -2 a batch is in flight (nothing deleted then).
+--
+-- uses: lib/keys.lua (conv_key, LOCK, BATCH)
+local prefix, person = ARGV[1], ARGV[2]
+if redis.call('EXISTS', conv_key(prefix, person, LOCK)) == 1 then return {-1, 0, 0, 0} end
+if redis.call('EXISTS', conv_key(prefix, person, BATCH)) == 1 then return {-2, 0, 0, 0} end
+local deleted = 0
+for kind in string.gmatch(ARGV[3], '[^,]+') do
+  deleted = deleted + redis.call('DEL', conv_key(prefix, person, kind))
+end
+local entries = redis.call('ZREM', KEYS[1], person) + redis.call('ZREM', KEYS[2], person)
+  + redis.call('HDEL', KEYS[3], person)
+-- The person's own field when the person is a user id; then every user id seen mapped to it.
+local users = redis.call('HDEL', KEYS[4], person)
+for i = 4, #ARGV do
+  if redis.call('HGET', KEYS[4], ARGV[i]) == person then
+    users = users + redis.call('HDEL', KEYS[4], ARGV[i])
+  end
+end
+return {1, deleted, entries, users}
