@@ -52,13 +52,23 @@ async def served(settings: Settings) -> AsyncIterator[str]:
         await asyncio.wait_for(task, 15)
 
 
-@asynccontextmanager
-async def chromium() -> AsyncIterator[Browser]:
+def require_chromium() -> None:
+    """Fail (never skip) when Debian's chromium is not installed, saying how to get it."""
     if not CHROMIUM.exists():
         pytest.fail(
             f"{CHROMIUM} is missing: the browser tests need Debian's chromium. Run .ci/run "
             "(it installs it) or `apt-get install -y chromium`; never `playwright install`."
         )
+
+
+def make_folder(folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+@asynccontextmanager
+async def chromium() -> AsyncIterator[Browser]:
+    require_chromium()
     async with async_playwright() as playwright:
         browser = await playwright.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
         try:
@@ -69,8 +79,7 @@ async def chromium() -> AsyncIterator[Browser]:
 
 async def shot(page: Page, folder: Path, name: str) -> Path:
     """A full-page screenshot under the test's tmp dir; its path (for assertion messages)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{name}.png"
+    path = make_folder(folder) / f"{name}.png"
     await page.screenshot(path=str(path), full_page=True)
     return path
 
@@ -78,7 +87,5 @@ async def shot(page: Page, folder: Path, name: str) -> Path:
 async def fits_the_width(page: Page) -> bool:
     """No horizontal scrolling: the page is usable on a phone without zooming out."""
     return bool(
-        await page.evaluate(
-            "document.documentElement.scrollWidth <= window.innerWidth + 1"
-        )
+        await page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1")
     )

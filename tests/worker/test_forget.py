@@ -18,7 +18,7 @@ import orjson
 import pytest
 from redis.asyncio import Redis
 
-from shared import audit, events, script_calls
+from shared import audit, events, script_calls, takeover
 from shared.forget import ForgetError, ForgetReport, forget_person
 from shared.group_commit import GroupCommitter
 from shared.keys import CONVERSATION_KINDS, Keys, TenantKeys
@@ -85,6 +85,8 @@ class Conversations:
         batch, now_ms = await self.claim_one(tenant, person)
         assert await self.store.record_part(batch, 0, f"wamid.out.{tenant}.{person}.1")
         assert await self.store.finish_review(batch, "max_attempts", "boom", now_ms)
+        # That review paused the bot for the person (shared/takeover.py); a person lifts it.
+        await takeover.resume(self.redis, self.keys, tenant, person, by="ana")
         await self.message(tenant, person, "answered")
         batch, _ = await self.claim_one(tenant, person)
         await self.outbox.send(batch, "the reply", 0)
@@ -169,6 +171,8 @@ async def test_forget_deletes_everything_of_the_person_and_nothing_else(
         (TENANT, OTHER_PERSON, ""),  # another number, same tenant
         (OTHER_TENANT, PERSON, ""),  # the same number, another tenant
     )
+    # A person took the conversation over (shared/takeover.py): the pause is forgotten too.
+    await takeover.pause(redis, made.keys, TENANT, PERSON, by="ana", why="replying", seconds=600)
     k = made.keys.tenant(TENANT)
     # The person has something under every kind of key listed to be forgotten, but a lock
     # and a batch (the forget is refused while those exist: tested below).
@@ -183,7 +187,7 @@ async def test_forget_deletes_everything_of_the_person_and_nothing_else(
 
     assert report == ForgetReport(
         TENANT,
-        conversation_keys=4,  # pending, lastin, memory, context
+        conversation_keys=5,  # pending, lastin, memory, context, human
         queue_entries=2,  # due, burst
         users_fields=1,
         review_items=1,
