@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from shared import audit
+from shared import audit, takeover
 from shared.keys import KeyError_, Keys
 from worker import live_state
 from worker.ai_pause import Pause
@@ -72,6 +72,15 @@ async def check_tenant(redis: Any, keys: Keys, tenant: str) -> None:
         raise NotFound(str(exc)) from None
     if not await redis.sismember(keys.tenants, tenant):
         raise NotFound(f"no tenant {tenant!r}: it has never received traffic")
+
+
+async def check_person(redis: Any, keys: Keys, tenant: str, person: str) -> None:
+    """A registered tenant and a person id usable in a key (the person may be unknown)."""
+    await check_tenant(redis, keys, tenant)
+    try:
+        keys.tenant(tenant).pending(person)
+    except KeyError_ as exc:
+        raise NotFound(str(exc)) from None
 
 
 async def review_items(
@@ -149,19 +158,17 @@ async def item(
 async def conversation(redis: Any, keys: Keys, tenant: str, person: str) -> dict[str, Any]:
     """live_state's view of the conversation (with the texts) and what only the page shows:
     the memory's exchanges, what was sent and its statuses, the AI pause, the audit."""
-    await check_tenant(redis, keys, tenant)
-    try:
-        keys.tenant(tenant).pending(person)
-    except KeyError_ as exc:
-        raise NotFound(str(exc)) from None
+    await check_person(redis, keys, tenant, person)
     state = await live_state.person(redis, keys, tenant, person, with_text=True)
     k = keys.tenant(tenant)
     memory = [_exchange(raw) for raw in await redis.lrange(k.memory(person), -MEMORY_SHOWN, -1)]
     state["memory"] = memory
     state["sent"] = await _sent(redis, keys, tenant, _provider_ids(state, memory))
     state["outbox"] = await _outbox(redis, keys, tenant, person)
+    state["human_pause"] = await takeover.pause_state(redis, keys, tenant, person)
     known = (
-        state["pending"]
+        state["human_pause"]
+        or state["pending"]
         or state["batch"]
         or state["lease"]
         or state["due"]

@@ -7,6 +7,11 @@
     POST /ops/item/requeue      requeue an item (form: tenant, id)
     POST /ops/item/drop         drop an item (form: tenant, id)
     POST /ops/bulk-requeue      requeue every item of a reason (form: reason, tenant)
+    POST /ops/conversation/pause    pause the bot for the person (form: tenant, person,
+                                    seconds, why)
+    POST /ops/conversation/resume   the bot answers the person again
+    GET  /ops/forget            the confirmation step of forgetting a person
+    POST /ops/forget            forget the person (form: tenant, person, confirm=yes)
     GET/POST /ops/signin, POST /ops/signout
 
 Ids travel in query strings and form fields, never in the path, so any id a provider
@@ -27,8 +32,9 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from receiver.ops import queries
-from receiver.ops.actions import Actions
+from receiver.ops.actions import ActionError, Actions
 from receiver.ops.auth import Session, Sessions, clean_name, clear_cookie, token_matches
+from receiver.ops.person_actions import PersonActions
 from receiver.ops.web import ROOT, Web, field, link, read_form, redirect
 from worker.review import ReviewList
 
@@ -42,6 +48,8 @@ DONE = {
     "dropped": "Dropped: the item is gone from the review list.",
     "bulk": "Requeued every item of that reason.",
     "signedin": "Signed in.",
+    "paused": "Paused: the bot sends this person nothing until the pause ends or you resume.",
+    "resumed": "Resumed: the bot answers this person again (waiting messages are due now).",
 }
 
 
@@ -64,6 +72,10 @@ class OpsPage:
     def _actions(self) -> Actions:
         r = self._receiver
         return Actions(self._redis, r.keys, self._review(), r.settings)
+
+    def _person_actions(self) -> PersonActions:
+        r = self._receiver
+        return PersonActions(self._redis, r.keys, r.scripts, r.settings)
 
     def _render(
         self, request: Request, name: str, session: Session, status: int = 200, **context: Any
@@ -130,7 +142,20 @@ class OpsPage:
         tenant, person = params.get("tenant", ""), params.get("person", "")
         state = await queries.conversation(self._redis, self._receiver.keys, tenant, person)
         entries = await queries.audit_entries(self._redis, self._receiver.keys, tenant, person)
-        return self._render(request, "conversation.html", session, c=state, audit=entries)
+        return self._render(
+            request,
+            "conversation.html",
+            session,
+            c=state,
+            audit=entries,
+            pause_choices=self._person_actions().pause_choices(),
+        )
+
+    async def forget_form(self, request: Request, session: Session) -> Response:
+        params = request.query_params
+        tenant, person = params.get("tenant", ""), params.get("person", "")
+        await queries.check_person(self._redis, self._receiver.keys, tenant, person)
+        return self._render(request, "forget.html", session, tenant=tenant, person=person)
 
     async def audit(self, request: Request, session: Session) -> Response:
         entries = await queries.audit_entries(self._redis, self._receiver.keys)
@@ -154,6 +179,25 @@ class OpsPage:
             request, "bulk.html", session, 200 if result.requeued else 409, result=result
         )
 
+    async def pause(self, request: Request, session: Session, form: FormData) -> Response:
+        tenant, person = field(form, "tenant"), field(form, "person")
+        await self._person_actions().pause(
+            session.who, tenant, person, field(form, "seconds"), field(form, "why")
+        )
+        return redirect(link("/conversation", tenant=tenant, person=person, done="paused"))
+
+    async def resume(self, request: Request, session: Session, form: FormData) -> Response:
+        tenant, person = field(form, "tenant"), field(form, "person")
+        await self._person_actions().resume(session.who, tenant, person)
+        return redirect(link("/conversation", tenant=tenant, person=person, done="resumed"))
+
+    async def forget(self, request: Request, session: Session, form: FormData) -> Response:
+        tenant, person = field(form, "tenant"), field(form, "person")
+        if field(form, "confirm") != "yes":
+            raise ActionError("tick the box to confirm that this person is to be forgotten")
+        report = await self._person_actions().forget(session.who, tenant, person)
+        return self._render(request, "forgotten.html", session, report=report)
+
     def app(self) -> Starlette:
         page, action = self.web.page, self.web.action
         return Starlette(
@@ -168,6 +212,10 @@ class OpsPage:
                 Route("/item/requeue", action(self.requeue), methods=["POST"]),
                 Route("/item/drop", action(self.drop), methods=["POST"]),
                 Route("/bulk-requeue", action(self.bulk_requeue), methods=["POST"]),
+                Route("/conversation/pause", action(self.pause), methods=["POST"]),
+                Route("/conversation/resume", action(self.resume), methods=["POST"]),
+                Route("/forget", page(self.forget_form), methods=["GET"]),
+                Route("/forget", action(self.forget), methods=["POST"]),
             ]
         )
 
