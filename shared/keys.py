@@ -29,7 +29,7 @@ Layout (prefix `wa`, tenant 106540352242922, person 16505551234):
     wa:{106540352242922}:users          HASH    WhatsApp user id (username) -> phone number
     wa:{…}:c:16505551234:pending        LIST    messages waiting for the next batch, in order
     wa:{…}:c:16505551234:batch          HASH    the batch being worked on or waiting for a retry
-    wa:{…}:c:16505551234:lock           STRING  token of the worker holding the turn (PX lease)
+    wa:{…}:c:16505551234:lock           STRING  token of the turn (or reply by hand) holding it (PX)
     wa:{…}:c:16505551234:lastin         STRING  provider ts of the last inbound message (expires
                                                 when the 24-hour window closes)
     wa:{…}:c:16505551234:memory         LIST    recent exchanges for the AI (capped, idle TTL)

@@ -166,3 +166,47 @@ def forget(k: TenantKeys, *, person: str, kinds: str, user_ids: Sequence[str]) -
     """`kinds`: shared.keys.CONVERSATION_KINDS joined by commas; `user_ids`: users fields
     seen pointing at `person`."""
     return [k.due, k.running, k.burst, k.users], [k.conversation_prefix, person, kinds, *user_ids]
+
+
+def manual_begin(k: TenantKeys, *, person: str, token: str, lease_ms: int) -> Call:
+    return [k.running], [k.conversation_prefix, person, token, lease_ms]
+
+
+def manual_end(
+    k: TenantKeys,
+    *,
+    person: str,
+    token: str,
+    outcome: str,
+    reply_id: str,
+    remember: bytes,
+    memory_turns: int,
+    memory_ttl_ms: int,
+    outbound_ttl_s: int,
+    window_ms: int,
+    max_wait_ms: int,
+    since_ms: int,
+    answered: bytes,
+    provider_ids: Sequence[str],
+) -> Call:
+    """`outcome` "sent" or "release"; `answered`: the answered message ids (JSON array)."""
+    return (
+        [k.due, k.burst, k.review, k.stats],
+        [
+            k.conversation_prefix,
+            k.outbound_prefix,
+            person,
+            token,
+            outcome,
+            reply_id,
+            remember,
+            memory_turns,
+            memory_ttl_ms,
+            outbound_ttl_s,
+            window_ms,
+            max_wait_ms,
+            since_ms,
+            answered,
+            *provider_ids,
+        ],
+    )

@@ -33,6 +33,12 @@ from shared.settings import Settings, TenantConfig
 from worker.batch import Batch, Message
 
 HEADER_START = "Date and time: "
+# An exchange whose reply a person of the business wrote by hand (worker/manual_reply.py) has
+# `"by": BY_HUMAN`; the model is shown it with these notes (`remembered`), so it knows the
+# words were not its own and can go on from them.
+BY_HUMAN = "human"
+HUMAN_REPLY_NOTE = "[Written by hand by a person of the business, not by you:]"
+NO_NEW_MESSAGE = "[The customer wrote nothing new before this reply.]"
 QUOTE_CHARS = 300  # a quoted text longer than this is cut (with "…")
 # English names whatever the process' locale (strftime's %A and %B follow it).
 DAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
@@ -108,8 +114,13 @@ class Quotes:
             user, assistant = _joined(exchange.get("user")), _joined(exchange.get("assistant"))
             for wamid in _strings(exchange.get("ids")):
                 self.texts[wamid] = f'their earlier message "{_cut(user)}"'
+            mine = exchange.get("by") != BY_HUMAN
             for wamid in _strings(exchange.get("out")):
-                self.texts[wamid] = f'your message "{_cut(assistant)}"'
+                self.texts[wamid] = (
+                    f'your message "{_cut(assistant)}"'
+                    if mine
+                    else f'the message "{_cut(assistant)}" a person of the business wrote'
+                )
         for message in batch.messages:
             self.texts[message.id] = f'their message "{_cut(message.text)}"'
 
@@ -290,6 +301,19 @@ def exchange(batch: Batch, settings: Settings, reply: str, sent: Iterable[str]) 
         "ids": [m.id for m in batch.messages],
         "out": [s for s in sent if s],
     }
+
+
+def remembered(exchange: dict[str, Any]) -> tuple[Any, Any]:
+    """The user text and the answer of a remembered exchange as the model is shown them: as
+    stored, but a reply a person of the business wrote by hand carries `HUMAN_REPLY_NOTE`
+    (and an empty user text, a reply nobody's message came before, `NO_NEW_MESSAGE`). The
+    same exchange gives the same bytes every turn (the prompt cache)."""
+    user, answer = exchange.get("user"), exchange.get("assistant")
+    if exchange.get("by") != BY_HUMAN:
+        return user, answer
+    if not isinstance(user, str) or not user.strip():
+        user = NO_NEW_MESSAGE
+    return user, f"{HUMAN_REPLY_NOTE}\n{_joined(answer)}"
 
 
 def field_str(obj: Any, key: str) -> str:

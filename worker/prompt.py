@@ -43,7 +43,7 @@ import orjson
 
 from shared.settings import Settings, TenantConfig
 from worker.batch import Batch
-from worker.presentation import Quotes, present
+from worker.presentation import Quotes, present, remembered
 
 MAX_BREAKPOINTS = 4
 CHARS_PER_TOKEN = 3  # generous on purpose: see the module docstring
@@ -139,9 +139,10 @@ def render_messages(
     messages: list[dict[str, Any]] = []
     for exchange in history:
         header = exchange.get("header")
-        user, assistant = exchange.get("user"), exchange.get("assistant")
-        if exchange.get("human") is True:
-            user, assistant = human_exchange(user, assistant)
+        if exchange.get("human") is True:  # an echo from the WhatsApp Business app
+            user, assistant = human_exchange(exchange.get("user"), exchange.get("assistant"))
+        else:
+            user, assistant = remembered(exchange)  # a reply written by hand says so
         messages.append(_message("user", *([header] if isinstance(header, str) else []), user))
         messages.append(_message("assistant", assistant))
     # Events that are not messages (reactions, deletions, ...) come first in the body block.

@@ -1,0 +1,108 @@
+-- manual_end: end a reply by hand (manual_begin.lua): record what went out, or only release
+-- the lock when nothing did.
+--
+-- KEYS[1] due          ZSET: person -> when the conversation is due (ms)
+-- KEYS[2] burst        HASH: person -> "first_ms,last_ms" of waiting messages
+-- KEYS[3] review       HASH: batch id -> review item (a status that overtook a part's record)
+-- KEYS[4] stats        HASH: counters
+-- ARGV[1] conversation_prefix  the tenant's conversation key prefix ("wa:{t}:c:")
+-- ARGV[2] outbound_prefix  the tenant's outbound record prefix ("wa:{t}:out:")
+-- ARGV[3] person
+-- ARGV[4] token        the reply's lock token
+-- ARGV[5] outcome      "sent": parts went out; "release": nothing did, only unlock
+-- ARGV[6] reply_id     the reply's id, the `batch` of its outbound records
+-- ARGV[7] remember     the exchange to append to the memory (JSON, "" for none)
+-- ARGV[8] memory_turns  how many exchanges memory keeps
+-- ARGV[9] memory_ttl_ms  how long memory lives after the last exchange
+-- ARGV[10] outbound_ttl_s  how long an outbound record lives
+-- ARGV[11] window_ms   the debounce window
+-- ARGV[12] max_wait_ms  how long a burst waits at most
+-- ARGV[13] since_ms    Redis's clock when the lock was taken: what is still pending arrived
+--         after it
+-- ARGV[14] answered    JSON array of the ids of the messages the reply answers
+-- ARGV[15..] provider_ids  the provider's id of each part sent, in order ("" for none)
+--
+-- "sent" records an outbound record per part (as record_part.lua does, so delivery statuses
+-- apply), appends the exchange to the memory and counts stats manual_replies, whatever
+-- became of the lock (the parts did go out); holding the lock, it also takes the answered
+-- messages out of the pending list and reschedules what is left (a burst from since_ms on)
+-- or drops the due and burst entries when nothing is left, as finish.lua and claim.lua keep
+-- them, then releases the lock. "release" deletes the lock if this token holds it, and makes
+-- what waits due as its burst says (a worker's claim put it off while the lock was held).
+--
+-- Returns {held, taken}: held 1 when the token still held the lock (0: its lease ended;
+-- nothing pending was touched), taken how many pending messages were answered.
+--
+-- uses: lib/keys.lua (conv_key, PENDING, BATCH, LOCK, MEMORY)
+-- uses: lib/clock.lua (now_ms)
+-- uses: lib/outbound.lua (record_outbound)
+local prefix, person, token = ARGV[1], ARGV[3], ARGV[4]
+local lock = conv_key(prefix, person, LOCK)
+local held = redis.call('GET', lock) == token
+local in_flight = redis.call('EXISTS', conv_key(prefix, person, BATCH)) == 1
+local pkey = conv_key(prefix, person, PENDING)
+
+-- What waits is due as its burst says (a claim during the reply put it off to the lock's end).
+local function reschedule(since)
+  local b = redis.call('HGET', KEYS[2], person)
+  local now = now_ms()
+  local first, last = since > 0 and since or now, now
+  if b then
+    local f, l = string.match(b, '^(%d+),(%d+)$')
+    first, last = math.max(tonumber(f), since), tonumber(l)
+    if last < first then last = first end
+  end
+  redis.call('HSET', KEYS[2], person, first .. ',' .. last)
+  if not in_flight then
+    redis.call('ZADD', KEYS[1], math.min(last + tonumber(ARGV[11]), first + tonumber(ARGV[12])),
+      person)
+  end
+end
+
+if ARGV[5] ~= 'sent' then
+  if not held then return {0, 0} end
+  redis.call('DEL', lock)
+  if redis.call('EXISTS', pkey) == 1 then reschedule(0) end
+  return {1, 0}
+end
+local now = now_ms()
+for i = 15, #ARGV do
+  if ARGV[i] ~= '' then
+    record_outbound(KEYS[4], KEYS[3], ARGV[2], ARGV[i], ARGV[6], person, i - 15, ARGV[10], now)
+  end
+end
+if ARGV[7] ~= '' and tonumber(ARGV[8]) > 0 then
+  local mkey = conv_key(prefix, person, MEMORY)
+  redis.call('RPUSH', mkey, ARGV[7])
+  redis.call('LTRIM', mkey, -tonumber(ARGV[8]), -1)
+  redis.call('PEXPIRE', mkey, ARGV[9])
+end
+redis.call('HINCRBY', KEYS[4], 'manual_replies', 1)
+if not held then return {0, 0} end
+redis.call('DEL', lock)
+
+-- The answered messages leave the pending list; an edit put in place of one during the reply
+-- goes with it (matched on the id it edits).
+local answered = {}
+for _, id in ipairs(cjson.decode(ARGV[14])) do answered[id] = true end
+local kept, taken = {}, 0
+for _, item in ipairs(redis.call('LRANGE', pkey, 0, -1)) do
+  local ok, obj = pcall(cjson.decode, item)
+  if ok and type(obj) == 'table' and (answered[obj.id] or answered[obj.target or '']) then
+    taken = taken + 1
+  else
+    table.insert(kept, item)
+  end
+end
+if taken > 0 then
+  redis.call('DEL', pkey)
+  for _, item in ipairs(kept) do redis.call('RPUSH', pkey, item) end
+end
+if #kept == 0 then
+  redis.call('HDEL', KEYS[2], person)
+  if not in_flight then redis.call('ZREM', KEYS[1], person) end
+  return {1, taken}
+end
+-- What is left arrived during the reply: its burst starts then, not at the answered ones.
+reschedule(tonumber(ARGV[13]))
+return {1, taken}
