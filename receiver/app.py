@@ -120,6 +120,9 @@ class Receiver:
         self.redis: Any = None
         self.writer: InboxWriter | None = None
         self.metrics = ReceiverMetrics(settings)
+        # Run at shutdown before Redis is closed: what a mounted app opened (the ops page's
+        # senders of replies by hand).
+        self.on_close: list[Callable[[], Awaitable[None]]] = []
 
     @asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
@@ -159,6 +162,8 @@ class Receiver:
             yield
         finally:
             self.writer = None
+            for close in self.on_close:
+                await close()
             await self.redis.aclose()
             logger.info("receiver stopped")
 

@@ -7,6 +7,7 @@
     POST /ops/item/requeue      requeue an item (form: tenant, id)
     POST /ops/item/drop         drop an item (form: tenant, id)
     POST /ops/bulk-requeue      requeue every item of a reason (form: reason, tenant)
+    POST /ops/conversation/reply    reply by hand (form: tenant, person, text)
     POST /ops/conversation/pause    pause the bot for the person (form: tenant, person,
                                     seconds, why)
     POST /ops/conversation/resume   the bot answers the person again
@@ -36,6 +37,7 @@ from receiver.ops.actions import ActionError, Actions
 from receiver.ops.auth import Session, Sessions, clean_name, clear_cookie, token_matches
 from receiver.ops.person_actions import PersonActions
 from receiver.ops.web import ROOT, Web, field, link, read_form, redirect
+from worker.manual_reply import ManualReplies
 from worker.review import ReviewList
 
 if TYPE_CHECKING:
@@ -48,6 +50,8 @@ DONE = {
     "dropped": "Dropped: the item is gone from the review list.",
     "bulk": "Requeued every item of that reason.",
     "signedin": "Signed in.",
+    "replied": "Sent: your reply went out and is in the memory.",
+    "template": "The 24-hour window was closed: the tenant's template went out instead.",
     "paused": "Paused: the bot sends this person nothing until the pause ends or you resume.",
     "resumed": "Resumed: the bot answers this person again (waiting messages are due now).",
 }
@@ -58,6 +62,13 @@ class OpsPage:
         self._receiver = receiver
         settings = receiver.settings
         self.web = Web(Sessions(settings.ops_token, settings.ops_session_s))
+        self._replies: ManualReplies | None = None
+        receiver.on_close.append(self._close)
+
+    async def _close(self) -> None:
+        if self._replies is not None:
+            await self._replies.aclose()
+            self._replies = None
 
     # --- what each request works with --------------------------------------------------------
     @property
@@ -75,7 +86,9 @@ class OpsPage:
 
     def _person_actions(self) -> PersonActions:
         r = self._receiver
-        return PersonActions(self._redis, r.keys, r.scripts, r.settings)
+        if self._replies is None:  # one per process: its senders keep their connections
+            self._replies = ManualReplies(self._redis, r.keys, r.scripts, r.settings)
+        return PersonActions(self._redis, r.keys, r.scripts, r.settings, self._replies)
 
     def _render(
         self, request: Request, name: str, session: Session, status: int = 200, **context: Any
@@ -179,6 +192,14 @@ class OpsPage:
             request, "bulk.html", session, 200 if result.requeued else 409, result=result
         )
 
+    async def reply(self, request: Request, session: Session, form: FormData) -> Response:
+        tenant, person = field(form, "tenant"), field(form, "person")
+        result = await self._person_actions().reply(
+            session.who, tenant, person, field(form, "text")
+        )
+        done = "template" if result.template else "replied"
+        return redirect(link("/conversation", tenant=tenant, person=person, done=done))
+
     async def pause(self, request: Request, session: Session, form: FormData) -> Response:
         tenant, person = field(form, "tenant"), field(form, "person")
         await self._person_actions().pause(
@@ -212,6 +233,7 @@ class OpsPage:
                 Route("/item/requeue", action(self.requeue), methods=["POST"]),
                 Route("/item/drop", action(self.drop), methods=["POST"]),
                 Route("/bulk-requeue", action(self.bulk_requeue), methods=["POST"]),
+                Route("/conversation/reply", action(self.reply, None), methods=["POST"]),
                 Route("/conversation/pause", action(self.pause), methods=["POST"]),
                 Route("/conversation/resume", action(self.resume), methods=["POST"]),
                 Route("/forget", page(self.forget_form), methods=["GET"]),

@@ -34,7 +34,9 @@ from worker.inspect import duration
 logger = logging.getLogger(__name__)
 
 ROOT = "/ops"
-FORM_MAX_BYTES = 64 * 1024  # a hand-written reply is at most a few 4096-character parts
+# A reply by hand is at most 16384 characters (worker/manual_reply.py), up to 4 bytes each in
+# UTF-8 and 3 characters per byte once percent-encoded.
+FORM_MAX_BYTES = 256 * 1024
 REDIS_WAIT_S = 10.0  # one page's reads or one action, in all
 HEADERS = {
     "cache-control": "no-store",
@@ -113,7 +115,10 @@ class Web:
 
         return endpoint
 
-    def action(self, handler: Action) -> Endpoint:
+    def action(self, handler: Action, wait_s: float | None = REDIS_WAIT_S) -> Endpoint:
+        """`wait_s`: the bound of the whole action; None for one that bounds itself (a reply
+        by hand: cancelling it between parts would leave a reply half sent)."""
+
         async def endpoint(request: Request) -> Response:
             session = self.sessions.read(request)
             if session is None:
@@ -124,15 +129,20 @@ class Web:
             if not csrf_ok(session, form.get("csrf")):
                 logger.warning("ops: POST %s without a valid CSRF token", request.url.path)
                 return self.error(request, session, 403, STALE_FORM)
-            return await self._guarded(request, session, lambda: handler(request, session, form))
+            call = lambda: handler(request, session, form)  # noqa: E731
+            return await self._guarded(request, session, call, wait_s)
 
         return endpoint
 
     async def _guarded(
-        self, request: Request, session: Session, call: Callable[[], Awaitable[Response]]
+        self,
+        request: Request,
+        session: Session,
+        call: Callable[[], Awaitable[Response]],
+        wait_s: float | None = REDIS_WAIT_S,
     ) -> Response:
         try:
-            async with asyncio.timeout(REDIS_WAIT_S):
+            async with asyncio.timeout(wait_s):
                 return await call()
         except NotFound as exc:
             return self.error(request, session, 404, str(exc))

@@ -10,11 +10,13 @@ import pytest
 from playwright.async_api import expect
 from redis.asyncio import Redis
 
+from scripts.standins import GraphApiStandIn
 from shared import audit
 from shared.keys import Keys
 from shared.settings import Settings
 from tests.ops.browser import PHONE, chromium, fits_the_width, served, shot
 from tests.ops.support import OPS_TOKEN, PERSON, TENANT, ops_settings, park
+from tests.support.helpers import TOKEN
 
 pytestmark = pytest.mark.slow
 HOSTILE = "<script>document.title='owned'</script> hola"
@@ -77,3 +79,33 @@ async def test_sign_in_list_open_requeue_drop_and_see_the_audit(
     entries = await audit.entries(redis, Keys())
     assert [(e.who, e.action) for e in entries] == [("Ana", "drop"), ("Ana", "requeue")], where
     assert second in entries[0].detail, where
+
+
+async def test_reply_by_hand_reaches_the_graph_api(
+    redis: Redis, settings: Settings, graph: GraphApiStandIn, tmp_path: Path
+) -> None:
+    shots = tmp_path / "screenshots"
+    item = await park(redis, settings, ["¿a qué hora abren?"])
+    sending = settings.with_overrides(
+        sender="whatsapp", whatsapp_access_token=TOKEN, whatsapp_api_base_url=graph.url
+    )
+    async with served(ops_settings(sending)) as url, chromium() as browser:
+        page = await browser.new_page(viewport=PHONE)
+        await page.goto(f"{url}/ops/item?tenant={TENANT}&id={item}")
+        await page.fill("#name", "Ana")
+        await page.fill("#token", OPS_TOKEN)
+        await page.click("button[type=submit]")
+        where = await shot(page, shots, "1-item-after-sign-in")
+        assert "/ops/item?" in page.url, f"signing in leads back to the item: {where}"
+        await page.get_by_role("link", name=f"{TENANT} / {PERSON}").click()
+        await page.fill("#text", "Abrimos a las 9, ¡lo esperamos!")
+        where = await shot(page, shots, "2-reply-typed")
+        assert await fits_the_width(page), f"wider than a phone: {where}"
+        await page.get_by_role("button", name="Send reply").click()
+        where = await shot(page, shots, "3-reply-sent")
+        await expect(page.get_by_role("status")).to_contain_text("Sent")
+        await expect(page.locator("table.memory")).to_contain_text("Abrimos a las 9")
+        (sent,) = graph.sent_texts(PERSON)
+        assert sent.body == "Abrimos a las 9, ¡lo esperamos!", where
+        await expect(page.locator("table.sent")).to_contain_text(sent.wamid)
+        await expect(page.locator("table.audit")).to_contain_text("reply")

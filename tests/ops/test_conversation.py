@@ -12,11 +12,13 @@ import orjson
 import pytest
 from redis.asyncio import Redis
 
+from scripts.standins import GraphApiStandIn
 from shared import audit, takeover
 from shared.keys import Keys
 from shared.settings import Settings
 from tests.ops.support import PERSON, TENANT, ops_settings, park, sign_in
 from tests.receiver.support import running
+from tests.support.helpers import TOKEN
 
 KEYS = Keys()
 K = KEYS.tenant(TENANT)
@@ -140,3 +142,66 @@ async def test_forgetting_is_refused_while_a_batch_is_in_flight(
     assert answer.status_code == 409 and "batch in flight" in answer.text, answer.text
     assert await redis.hexists(K.review, item)
     assert (await ops.get(f"/ops/forget?tenant=999&person={PERSON}")).status_code == 404
+
+
+# ----------------------------------------------------------------- replies by hand
+
+
+@pytest.fixture
+async def ops_graph(
+    settings: Settings, redis: Redis, graph: GraphApiStandIn
+) -> AsyncIterator[httpx.AsyncClient]:
+    """The ops page of a receiver whose replies by hand go to the Graph API stand-in."""
+    sending = settings.with_overrides(
+        sender="whatsapp", whatsapp_access_token=TOKEN, whatsapp_api_base_url=graph.url
+    )
+    async with running(ops_settings(sending)) as client:
+        yield client
+
+
+async def test_a_reply_by_hand_reaches_the_graph_api_and_the_memory(
+    ops_graph: httpx.AsyncClient, redis: Redis, settings: Settings, graph: GraphApiStandIn
+) -> None:
+    item = await park(redis, settings, ["¿tienen turno el jueves?"])
+    csrf = await sign_in(ops_graph, "Ana")
+    form = {"tenant": TENANT, "person": PERSON, "csrf": csrf}
+    answer = await ops_graph.post(
+        "/ops/conversation/reply", data={**form, "text": "Sí, <b>a las 10</b>."}
+    )
+    assert answer.status_code == 303 and "done=replied" in answer.headers["location"]
+    (sent,) = graph.sent_texts(PERSON)
+    assert sent.body == "Sí, <b>a las 10</b>." and sent.phone_number_id == TENANT
+    (entry,) = await audit.entries(redis, KEYS)
+    assert (entry.who, entry.action, entry.detail) == ("Ana", "reply", "Sí, <b>a las 10</b>.")
+    page = (await ops_graph.get(PAGE)).text
+    assert "Sí, &lt;b&gt;a las 10&lt;/b&gt;." in page, "in the memory, escaped"
+    assert sent.wamid in page, "its outbound record, with its status"
+    assert await redis.hexists(K.review, item), "the item stays until someone drops it"
+
+
+async def test_a_reply_that_cannot_go_out_says_why_and_sends_nothing(
+    ops_graph: httpx.AsyncClient, redis: Redis, settings: Settings, graph: GraphApiStandIn
+) -> None:
+    await park(redis, settings, ["hola"])
+    csrf = await sign_in(ops_graph)
+    form = {"tenant": TENANT, "person": PERSON, "csrf": csrf}
+    for data, status, message in [
+        ({"text": "   "}, 409, "the reply is empty"),
+        ({"text": "x" * 16385}, 409, "more than 16384: shorten it"),
+        ({"text": "hola", "tenant": "999"}, 404, "no tenant"),
+        ({"text": "hola", "person": "a{b"}, 404, "cannot be used in a Redis key"),
+        ({"text": "hola", "csrf": "forged"}, 403, "CSRF token does not match"),
+    ]:
+        answer = await ops_graph.post("/ops/conversation/reply", data={**form, **data})
+        assert answer.status_code == status and message in answer.text, (data, answer.text)
+    # A batch in flight: the worker owns the person's turn (invariant 3).
+    await redis.hset(K.batch(PERSON), mapping={"id": "b", "attempt": 0, "size": 1})
+    answer = await ops_graph.post("/ops/conversation/reply", data={**form, "text": "hola"})
+    assert answer.status_code == 409 and "nothing was changed" in answer.text, answer.text
+    await redis.delete(K.batch(PERSON))
+    # The window closed and the tenant has no template: refused, not sent as text.
+    await redis.delete(K.last_inbound(PERSON))
+    answer = await ops_graph.post("/ops/conversation/reply", data={**form, "text": "hola"})
+    assert answer.status_code == 409 and "template" in answer.text, answer.text
+    assert graph.sent_messages(PERSON) == []
+    assert await audit.entries(redis, KEYS) == []
