@@ -49,7 +49,6 @@ DONE = {
     "requeued": "Requeued: the messages are a batch again, due now.",
     "dropped": "Dropped: the item is gone from the review list.",
     "bulk": "Requeued every item of that reason.",
-    "signedin": "Signed in.",
     "replied": "Sent: your reply went out and is in the memory.",
     "template": "The 24-hour window was closed: the tenant's template went out instead.",
     "paused": "Paused: the bot sends this person nothing until the pause ends or you resume.",
