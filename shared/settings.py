@@ -90,6 +90,10 @@ class Settings(OpsSettings, TurnSettings, AISettings, ProviderSettings, Connecti
     def max_wait_for(self, tenant_id: str) -> float:
         return self.tenant(tenant_id).max_wait_s or self.max_wait_s
 
+    def human_pause_for(self, tenant_id: str) -> float:
+        """How long a human takeover silences the bot for a person of this tenant (s)."""
+        return self.tenant(tenant_id).human_pause_s or self.human_pause_s
+
     def memory_turns_for(self, tenant_id: str) -> int:
         turns = self.tenant(tenant_id).memory_turns
         return self.memory_turns if turns is None else turns

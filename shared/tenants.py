@@ -41,6 +41,8 @@ class TenantConfig:
     welcome_text: str | None = None
     # The time zone of the date and time the AI is shown (an IANA name; else `TIMEZONE`).
     timezone: str | None = None
+    # How long the bot stays silent for a person a human took over (else `HUMAN_PAUSE_S`).
+    human_pause_s: float | None = None
 
 
 NO_OVERRIDES = TenantConfig()
@@ -66,7 +68,7 @@ def load_tenants(path: str) -> dict[str, TenantConfig]:
             raise ConfigError(
                 f"TENANTS_FILE {path!r}: tenants.{tenant_id} has unknown keys {sorted(unknown)}"
             )
-        for key in ("debounce_window_s", "max_wait_s"):
+        for key in ("debounce_window_s", "max_wait_s", "human_pause_s"):
             if key in table and (not isinstance(table[key], int | float) or table[key] <= 0):
                 raise ConfigError(
                     f"TENANTS_FILE {path!r}: tenants.{tenant_id}.{key} must be a number > 0"

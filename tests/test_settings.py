@@ -141,11 +141,12 @@ def test_with_overrides_validates_like_from_env() -> None:
 def test_tenants_file_overrides_window_and_max_wait(tmp_path: Path) -> None:
     path = tmp_path / "tenants.toml"
     path.write_text(
-        '[tenants."111"]\ndebounce_window_s = 2.5\nmax_wait_s = 9\n'
+        '[tenants."111"]\ndebounce_window_s = 2.5\nmax_wait_s = 9\nhuman_pause_s = 600\n'
         '[tenants."222"]\nsystem_prompt = "Sé breve."\n'
     )
     s = Settings.from_env({"TENANTS_FILE": str(path)})
     assert s.window_s("111") == 2.5 and s.max_wait_for("111") == 9
+    assert s.human_pause_for("111") == 600 and s.human_pause_for("222") == s.human_pause_s == 3600
     assert s.window_s("222") == s.debounce_window_s == 20
     assert s.tenant("222").system_prompt == "Sé breve."
     assert s.tenant("333") == TenantConfig()
@@ -158,6 +159,7 @@ def test_tenants_file_overrides_window_and_max_wait(tmp_path: Path) -> None:
         ('[tenants."1"]\nwindow = 3\n', "unknown keys ['window']"),
         ('[tenants."1"]\ndebounce_window_s = 0\n', "debounce_window_s must be a number > 0"),
         ('[tenants."1"]\nmax_wait_s = "soon"\n', "max_wait_s must be a number > 0"),
+        ('[tenants."1"]\nhuman_pause_s = -1\n', "human_pause_s must be a number > 0"),
         ('tenants = "x"\n', "[tenants] must be a table"),
         ('[tenants."1"]\nmax_tokens = 0\n', "tenants.1.max_tokens must be a whole number >= 1"),
         ('[tenants."1"]\nmax_tokens = 2.5\n', "max_tokens must be a whole number >= 1"),

@@ -196,6 +196,13 @@ def render_person(state: dict[str, Any]) -> list[str]:
     else:
         lines.append("  24h window  closed (or no message seen)")
     lines.append(f"  memory      {state['memory_exchanges']} exchanges remembered")
+    human = state.get("human")
+    if isinstance(human, dict):
+        left = duration(int(human.get("until_ms") or 0) - state["now_ms"])
+        lines.append(
+            f"  human       bot paused by {human.get('by')!r} ({human.get('why')!r}), "
+            f"ends in {left}"
+        )
     lines.append(f"  review      {len(state['review'])} items")
     for item in state["review"]:
         lines += _review_lines(item)

@@ -137,7 +137,8 @@ async def person(
     redis: Any, keys: Keys, tenant_id: str, person_id: str, with_text: bool = False
 ) -> dict[str, Any]:
     """One conversation: pending messages, due time, burst, lease, the batch (attempt, last
-    error, reply stored, parts sent), the 24-hour window, memory, and its review items."""
+    error, reply stored, parts sent), the 24-hour window, memory, a human's pause of the bot
+    (`human`: by, why, since_ms, until_ms; None), and its review items."""
     k = keys.tenant(tenant_id)
     now = await redis_now_ms(redis)
     pipe = redis.pipeline(transaction=False)
@@ -151,6 +152,7 @@ async def person(
     pipe.get(k.last_inbound(person_id))
     pipe.ttl(k.last_inbound(person_id))
     pipe.llen(k.memory(person_id))
+    pipe.get(k.human(person_id))
     (
         pending,
         due,
@@ -162,6 +164,7 @@ async def person(
         lastin,
         lastin_ttl,
         memory,
+        human,
     ) = await pipe.execute()
     review = [
         item if with_text else _review_summary(item)
@@ -186,6 +189,7 @@ async def person(
         "batch": _batch(batch, now, with_text) if batch else None,
         "window": _window(lastin, lastin_ttl),
         "memory_exchanges": int(memory),
+        "human": None if human is None else orjson.loads(human),
         "review": review,
     }
 

@@ -114,13 +114,12 @@ class Quotes:
             user, assistant = _joined(exchange.get("user")), _joined(exchange.get("assistant"))
             for wamid in _strings(exchange.get("ids")):
                 self.texts[wamid] = f'their earlier message "{_cut(user)}"'
-            mine = exchange.get("by") != BY_HUMAN
+            # Written by a person of the business, not by the AI: an echo from the WhatsApp
+            # Business app ("human": true) or a reply by hand ("by": "human").
+            human = exchange.get("human") is True or exchange.get("by") == BY_HUMAN
+            whose = "a person of the business's" if human else "your"
             for wamid in _strings(exchange.get("out")):
-                self.texts[wamid] = (
-                    f'your message "{_cut(assistant)}"'
-                    if mine
-                    else f'the message "{_cut(assistant)}" a person of the business wrote'
-                )
+                self.texts[wamid] = f'{whose} message "{_cut(assistant)}"'
         for message in batch.messages:
             self.texts[message.id] = f'their message "{_cut(message.text)}"'
 

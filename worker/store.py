@@ -68,7 +68,7 @@ class ConversationStore:
             welcome=1 if self._settings.welcome_text_for(tenant) else 0,
             context_ttl_s=max(1, int(self._settings.memory_ttl_s)),
             context_max=CONTEXT_MAX,
-            human_pause_ms=int(self._settings.human_pause_s * 1000),
+            human_pause_ms=int(self._settings.human_pause_for(tenant) * 1000),
             memory_turns=self._settings.memory_turns_for(tenant),
         )
         row = await self._committer.submit(lambda p: self._scripts.claim.queue(p, keys, args))
@@ -184,7 +184,7 @@ class ConversationStore:
         state = state or TurnState()
         extra: dict[str, Any] = {"hand_over": hand_over} if hand_over else {}
         if pauses_for_review(batch.channel, reason):
-            extra["human_pause_ms"] = int(self._settings.human_pause_s * 1000)
+            extra["human_pause_ms"] = int(self._settings.human_pause_for(batch.tenant) * 1000)
         unknown: list[str] = []
         if state.delivery_unknown is not None:
             extra["delivery_unknown"] = state.delivery_unknown.to_json()

@@ -42,7 +42,9 @@ async def _run(args: argparse.Namespace, settings: Settings) -> int:
     keys = Keys(settings.key_prefix)
     try:
         if args.command == "pause":
-            seconds = settings.human_pause_s if args.seconds is None else args.seconds
+            seconds = (
+                settings.human_pause_for(args.tenant) if args.seconds is None else args.seconds
+            )
             pause = await takeover.pause(
                 redis, keys, args.tenant, args.person, by=args.by, why=args.why, seconds=seconds
             )
@@ -80,7 +82,9 @@ def main(argv: list[str] | None = None) -> int:
         if name != "status":
             p.add_argument("--by", default=_who(), help="who does it (default: the login name)")
         if name == "pause":
-            p.add_argument("--seconds", type=float, help="how long (default: HUMAN_PAUSE_S)")
+            p.add_argument(
+                "--seconds", type=float, help="how long (default: the tenant's HUMAN_PAUSE_S)"
+            )
             p.add_argument("--why", default="paused by hand", help="why, for whoever reads it")
     args = parser.parse_args(argv)
     try:

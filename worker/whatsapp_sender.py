@@ -121,10 +121,8 @@ class WhatsAppSender:
         `hand_over` says of it."""
         if not pauses_for_review(batch.channel, reason):
             return False
-        return (
-            f"bot paused for this person for {self._settings.human_pause_s:g} s (HUMAN_PAUSE_S)"
-            " or until resumed"
-        )
+        seconds = self._settings.human_pause_for(batch.tenant)
+        return f"bot paused for this person for {seconds:g} s (HUMAN_PAUSE_S) or until resumed"
 
     async def send(
         self, batch: Batch, text: str, part: int, *, delivery: Delivery | None = None

@@ -51,8 +51,11 @@ BatchKey = tuple[Token, ...]
 
 IN_FLIGHT_KINDS = frozenset({"inbox", "due", "running", "burst", "pending", "batch", "lock"})
 # "sweep": the fleet's safety-sweep guard (SET NX PX, worker/sweep.py); "ai_pause": the
-# fleet's AI pause and probe token (PX, worker/ai_pause.py)
-EXPIRING_KINDS = frozenset({"seen", "out", "lastin", "memory", "context", "sweep", "ai_pause"})
+# fleet's AI pause and probe token (PX, worker/ai_pause.py); "human": a person's pause after a
+# review that needs a person (PX HUMAN_PAUSE_S, shared/takeover.py)
+EXPIRING_KINDS = frozenset(
+    {"seen", "out", "lastin", "memory", "context", "sweep", "ai_pause", "human"}
+)
 # "workers": the live workers' heartbeats (shared/heartbeats.py), pruned by the workers;
 # "users" (user id -> number) is kept like a contact list; the rest for people to read and empty
 KEPT_KINDS = frozenset({"tenants", "stats", "review", "workers", "users"})

@@ -13,9 +13,9 @@ from scripts.chaos_harness.checks import Call, LeftKey
 from scripts.chaos_harness.stack import PREFIX, Stack, decoded
 from scripts.chaos_harness.workload import TENANTS, Workload, tokens_in
 from scripts.standins.messages_api import last_user_text
-from shared.keys import BATCH, CONTEXT, LASTIN, LOCK, MEMORY, PENDING, Keys
+from shared.keys import BATCH, CONTEXT, HUMAN, LASTIN, LOCK, MEMORY, PENDING, Keys
 
-CONVERSATION_KINDS = (PENDING, BATCH, LOCK, LASTIN, MEMORY, CONTEXT)
+CONVERSATION_KINDS = (PENDING, BATCH, LOCK, LASTIN, MEMORY, CONTEXT, HUMAN)
 
 
 def calls_from(

@@ -58,7 +58,11 @@ end
 if outcome == 'review' then
   redis.call('HSET', KEYS[4], redis.call('HGET', bkey, 'id'), ARGV[6])
   redis.call('HINCRBY', KEYS[5], 'review:' .. ARGV[5], 1)
-  local ok, item = pcall(cjson.decode, ARGV[6])
+  -- Decoded only when it may ask for a pause (most reviews do not).
+  local ok, item = false, nil
+  if string.find(ARGV[6], '"human_pause_ms":', 1, true) then
+    ok, item = pcall(cjson.decode, ARGV[6])
+  end
   if ok and type(item) == 'table' and tonumber(item.human_pause_ms) then
     local why = type(item.error) == 'string' and string.sub(item.error, 1, 300) or ''
     set_human_pause(prefix, person, 'review:' .. ARGV[5], why, now, tonumber(item.human_pause_ms),

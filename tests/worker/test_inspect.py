@@ -13,12 +13,14 @@ import pytest
 from redis.asyncio import Redis
 
 from scripts.dev.redis_server import RedisServer
+from shared import takeover
 from shared.group_commit import GroupCommitter
 from shared.keys import Keys
 from shared.scripts import Scripts
 from shared.settings import Settings
 from tests.worker.support import _CONTRACT_VARS, REPO, TENANT, push_message
 from worker import live_state
+from worker.inspect import render_person
 from worker.store import ConversationStore
 
 WAITING, RUNNING, RETRYING, REVIEWED = (
@@ -118,6 +120,13 @@ async def test_person_view_shows_the_turn_the_batch_and_the_pending_messages(
     stranger = await live_state.person(redis, keys, TENANT, "5491100000000")
     assert stranger["pending"] == [] and stranger["batch"] is None
     assert stranger["lease"] is None and not stranger["window"]["open"]
+    assert stranger["human"] is None
+
+    await takeover.pause(redis, keys, TENANT, WAITING, by="alice", why="by phone", seconds=90)
+    paused = await live_state.person(redis, keys, TENANT, WAITING)
+    assert (paused["human"]["by"], paused["human"]["why"]) == ("alice", "by phone")
+    (line,) = [ln for ln in render_person(paused) if ln.startswith("  human")]
+    assert line.startswith("  human       bot paused by 'alice' ('by phone'), ends in 1m")
 
 
 def run_cli(

@@ -24,8 +24,10 @@ from shared.group_commit import GroupCommitter
 from shared.keys import KeyError_, Keys
 from shared.scripts import Scripts
 from shared.settings import Settings
+from shared.tenants import TenantConfig
 from tests.support.helpers import fixture_json
 from worker.batch import Batch
+from worker.presentation import Quotes
 from worker.prompt import HUMAN_WROTE, NO_CUSTOMER_MESSAGE, render_messages
 from worker.review import ReviewList
 from worker.store import ConversationStore
@@ -260,17 +262,21 @@ async def test_the_business_writing_first_is_remembered_and_an_echo_never_shorte
         ("assistant", f"{HUMAN_WROTE}\nHola Ana, ¿pudiste pasar?"),
         ("user", "sí, mañana paso"),
     ]
+    quoted = Quotes(batch).of("wamid.ECHO4")
+    assert quoted == 'a person of the business\'s message "Hola Ana, ¿pudiste pasar?"'
 
 
-async def test_memory_turns_zero_keeps_no_echo_but_still_pauses(
+async def test_memory_turns_zero_keeps_no_echo_but_the_tenants_pause_applies(
     redis: Redis, settings: Settings, prefix: str
 ) -> None:
-    s = settings.with_overrides(key_prefix=prefix, memory_turns=0)
+    tenants = {TENANT: TenantConfig(human_pause_s=5)}
+    s = settings.with_overrides(key_prefix=prefix, memory_turns=0, tenants=tenants)
     quiet = ConversationStore(s, _SCRIPTS, GroupCommitter(redis, _SCRIPTS))
     await push_echo(redis, prefix, "wamid.ECHO5", "hola")
     await quiet.claim(TENANT, 0, "intake")
     assert await memory(redis, prefix) == []
     assert await takeover.pause_state(redis, Keys(prefix), TENANT, ANA) is not None
+    assert 0 < await redis.pttl(Keys(prefix).tenant(TENANT).human(ANA)) <= 5000, "its override"
 
 
 def test_only_whatsapp_reviews_for_reasons_about_the_conversation_pause() -> None:
@@ -372,3 +378,25 @@ async def test_the_cli_pauses_shows_and_resumes(redis: Redis, settings: Settings
     assert braces.returncode == 2 and "cannot be used in a Redis key" in braces.stderr
     assert cli("pause", "--tenant", TENANT).returncode == 2, "argparse: --person missing"
     assert await redis.exists(k.human(ANA)) == 0
+
+
+async def test_a_reply_sent_by_hand_is_taken_in_as_an_echo(
+    redis: Redis, store: ConversationStore, prefix: str
+) -> None:
+    keys = Keys(prefix)
+    await push(redis, prefix, "wamid.H1", "¿abren el domingo?")
+    await store.claim(TENANT, 0, "intake")
+    sent = await takeover.record_human_reply(
+        redis, keys, TENANT, ANA, message_id="wamid.BYHAND1", text="No, solo de lunes a sábado."
+    )
+    again = await takeover.record_human_reply(
+        redis, keys, TENANT, ANA, message_id="wamid.BYHAND1", text="No, solo de lunes a sábado."
+    )
+    assert (sent, again) == (True, False), "deduplicated on the provider's id"
+    assert await redis.zrange(keys.wake_queue, 0, -1) == [TENANT.encode()]
+    assert await claim_due(store) == [], "answered by the human: no turn"
+    (entry,) = await memory(redis, prefix)
+    assert entry["human"] is True and entry["user"] == "¿abren el domingo?"
+    assert entry["assistant"] == "No, solo de lunes a sábado." and entry["out"] == ["wamid.BYHAND1"]
+    pause = await takeover.pause_state(redis, keys, TENANT, ANA)
+    assert pause is not None and pause["by"] == "by_hand"
