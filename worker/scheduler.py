@@ -25,6 +25,7 @@ from shared.settings import Settings
 from shared.wake import add as add_to_queue
 from worker.batch import Batch
 from worker.leases import Leases
+from worker.retention import ReviewRetention
 from worker.store import Claim, ConversationStore
 from worker.sweep import Sweep
 from worker.wakeups import WakeListener
@@ -58,6 +59,7 @@ class Scheduler:
         self._redis: Any = None
         self._store: ConversationStore
         self._sweep: Sweep
+        self._retention: ReviewRetention
         self._wakeups: WakeListener
         self._start_turn: Callable[[Batch, float], None]
 
@@ -73,6 +75,10 @@ class Scheduler:
         self._redis = redis
         self._store = store
         self._sweep = sweep
+        s = self._settings
+        self._retention = ReviewRetention(
+            redis, self._keys, s.review_retention_s, s.poll_interval_s, s.redis_timeout_s
+        )
         self._wakeups = wakeups
         self._start_turn = start_turn
 
@@ -158,12 +164,13 @@ class Scheduler:
             self._sweep_forced |= forced  # a forced sweep must still happen
             raise
         self._warn_if_slow(loop.time() - started, len(registered))
-        if not tenants:
-            return
-        log.debug("sweep: %d tenants need a look", len(tenants))
-        unserved = self._unserved(await self._visit(tenants))
-        if unserved:
-            await self._relay(unserved)
+        if tenants:
+            log.debug("sweep: %d tenants need a look", len(tenants))
+            unserved = self._unserved(await self._visit(tenants))
+            if unserved:
+                await self._relay(unserved)
+        if not forced:  # the fleet's sweep, after its claims: old review items of a slice
+            await self._retention.prune(registered)
 
     def _warn_if_slow(self, took_s: float, tenants: int) -> None:
         """A probe taking much of the interval makes sweeps overlap: say so, once a minute."""
