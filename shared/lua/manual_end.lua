@@ -27,8 +27,9 @@
 -- became of the lock (the parts did go out); holding the lock, it also takes the answered
 -- messages out of the pending list and reschedules what is left (a burst from since_ms on)
 -- or drops the due and burst entries when nothing is left, as finish.lua and claim.lua keep
--- them, then releases the lock. "release" deletes the lock if this token holds it, and makes
--- what waits due as its burst says (a worker's claim put it off while the lock was held).
+-- them (a batch requeued meanwhile is due now), then releases the lock. "release" deletes the
+-- lock if this token holds it, and reschedules what waits the same way (a worker's claim put
+-- it off while the lock was held).
 --
 -- Returns {held, taken}: held 1 when the token still held the lock (0: its lease ended;
 -- nothing pending was touched), taken how many pending messages were answered.
@@ -39,13 +40,23 @@
 local prefix, person, token = ARGV[1], ARGV[3], ARGV[4]
 local lock = conv_key(prefix, person, LOCK)
 local held = redis.call('GET', lock) == token
-local in_flight = redis.call('EXISTS', conv_key(prefix, person, BATCH)) == 1
 local pkey = conv_key(prefix, person, PENDING)
+local now = now_ms()
 
--- What waits is due as its burst says (a claim during the reply put it off to the lock's end).
+-- After the lock: what waits is due as its burst says (a claim during the reply put it off to
+-- the lock's end); `since`: what waits arrived after it. A batch requeued during the reply
+-- (requeue.lua) is due now; nothing waiting, no due or burst entry.
 local function reschedule(since)
+  if redis.call('EXISTS', conv_key(prefix, person, BATCH)) == 1 then
+    redis.call('ZADD', KEYS[1], now, person)
+    return
+  end
   local b = redis.call('HGET', KEYS[2], person)
-  local now = now_ms()
+  if redis.call('EXISTS', pkey) == 0 then
+    redis.call('HDEL', KEYS[2], person)
+    redis.call('ZREM', KEYS[1], person)
+    return
+  end
   local first, last = since > 0 and since or now, now
   if b then
     local f, l = string.match(b, '^(%d+),(%d+)$')
@@ -53,19 +64,16 @@ local function reschedule(since)
     if last < first then last = first end
   end
   redis.call('HSET', KEYS[2], person, first .. ',' .. last)
-  if not in_flight then
-    redis.call('ZADD', KEYS[1], math.min(last + tonumber(ARGV[11]), first + tonumber(ARGV[12])),
-      person)
-  end
+  redis.call('ZADD', KEYS[1], math.min(last + tonumber(ARGV[11]), first + tonumber(ARGV[12])),
+    person)
 end
 
 if ARGV[5] ~= 'sent' then
   if not held then return {0, 0} end
   redis.call('DEL', lock)
-  if redis.call('EXISTS', pkey) == 1 then reschedule(0) end
+  reschedule(0)
   return {1, 0}
 end
-local now = now_ms()
 for i = 15, #ARGV do
   if ARGV[i] ~= '' then
     record_outbound(KEYS[4], KEYS[3], ARGV[2], ARGV[i], ARGV[6], person, i - 15, ARGV[10], now)
@@ -82,7 +90,7 @@ if not held then return {0, 0} end
 redis.call('DEL', lock)
 
 -- The answered messages leave the pending list; an edit put in place of one during the reply
--- goes with it (matched on the id it edits).
+-- goes with it (matched on the id it edits). What is left arrived during the reply.
 local answered = {}
 for _, id in ipairs(cjson.decode(ARGV[14])) do answered[id] = true end
 local kept, taken = {}, 0
@@ -98,11 +106,5 @@ if taken > 0 then
   redis.call('DEL', pkey)
   for _, item in ipairs(kept) do redis.call('RPUSH', pkey, item) end
 end
-if #kept == 0 then
-  redis.call('HDEL', KEYS[2], person)
-  if not in_flight then redis.call('ZREM', KEYS[1], person) end
-  return {1, taken}
-end
--- What is left arrived during the reply: its burst starts then, not at the answered ones.
 reschedule(tonumber(ARGV[13]))
 return {1, taken}
