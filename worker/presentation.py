@@ -117,9 +117,12 @@ class Quotes:
             # Written by a person of the business, not by the AI: an echo from the WhatsApp
             # Business app ("human": true) or a reply by hand ("by": "human").
             human = exchange.get("human") is True or exchange.get("by") == BY_HUMAN
-            whose = "a person of the business's" if human else "your"
             for wamid in _strings(exchange.get("out")):
-                self.texts[wamid] = f'{whose} message "{_cut(assistant)}"'
+                self.texts[wamid] = (
+                    f'the message "{_cut(assistant)}" a person of the business wrote'
+                    if human
+                    else f'your message "{_cut(assistant)}"'
+                )
         for message in batch.messages:
             self.texts[message.id] = f'their message "{_cut(message.text)}"'
 

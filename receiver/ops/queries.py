@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from shared import audit, takeover
+from shared import audit
 from shared.keys import KeyError_, Keys
 from worker import live_state
 from worker.ai_pause import Pause
@@ -165,7 +165,7 @@ async def conversation(redis: Any, keys: Keys, tenant: str, person: str) -> dict
     state["memory"] = memory
     state["sent"] = await _sent(redis, keys, tenant, _provider_ids(state, memory))
     state["outbox"] = await _outbox(redis, keys, tenant, person)
-    state["human_pause"] = await takeover.pause_state(redis, keys, tenant, person)
+    state["human_pause"] = state["human"]  # the bot's pause for the person (shared/takeover)
     known = (
         state["human_pause"]
         or state["pending"]

@@ -88,7 +88,7 @@ async def test_signing_in_needs_a_name_and_a_form(ops: httpx.AsyncClient) -> Non
         assert "set-cookie" not in answer.headers
     answer = await ops.post("/ops/signin", content=orjson.dumps({"token": OPS_TOKEN}))
     assert answer.status_code == 400 and "expected a form" in answer.text
-    big = {"token": OPS_TOKEN, "name": "Ana", "pad": "x" * 70_000}
+    big = {"token": OPS_TOKEN, "name": "Ana", "pad": "x" * 300_000}
     answer = await ops.post("/ops/signin", data=big)
     assert answer.status_code == 413 and "set-cookie" not in answer.headers
 

@@ -263,7 +263,7 @@ async def test_the_business_writing_first_is_remembered_and_an_echo_never_shorte
         ("user", "sí, mañana paso"),
     ]
     quoted = Quotes(batch).of("wamid.ECHO4")
-    assert quoted == 'a person of the business\'s message "Hola Ana, ¿pudiste pasar?"'
+    assert quoted == 'the message "Hola Ana, ¿pudiste pasar?" a person of the business wrote'
 
 
 async def test_memory_turns_zero_keeps_no_echo_but_the_tenants_pause_applies(
