@@ -163,7 +163,8 @@ async def conversation(redis: Any, keys: Keys, tenant: str, person: str) -> dict
     k = keys.tenant(tenant)
     memory = [_exchange(raw) for raw in await redis.lrange(k.memory(person), -MEMORY_SHOWN, -1)]
     state["memory"] = memory
-    state["sent"] = await _sent(redis, keys, tenant, _provider_ids(state, memory))
+    in_flight = await _batch_parts(redis, keys, tenant, person) if state["batch"] else []
+    state["sent"] = await _sent(redis, keys, tenant, _provider_ids(state, memory) + in_flight)
     state["outbox"] = await _outbox(redis, keys, tenant, person)
     state["human_pause"] = state["human"]  # the bot's pause for the person (shared/takeover)
     known = (
@@ -220,10 +221,18 @@ def _provider_ids(state: dict[str, Any], memory: list[dict[str, Any]]) -> list[s
         sent = review_item.get("parts_sent")
         if isinstance(sent, dict):
             ids += [str(v) for _, v in sorted(sent.items())]
-    return list(dict.fromkeys(ids))
+    return ids
+
+
+async def _batch_parts(redis: Any, keys: Keys, tenant: str, person: str) -> list[str]:
+    """The provider ids of the parts of the batch in flight already sent (`part:<i>`)."""
+    fields = await redis.hgetall(keys.tenant(tenant).batch(person))
+    parts = {_text(n)[5:]: _text(v) for n, v in fields.items() if _text(n).startswith("part:")}
+    return [parts[i] for i in sorted(parts, key=lambda i: int(i) if i.isdigit() else 0)]
 
 
 async def _sent(redis: Any, keys: Keys, tenant: str, ids: list[str]) -> list[dict[str, Any]]:
+    ids = list(dict.fromkeys(ids))
     if not ids:
         return []
     k = keys.tenant(tenant)

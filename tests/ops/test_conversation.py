@@ -42,8 +42,12 @@ async def test_the_view_shows_memory_what_was_sent_and_the_window(
         mapping={"person": PERSON, "part": 0, "status": "delivered", "sent_ms": 1},
     )
     await redis.set(K.last_inbound(PERSON), 1764421200, ex=3600)
+    # A batch in flight whose first part went out and was read.
+    await redis.hset(K.batch(PERSON), mapping={"id": "b9", "size": 1, "part:0": "wamid.P0"})
+    await redis.hset(K.outbound("wamid.P0"), mapping={"person": PERSON, "status": "read"})
     await sign_in(ops)
     page = (await ops.get(PAGE)).text
+    assert 'wamid.P0</td><td data-label="Status">read' in page
     assert "¿abren hoy?" in page and "Sí, hasta las 20." in page and "not json" in page
     assert "wamid.A" in page and "delivered" in page
     assert re.search(r"open, closes in (59m\d\ds|1h00m)", page), "about an hour left"
