@@ -85,9 +85,17 @@ class ReviewList:
         item = await self.get(tenant, item_id)
         if not await self._redis.hdel(self._keys.tenant(tenant).review, item_id):
             raise ReviewError(f"no review item {item_id!r} for tenant {tenant!r}")
+        # Most dropped items left no pause: a plain read spares them the script.
         person = item.get("person")
-        if isinstance(person, str) and person:
+        if isinstance(person, str) and person and await self._paused(tenant, person):
             await takeover.resume(self._redis, self._keys, tenant, person, by="review drop")
+
+    async def _paused(self, tenant: str, person: str) -> bool:
+        try:
+            human = self._keys.tenant(tenant).human(person)
+        except ValueError:  # an id no key can hold: it was never paused
+            return False
+        return bool(await self._redis.exists(human))
 
 
 def _summary(item: dict[str, Any]) -> str:

@@ -119,7 +119,10 @@ async def test_a_part_meta_may_have_taken_is_never_sent_again_and_a_person_is_to
         assert before_ms <= unknown["at_ms"] <= int(time.time() * 1000), case
         assert item["error"].startswith("part 1 of 1: no answer to the request made at "), case
         assert item["error"].endswith("the person may or may not have it, and it is not sent again")
-        assert "parts_sent" not in item and "hand_over" not in item, case
+        assert "parts_sent" not in item, case
+        # WhatsApp's hand-over: the bot is paused for the person (shared/takeover.py).
+        assert item["hand_over"].startswith("bot paused for this person for 3600 s"), case
+        assert item["human_pause_ms"] == 3_600_000, case
         assert [m["text"] for m in item["messages"]] == ["¿hay turno?"], case
         assert len(texts_to(graph, person)) == 1, f"{case}: sent again"
         # The batch is gone: nothing is left that could send it again later.

@@ -60,7 +60,7 @@ async def test_finished_conversations_leave_no_keys_or_entries_behind(
         if await redis.llen(k.outbox) < 4:
             return False
         left = [key for key in await scan_keys(redis, prefix) if key.startswith(conversation_keys)]
-        return all(key.endswith((":lastin", ":memory")) for key in left)
+        return all(key.endswith((":lastin", ":memory", ":human")) for key in left)
 
     await wait_for(last_finish_landed, "the last finish")
     found = await scan_keys(redis, prefix)
@@ -68,19 +68,15 @@ async def test_finished_conversations_leave_no_keys_or_entries_behind(
     assert len(seen) == 7
     for key in seen:
         assert 0 < await redis.ttl(key) <= 3600, f"{key} must expire"
-    # Per person, only what expires on its own: the 24-hour window marker and the AI memory.
+    # Per person, only what expires on its own: the 24-hour window marker, the AI memory and
+    # the pause of the person whose batch went to review for a person (shared/takeover.py).
     expiring = [
         key
         for key in found
-        if key.endswith(
-            (
-                ":lastin",
-                ":memory",
-            )
-        )
-        and key.startswith(k.conversation_prefix)
+        if key.endswith((":lastin", ":memory", ":human")) and key.startswith(k.conversation_prefix)
     ]
     assert expiring, "answered people have a window marker and a memory"
+    assert k.human(human) in expiring and k.human(old) not in expiring, "too_old pauses no one"
     for key in expiring:
         assert await redis.ttl(key) > 0, f"{key} must expire"
     # Only the bounded or permanent records remain: registry, counters, capped outbox, review,
