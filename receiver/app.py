@@ -31,7 +31,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import PlainTextResponse, Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import Receive, Scope, Send
 
 from receiver.chatwoot import ChatwootInbound
@@ -120,6 +120,9 @@ class Receiver:
         self.redis: Any = None
         self.writer: InboxWriter | None = None
         self.metrics = ReceiverMetrics(settings)
+        # Run at shutdown before Redis is closed: what a mounted app opened (the ops page's
+        # senders of replies by hand).
+        self.on_close: list[Callable[[], Awaitable[None]]] = []
 
     @asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
@@ -159,6 +162,8 @@ class Receiver:
             yield
         finally:
             self.writer = None
+            for close in self.on_close:
+                await close()
             await self.redis.aclose()
             logger.info("receiver stopped")
 
@@ -343,7 +348,7 @@ class Receiver:
         text = await self.metrics.exposition(self.redis)
         return Response(text, media_type=CONTENT_TYPE_LATEST)
 
-    def routes(self) -> list[Route]:
+    def routes(self) -> list[BaseRoute]:
         # Without METRICS_TOKEN there is no /metrics at all: 404, like any unknown path.
         metrics = [Route("/metrics", never_500(self.metrics_endpoint), methods=["GET"])]
         return [
@@ -351,7 +356,15 @@ class Receiver:
             Route("/healthz", self.healthz, methods=["GET"]),
             Route("/readyz", never_500(self.readyz), methods=["GET"]),
             *(metrics if self.settings.metrics_token else []),
+            *(self._ops() if self.settings.ops_token else []),
         ]
+
+    def _ops(self) -> list[BaseRoute]:
+        """The ops page (receiver/ops/), a sub-app of its own under /ops: without OPS_TOKEN it
+        is neither imported nor mounted (404), and its guards never wrap the webhook routes."""
+        from receiver.ops.routes import OpsPage
+
+        return [Mount("/ops", app=OpsPage(self).app())]
 
 
 @functools.lru_cache(maxsize=1024)  # the same few answers over and over: built once each

@@ -214,8 +214,11 @@ def manual_end(
     since_ms: int,
     answered: bytes,
     provider_ids: Sequence[str],
+    pause_ms: int = 0,
+    by: str = "",
 ) -> Call:
-    """`outcome` "sent" or "release"; `answered`: the answered message ids (JSON array)."""
+    """`outcome` "sent" or "release"; `answered`: the answered message ids (JSON array);
+    `pause_ms`: how long a reply that went out pauses the bot for the person, `by` who wrote."""
     return (
         [k.due, k.burst, k.stats],
         [
@@ -233,6 +236,8 @@ def manual_end(
             max_wait_ms,
             since_ms,
             answered,
+            pause_ms,
+            by,
             *provider_ids,
         ],
     )

@@ -28,6 +28,12 @@ class OpsSettings:
         "the token that signs in to the ops page under `/ops` (unset: `/ops` is 404)",
         secret=True,
     )
+    ops_session_s: float = setting(
+        "OPS_SESSION_S",
+        12 * 3600.0,
+        "how long a sign-in to the ops page lasts (changing `OPS_TOKEN` ends every sign-in)",
+        above=0,
+    )
     review_retention_s: float = setting(
         "REVIEW_RETENTION_S",
         30 * _DAY_S,

@@ -8,7 +8,8 @@ them. When it lapses the waiting messages are answered like any others (the age 
 `REVIEW_AFTER_S`, still applies: messages older than that go to review as `too_old`); `resume`
 lifts it at once and makes them due now.
 
-Who sets one: a person (the ops page, `python -m worker.takeover pause`), the business writing
+Who sets one: a person (the ops page, `python -m worker.takeover pause`, a reply by hand), the
+business writing
 from the WhatsApp Business app (an echo, claim.lua, `HUMAN_PAUSE_S`), and a WhatsApp batch
 parked for review for a reason that needs a person (`pauses_for_review`; the AI's hand-over is
 one, finish.lua sets it with the review item). Automatic pauses never shorten a longer one; a
@@ -16,19 +17,17 @@ pause set by hand replaces whatever was there. Requeueing or dropping a review i
 (worker/review.py). A turn already running when a pause is set is not stopped.
 
 The calls here are the API the ops page and the CLI use; each change is one Lua script
-(pause_human.lua, resume_human.lua), so it never races a claim. `record_human_reply` is for a
-reply a person sent by hand (the ops page): it enters the inbox as an echo, so the intake
-treats it exactly as what the business writes from the WhatsApp Business app.
+(pause_human.lua, resume_human.lua), so it never races a claim. A reply sent by hand
+(worker/manual_reply.py) pauses the person in the script that records it (manual_end.lua).
 """
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import orjson
 
-from shared import events, late_failures, script_calls, wake
+from shared import late_failures, script_calls, wake
 from shared.keys import Keys
 from shared.scripts import Scripts
 
@@ -105,50 +104,6 @@ async def pause_state(redis: Any, keys: Keys, tenant: str, person: str) -> dict[
     """The person's pause (`by`, `why`, `since_ms`, `until_ms`), None when the bot may answer."""
     raw = await redis.get(keys.tenant(tenant).human(person))
     return None if raw is None else _decode(raw)
-
-
-async def record_human_reply(
-    redis: Any,
-    keys: Keys,
-    tenant: str,
-    person: str,
-    *,
-    message_id: str,
-    text: str,
-    dedupe_ttl_s: int = 7 * 24 * 3600,
-) -> bool:
-    """A person of the business sent `text` to `person` by hand (the provider's id
-    `message_id`): store it as an echo event (`ingest.lua`, deduplicated on the id) and wake
-    the fleet. The intake then does what an echo does (shared/lua/lib/human.lua): the person is
-    paused (never shorter than a pause already there), the text enters their memory marked as
-    a human's, answering the messages that waited, and no turn starts. False: this id was
-    recorded already (nothing changed)."""
-    k = keys.tenant(tenant)
-    k.human(person)
-    now_ms = int(time.time() * 1000)
-    event = events.echo_event(
-        channel="whatsapp",
-        tenant=tenant,
-        person=person,
-        message_id=message_id,
-        type="text",
-        text=text,
-        ts=now_ms // 1000,
-        received_ms=now_ms,
-        raw={"id": message_id, "type": "text", "text": {"body": text}, "by_hand": True},
-    )
-    await redis.sadd(keys.tenants, tenant)  # the registry first, as the receiver does
-    (stored,) = await _scripts().ingest(
-        redis,
-        *script_calls.ingest(
-            k,
-            seen=[k.seen(events.dedupe_id(event))],
-            dedupe_ttl_s=dedupe_ttl_s,
-            events=[events.encode(event)],
-        ),
-    )
-    await wake.add(redis, keys.wake_queue, [tenant])
-    return bool(int(stored))
 
 
 def _decode(raw: Any) -> dict[str, Any]:

@@ -199,7 +199,9 @@ def test_console_scripts_run_the_clis() -> None:
 
 
 @pytest.mark.slow
-def test_the_wheel_ships_the_lua_scripts_the_markers_and_the_scripts(tmp_path: Path) -> None:
+def test_the_wheel_ships_the_lua_scripts_the_templates_the_markers_and_the_scripts(
+    tmp_path: Path,
+) -> None:
     command = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(tmp_path)]
     done = subprocess.run([*command, str(REPO)], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
@@ -208,6 +210,9 @@ def test_the_wheel_ships_the_lua_scripts_the_markers_and_the_scripts(tmp_path: P
     assert {f"{package}/py.typed" for package in PACKAGES} <= names
     lua = {str(p.relative_to(REPO)) for p in (REPO / "shared" / "lua").rglob("*.lua")}
     assert lua and lua <= names
+    # The ops page renders these at run time: a wheel without them answers every page 500.
+    pages = {str(p.relative_to(REPO)) for p in (REPO / "receiver" / "ops" / "templates").glob("*")}
+    assert pages and pages <= names, pages - names
     (entry_points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
     text = zipfile.ZipFile(wheel).read(entry_points).decode()
     assert "wa-review = worker.review:main" in text

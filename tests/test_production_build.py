@@ -44,6 +44,7 @@ REPO = Path(__file__).resolve().parents[1]
 PIP_TIMEOUT_S = 900.0
 UP_TIMEOUT_S = 60.0
 REPLY_TIMEOUT_S = 60.0
+OPS_TOKEN = "production-ops-token"
 
 pytestmark = pytest.mark.slow
 
@@ -197,6 +198,9 @@ def dynos(
         "DEBOUNCE_WINDOW_S": "0.3",
         "MAX_WAIT_S": "2",
         "WEB_HOST": "127.0.0.1",
+        # The ops page, mounted only with a token: its imports (Jinja2, python-multipart)
+        # must be in the slug too.
+        "OPS_TOKEN": OPS_TOKEN,
     }
     lines = read_procfile(slug.app / "Procfile")
     running = {name: Dyno(name, lines[name], slug, env, tmp_path) for name in ("web", "worker")}
@@ -262,3 +266,16 @@ def test_the_procfile_runs_from_the_slug_and_answers_a_webhook(
     settings = app_json_env()
     assert request["model"] == settings["AI_MODEL"]
     assert request["system"][0]["text"] == settings["SYSTEM_PROMPT"]
+
+
+def test_the_ops_page_runs_from_the_slug(dynos: tuple[str, dict[str, Dyno]]) -> None:
+    """Signing in and the review list render: Jinja2, python-multipart and the templates are
+    in what Heroku installs (a missing one is a 500 here, with the web process' log)."""
+    base_url, running = dynos
+    wait_ready(base_url, running)
+    with httpx.Client(base_url=base_url, timeout=10) as client:
+        assert client.get("/ops/").status_code == 303
+        signed_in = client.post("/ops/signin", data={"token": OPS_TOKEN, "name": "release"})
+        assert signed_in.status_code == 303, running["web"].output()
+        page = client.get("/ops/")
+        assert page.status_code == 200 and "Review items" in page.text, running["web"].output()

@@ -291,6 +291,10 @@ class ManualReplies:
             since_ms=hold.since_ms,
             answered=orjson.dumps(hold.answered),
             provider_ids=sent.provider_ids,
+            # A person is talking with the customer on WhatsApp: the bot waits (takeover);
+            # Chatwoot has its own silence, set by the agent's message coming back.
+            pause_ms=int(s.human_pause_for(tenant) * 1000) if hold.channel == "whatsapp" else 0,
+            by=by,
         )
         try:
             held, taken = await self._scripts.manual_end(self._redis, *call)

@@ -115,12 +115,13 @@ class Quotes:
             user, assistant = _joined(exchange.get("user")), _joined(exchange.get("assistant"))
             for wamid in _strings(exchange.get("ids")):
                 self.texts[wamid] = f'their earlier message "{_cut(user)}"'
-            mine = exchange.get("by") != BY_HUMAN
+            # Written by a person of the business (a reply by hand, an echo), not by the AI.
+            human = exchange.get("by") == BY_HUMAN
             for wamid in _strings(exchange.get("out")):
                 self.texts[wamid] = (
-                    f'your message "{_cut(assistant)}"'
-                    if mine
-                    else f'the message "{_cut(assistant)}" a person of the business wrote'
+                    f'the message "{_cut(assistant)}" a person of the business wrote'
+                    if human
+                    else f'your message "{_cut(assistant)}"'
                 )
         for message in batch.messages:
             self.texts[message.id] = f'their message "{_cut(message.text)}"'

@@ -19,10 +19,14 @@
 -- ARGV[13] since_ms    Redis's clock when the lock was taken: what is still pending arrived
 --         after it
 -- ARGV[14] answered    JSON array of the ids of the messages the reply answers
--- ARGV[15..] provider_ids  the provider's id of each part sent, in order ("" for none)
+-- ARGV[15] pause_ms    how long a reply that went out pauses the bot for the person
+--         (HUMAN_PAUSE_S; extends a shorter pause, never shortens one; 0: no pause)
+-- ARGV[16] by          who replied (the pause's `by`)
+-- ARGV[17..] provider_ids  the provider's id of each part sent, in order ("" for none)
 --
 -- "sent" records an outbound record per part (as record_part.lua does, so delivery statuses
--- apply), appends the exchange to the memory and counts stats manual_replies, whatever
+-- apply), appends the exchange to the memory, counts stats manual_replies and pauses the bot
+-- for the person (ARGV[15]), whatever
 -- became of the lock (the parts did go out); holding the lock, it also takes the answered
 -- messages out of the pending list and reschedules what is left (a burst from since_ms on)
 -- or drops the due and burst entries when nothing is left, as finish.lua and claim.lua keep
@@ -36,6 +40,7 @@
 -- uses: lib/keys.lua (conv_key, PENDING, BATCH, LOCK, MEMORY)
 -- uses: lib/clock.lua (now_ms)
 -- uses: lib/outbound.lua (record_outbound)
+-- uses: lib/human.lua (set_human_pause)
 local prefix, person, token = ARGV[1], ARGV[3], ARGV[4]
 local lock = conv_key(prefix, person, LOCK)
 local held = redis.call('GET', lock) == token
@@ -73,9 +78,9 @@ if ARGV[5] ~= 'sent' then
   reschedule(0)
   return {1, 0}
 end
-for i = 15, #ARGV do
+for i = 17, #ARGV do
   if ARGV[i] ~= '' then
-    record_outbound(prefix, KEYS[3], ARGV[2], ARGV[i], ARGV[6], person, i - 15, ARGV[10], now)
+    record_outbound(prefix, KEYS[3], ARGV[2], ARGV[i], ARGV[6], person, i - 17, ARGV[10], now)
   end
 end
 if ARGV[7] ~= '' and tonumber(ARGV[8]) > 0 then
@@ -85,6 +90,11 @@ if ARGV[7] ~= '' and tonumber(ARGV[8]) > 0 then
   redis.call('PEXPIRE', mkey, ARGV[9])
 end
 redis.call('HINCRBY', KEYS[3], 'manual_replies', 1)
+-- A person of the business is talking with the customer: the bot waits (human takeover).
+if tonumber(ARGV[15]) > 0 then
+  set_human_pause(prefix, person, ARGV[16], 'a person of the business replied by hand', now,
+    tonumber(ARGV[15]), true)
+end
 if not held then return {0, 0} end
 redis.call('DEL', lock)
 

@@ -19,7 +19,7 @@ import pytest
 from redis.asyncio import Redis
 
 from scripts.standins import GraphApiStandIn, MessagesApiStandIn
-from shared import audit
+from shared import audit, takeover
 from shared.group_commit import GroupCommitter
 from shared.keys import Keys
 from shared.scripts import Scripts
@@ -392,6 +392,11 @@ async def test_what_a_person_answered_is_not_answered_again_and_the_ai_sees_the_
     await wait_for(pending, "the burst taken in by the worker")
     result = await replies.reply(TENANT, PERSON, TEXT, by="ana")
     assert result.answered == 1
+    # A person is talking with the customer: the bot waits (human takeover) until lifted.
+    pause = await takeover.pause_state(redis, Keys(prefix), TENANT, PERSON)
+    assert pause is not None and pause["by"] == "ana", "the reply paused the bot"
+    assert pause["until_ms"] - pause["since_ms"] == 3_600_000  # HUMAN_PAUSE_S
+    assert await takeover.resume(redis, Keys(prefix), TENANT, PERSON, by="ana")
 
     ai.queue_reply("¿Algo más?")
     await push_message(redis, prefix, PERSON, "wamid.a2", "gracias")
@@ -414,8 +419,9 @@ async def test_messages_arriving_during_the_reply_wait_for_the_bot(
     graph: GraphApiStandIn,
     ai: MessagesApiStandIn,
 ) -> None:
-    """No turn starts while the reply sends (invariant 3); what arrived meanwhile is answered
-    by the bot right after it, not at the end of the reply's lease (30 s, beyond the wait)."""
+    """No turn starts while the reply sends (invariant 3); what arrived meanwhile waits, then
+    (the reply paused the bot: a person is talking) for the person to hand back; once they
+    do it is answered at once, not at the end of the reply's lease (30 s, beyond the wait)."""
     settings = Settings.from_env({**env, "LEASE_S": "30"})
     replies = ManualReplies(redis, Keys(prefix), Scripts(), settings)
     try:
@@ -456,6 +462,9 @@ async def _arriving_during_the_reply(
     result = await replying
     assert result.answered == 0, "the message came after the reply began: it waits"
     assert len(ai_requests(ai)) == 1, "no turn ran while the reply held the person"
+    assert await redis.zscore(k.due, PERSON), "it waits, due when the pause ends"
+    assert len(ai_requests(ai)) == 1, "no turn while the person is paused"
+    assert await takeover.resume(redis, Keys(prefix), TENANT, PERSON, by="ana")
 
     requests = await wait_for(lambda: _requests(ai, 2), "the bot's turn on the new message")
     assert said(requests[1]["messages"])[-3:] == [

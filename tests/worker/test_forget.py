@@ -174,6 +174,8 @@ async def test_forget_deletes_everything_of_the_person_and_nothing_else(
         (TENANT, OTHER_PERSON, ""),  # another number, same tenant
         (OTHER_TENANT, PERSON, ""),  # the same number, another tenant
     )
+    # A person took the conversation over (shared/takeover.py): the pause is forgotten too.
+    await takeover.pause(redis, made.keys, TENANT, PERSON, by="ana", why="replying", seconds=600)
     k = made.keys.tenant(TENANT)
     await takeover.pause(redis, made.keys, TENANT, PERSON, by="ana", why="taking over", seconds=600)
     # As a late delivery failure's note would be (shared/lua/lib/outbound.lua).

@@ -381,27 +381,3 @@ async def test_the_cli_pauses_shows_and_resumes(redis: Redis, settings: Settings
     assert braces.returncode == 2 and "cannot be used in a Redis key" in braces.stderr
     assert cli("pause", "--tenant", TENANT).returncode == 2, "argparse: --person missing"
     assert await redis.exists(k.human(ANA)) == 0
-
-
-async def test_a_reply_sent_by_hand_is_taken_in_as_an_echo(
-    redis: Redis, store: ConversationStore, prefix: str
-) -> None:
-    keys = Keys(prefix)
-    await push(redis, prefix, "wamid.H1", "¿abren el domingo?")
-    await store.claim(TENANT, 0, "intake")
-    sent = await takeover.record_human_reply(
-        redis, keys, TENANT, ANA, message_id="wamid.BYHAND1", text="No, solo de lunes a sábado."
-    )
-    again = await takeover.record_human_reply(
-        redis, keys, TENANT, ANA, message_id="wamid.BYHAND1", text="No, solo de lunes a sábado."
-    )
-    assert (sent, again) == (True, False), "deduplicated on the provider's id"
-    assert await redis.zrange(keys.wake_queue, 0, -1) == [TENANT.encode()]
-    assert await claim_due(store) == [], "answered by the human: no turn"
-    (entry,) = await memory(redis, prefix)
-    assert (
-        entry["by"] == "human" and entry["echo"] is True and entry["user"] == "¿abren el domingo?"
-    )
-    assert entry["assistant"] == "No, solo de lunes a sábado." and entry["out"] == ["wamid.BYHAND1"]
-    pause = await takeover.pause_state(redis, keys, TENANT, ANA)
-    assert pause is not None and pause["by"] == "by_hand"

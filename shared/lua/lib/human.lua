@@ -17,8 +17,6 @@ local function set_human_pause(prefix, person, by, why, now, ms, extend_only)
 end
 
 local ECHO_BY, ECHO_WHY = 'business_app', 'the business wrote from the WhatsApp Business app'
--- A reply a person sent by hand (shared/takeover.py record_human_reply) marks its raw item.
-local BY_HAND, BY_HAND_WHY = 'by_hand', 'a person of the business replied by hand'
 
 -- The text and id of an inbox event, '' where it has none.
 local function text_and_id(obj)
@@ -40,11 +38,7 @@ local function take_echo(due_key, burst_key, stats_key, prefix, ev, person, now,
     set_human_pause(prefix, person, ECHO_BY, ECHO_WHY, now, pause_ms, true)
     return
   end
-  if type(echo.raw) == 'table' and echo.raw.by_hand == true then
-    set_human_pause(prefix, person, BY_HAND, BY_HAND_WHY, now, pause_ms, true)
-  else
-    set_human_pause(prefix, person, ECHO_BY, ECHO_WHY, now, pause_ms, true)
-  end
+  set_human_pause(prefix, person, ECHO_BY, ECHO_WHY, now, pause_ms, true)
   local echo_text, echo_id = text_and_id(echo)
   local echo_ts = tonumber(echo.ts) or math.huge
   local pkey = conv_key(prefix, person, PENDING)

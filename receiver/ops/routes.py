@@ -1,0 +1,253 @@
+"""The ops page's routes, mounted at `/ops` by the receiver when `OPS_TOKEN` is set.
+
+    GET  /ops/                  review items across tenants (filters: reason, tenant, age)
+    GET  /ops/item              one item (?tenant=&id=)
+    GET  /ops/conversation      one person's conversation (?tenant=&person=)
+    GET  /ops/audit             who did what, newest first
+    POST /ops/item/requeue      requeue an item (form: tenant, id)
+    POST /ops/item/drop         drop an item (form: tenant, id)
+    POST /ops/bulk-requeue      requeue every item of a reason (form: reason, tenant)
+    POST /ops/conversation/reply    reply by hand (form: tenant, person, text)
+    POST /ops/conversation/pause    pause the bot for the person (form: tenant, person,
+                                    seconds, why)
+    POST /ops/conversation/resume   the bot answers the person again
+    GET  /ops/forget            the confirmation step of forgetting a person
+    POST /ops/forget            forget the person (form: tenant, person, confirm=yes)
+    GET/POST /ops/signin, POST /ops/signout
+
+Ids travel in query strings and form fields, never in the path, so any id a provider
+gives (colons, slashes, anything) round-trips. A POST that succeeds answers 303 to a page
+(post/redirect/get) with `done=`, one of a fixed set of messages: no text from the query
+string is ever shown as a message. Its own sub-app: nothing here wraps the webhook routes.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from starlette.applications import Starlette
+from starlette.datastructures import FormData
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from receiver.ops import queries
+from receiver.ops.actions import ActionError, Actions
+from receiver.ops.auth import Session, Sessions, clean_name, clear_cookie, token_matches
+from receiver.ops.person_actions import PersonActions
+from receiver.ops.web import ROOT, Web, field, link, read_form, redirect
+from worker.manual_reply import ManualReplies
+from worker.review import ReviewList
+
+if TYPE_CHECKING:
+    from receiver.app import Receiver
+
+logger = logging.getLogger(__name__)
+
+DONE = {
+    "requeued": "Requeued: the messages are a batch again, due now.",
+    "dropped": "Dropped: the item is gone from the review list.",
+    "bulk": "Requeued every item of that reason.",
+    "replied": "Sent: your reply went out and is in the memory.",
+    "template": "The 24-hour window was closed: the tenant's template went out instead.",
+    "paused": "Paused: the bot sends this person nothing until the pause ends or you resume.",
+    "resumed": "Resumed: the bot answers this person again (waiting messages are due now).",
+}
+
+
+class OpsPage:
+    def __init__(self, receiver: Receiver) -> None:
+        self._receiver = receiver
+        settings = receiver.settings
+        self.web = Web(Sessions(settings.ops_token, settings.ops_session_s))
+        self._replies: ManualReplies | None = None
+        receiver.on_close.append(self._close)
+
+    async def _close(self) -> None:
+        if self._replies is not None:
+            await self._replies.aclose()
+            self._replies = None
+
+    # --- what each request works with --------------------------------------------------------
+    @property
+    def _redis(self) -> Any:
+        if self._receiver.redis is None:
+            raise OSError("the receiver is starting or stopping")
+        return self._receiver.redis
+
+    def _review(self) -> ReviewList:
+        return ReviewList(self._redis, self._receiver.keys, self._receiver.scripts)
+
+    def _actions(self) -> Actions:
+        r = self._receiver
+        return Actions(self._redis, r.keys, self._review(), r.settings)
+
+    def _person_actions(self) -> PersonActions:
+        r = self._receiver
+        if self._replies is None:  # one per process: its senders keep their connections
+            self._replies = ManualReplies(self._redis, r.keys, r.scripts, r.settings)
+        return PersonActions(self._redis, r.keys, r.scripts, r.settings, self._replies)
+
+    def _render(
+        self, request: Request, name: str, session: Session, status: int = 200, **context: Any
+    ) -> Response:
+        done = DONE.get(request.query_params.get("done", ""), "")
+        return self.web.render(request, name, session, status, done=done, **context)
+
+    # --- signing in and out --------------------------------------------------------------------
+    async def signin_form(self, request: Request) -> Response:
+        return self.web.render(request, "signin.html", None, next=_safe_next(request))
+
+    async def signin(self, request: Request) -> Response:
+        form = await read_form(request)
+        if isinstance(form, Response):
+            return form
+        target = _safe_next(request, field(form, "next"))
+        name = clean_name(field(form, "name"))
+        if not token_matches(field(form, "token"), self._receiver.settings.ops_token):
+            logger.warning("ops page: sign-in refused (wrong token)")
+            return self.web.render(
+                request, "signin.html", None, 401, next=target, message="Wrong token."
+            )
+        if name is None:
+            message = "Give your name (at most 64 characters): the audit log records it."
+            return self.web.render(request, "signin.html", None, 400, next=target, message=message)
+        session = self.web.sessions.new(name)
+        response = redirect(target)
+        self.web.sessions.set_cookie(response, request, session)
+        logger.info("ops page: %s signed in", name)
+        return response
+
+    async def signout(self, request: Request, session: Session, form: FormData) -> Response:
+        response = redirect(f"{ROOT}/signin")
+        clear_cookie(response, request)
+        return response
+
+    # --- pages -----------------------------------------------------------------------------------
+    async def overview(self, request: Request, session: Session) -> Response:
+        params = request.query_params
+        offset = params.get("offset", "0")
+        view = await queries.overview(
+            self._redis,
+            self._receiver.keys,
+            self._review(),
+            reason=params.get("reason", ""),
+            tenant=params.get("tenant", ""),
+            age=params.get("age", ""),
+            offset=int(offset) if offset.isdigit() else 0,
+        )
+        entries = await queries.audit_entries(self._redis, self._receiver.keys)
+        return self._render(
+            request, "overview.html", session, view=view, ages=queries.AGES, audit=entries[:10]
+        )
+
+    async def item(self, request: Request, session: Session) -> Response:
+        tenant, item_id = request.query_params.get("tenant", ""), request.query_params.get("id", "")
+        found = await queries.item(
+            self._redis, self._receiver.keys, self._review(), tenant, item_id
+        )
+        return self._render(request, "item.html", session, item=found)
+
+    async def conversation(self, request: Request, session: Session) -> Response:
+        params = request.query_params
+        tenant, person = params.get("tenant", ""), params.get("person", "")
+        state = await queries.conversation(self._redis, self._receiver.keys, tenant, person)
+        entries = await queries.audit_entries(self._redis, self._receiver.keys, tenant, person)
+        return self._render(
+            request,
+            "conversation.html",
+            session,
+            c=state,
+            audit=entries,
+            pause_choices=self._person_actions().pause_choices(),
+        )
+
+    async def forget_form(self, request: Request, session: Session) -> Response:
+        params = request.query_params
+        tenant, person = params.get("tenant", ""), params.get("person", "")
+        await queries.check_person(self._redis, self._receiver.keys, tenant, person)
+        return self._render(request, "forget.html", session, tenant=tenant, person=person)
+
+    async def audit(self, request: Request, session: Session) -> Response:
+        entries = await queries.audit_entries(self._redis, self._receiver.keys)
+        return self._render(request, "audit.html", session, audit=entries)
+
+    # --- actions ---------------------------------------------------------------------------------
+    async def requeue(self, request: Request, session: Session, form: FormData) -> Response:
+        item = await self._actions().requeue(session.who, field(form, "tenant"), field(form, "id"))
+        return redirect(_conversation(item, "requeued"))
+
+    async def drop(self, request: Request, session: Session, form: FormData) -> Response:
+        item = await self._actions().drop(session.who, field(form, "tenant"), field(form, "id"))
+        return redirect(_conversation(item, "dropped"))
+
+    async def bulk_requeue(self, request: Request, session: Session, form: FormData) -> Response:
+        reason, tenant = field(form, "reason"), field(form, "tenant")
+        result = await self._actions().bulk_requeue(session.who, reason, tenant)
+        if not result.refused:
+            return redirect(f"{ROOT}/?done=bulk")
+        return self._render(
+            request, "bulk.html", session, 200 if result.requeued else 409, result=result
+        )
+
+    async def reply(self, request: Request, session: Session, form: FormData) -> Response:
+        tenant, person = field(form, "tenant"), field(form, "person")
+        result = await self._person_actions().reply(
+            session.who, tenant, person, field(form, "text")
+        )
+        done = "template" if result.template else "replied"
+        return redirect(link("/conversation", tenant=tenant, person=person, done=done))
+
+    async def pause(self, request: Request, session: Session, form: FormData) -> Response:
+        tenant, person = field(form, "tenant"), field(form, "person")
+        await self._person_actions().pause(
+            session.who, tenant, person, field(form, "seconds"), field(form, "why")
+        )
+        return redirect(link("/conversation", tenant=tenant, person=person, done="paused"))
+
+    async def resume(self, request: Request, session: Session, form: FormData) -> Response:
+        tenant, person = field(form, "tenant"), field(form, "person")
+        await self._person_actions().resume(session.who, tenant, person)
+        return redirect(link("/conversation", tenant=tenant, person=person, done="resumed"))
+
+    async def forget(self, request: Request, session: Session, form: FormData) -> Response:
+        tenant, person = field(form, "tenant"), field(form, "person")
+        if field(form, "confirm") != "yes":
+            raise ActionError("tick the box to confirm that this person is to be forgotten")
+        report = await self._person_actions().forget(session.who, tenant, person)
+        return self._render(request, "forgotten.html", session, report=report)
+
+    def app(self) -> Starlette:
+        page, action = self.web.page, self.web.action
+        return Starlette(
+            routes=[
+                Route("/", page(self.overview), methods=["GET"]),
+                Route("/signin", self.signin_form, methods=["GET"]),
+                Route("/signin", self.signin, methods=["POST"]),
+                Route("/signout", action(self.signout), methods=["POST"]),
+                Route("/item", page(self.item), methods=["GET"]),
+                Route("/conversation", page(self.conversation), methods=["GET"]),
+                Route("/audit", page(self.audit), methods=["GET"]),
+                Route("/item/requeue", action(self.requeue), methods=["POST"]),
+                Route("/item/drop", action(self.drop), methods=["POST"]),
+                Route("/bulk-requeue", action(self.bulk_requeue), methods=["POST"]),
+                Route("/conversation/reply", action(self.reply, None), methods=["POST"]),
+                Route("/conversation/pause", action(self.pause), methods=["POST"]),
+                Route("/conversation/resume", action(self.resume), methods=["POST"]),
+                Route("/forget", page(self.forget_form), methods=["GET"]),
+                Route("/forget", action(self.forget), methods=["POST"]),
+            ]
+        )
+
+
+def _conversation(item: dict[str, Any], done: str) -> str:
+    return link("/conversation", tenant=item["tenant"], person=item.get("person"), done=done)
+
+
+def _safe_next(request: Request, given: str | None = None) -> str:
+    """Where to go after signing in: a page of ours, never another site (`//evil`)."""
+    target = request.query_params.get("next", "") if given is None else given
+    if target.startswith(f"{ROOT}/") and not target.startswith("//") and "\\" not in target:
+        return target
+    return f"{ROOT}/"

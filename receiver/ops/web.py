@@ -1,0 +1,185 @@
+"""The ops page's plumbing: templates, the guards every endpoint passes, error pages.
+
+`page` guards a GET: no valid session -> 303 to the sign-in page. `action` guards a POST: no
+valid session -> 403, a body that is not a small form -> 413/400, a missing or wrong CSRF
+token -> 403, all before the handler runs, so nothing is changed. Both turn what can go wrong
+inside into a clear page: an unknown tenant, item or person 404, an action that cannot be
+done 409, Redis not answering 503. Every answer carries headers that keep it out of caches
+and frames and forbid scripts and foreign form targets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlencode
+
+import jinja2
+from redis.exceptions import RedisClusterException, RedisError
+from starlette.datastructures import FormData
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, RedirectResponse, Response
+from starlette.templating import Jinja2Templates
+
+from receiver.ops.actions import ActionError
+from receiver.ops.auth import Session, Sessions, csrf_ok
+from receiver.ops.queries import BadFilter, NotFound
+from shared.redis_client import explain
+from worker.inspect import duration
+
+logger = logging.getLogger(__name__)
+
+ROOT = "/ops"
+# A reply by hand is at most 16384 characters (worker/manual_reply.py), up to 4 bytes each in
+# UTF-8 and 3 characters per byte once percent-encoded.
+FORM_MAX_BYTES = 256 * 1024
+REDIS_WAIT_S = 10.0  # one page's reads or one action, in all
+HEADERS = {
+    "cache-control": "no-store",
+    "x-frame-options": "DENY",
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "same-origin",
+    # No script at all; styles are inline; forms post only to us.
+    "content-security-policy": "default-src 'none'; style-src 'unsafe-inline'; "
+    "img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+}
+
+STALE_FORM = (
+    "This form is stale or forged (its CSRF token does not match your sign-in); nothing was "
+    "changed. Reload the page and try again."
+)
+
+Page = Callable[[Request, Session], Awaitable[Response]]
+Action = Callable[[Request, Session, FormData], Awaitable[Response]]
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+def _when(ms: Any) -> str:
+    if not ms:
+        return "?"
+    return datetime.fromtimestamp(int(ms) / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def link(path: str, **params: Any) -> str:
+    """A link under /ops with its query string (every value percent-encoded)."""
+    shown = {k: v for k, v in params.items() if v not in (None, "")}
+    return f"{ROOT}{path}" + (f"?{urlencode(shown, quote_via=quote)}" if shown else "")
+
+
+def templates() -> Jinja2Templates:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),
+        autoescape=True,  # customer text is hostile: everything is escaped unless marked
+    )
+    env.filters["when"] = _when
+    env.filters["duration"] = duration
+    env.globals["link"] = link
+    return Jinja2Templates(env=env)
+
+
+class Web:
+    def __init__(self, sessions: Sessions) -> None:
+        self.sessions = sessions
+        self.templates = templates()
+
+    def render(
+        self,
+        request: Request,
+        name: str,
+        session: Session | None,
+        status: int = 200,
+        **context: Any,
+    ) -> Response:
+        response = self.templates.TemplateResponse(
+            request, name, {"session": session, **context}, status_code=status
+        )
+        response.headers.update(HEADERS)
+        return response
+
+    def error(
+        self, request: Request, session: Session | None, status: int, message: str
+    ) -> Response:
+        return self.render(request, "error.html", session, status, message=message)
+
+    def page(self, handler: Page) -> Endpoint:
+        async def endpoint(request: Request) -> Response:
+            session = self.sessions.read(request)
+            if session is None:
+                target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+                return redirect(link("/signin", next=target))
+            return await self._guarded(request, session, lambda: handler(request, session))
+
+        return endpoint
+
+    def action(self, handler: Action, wait_s: float | None = REDIS_WAIT_S) -> Endpoint:
+        """`wait_s`: the bound of the whole action; None for one that bounds itself (a reply
+        by hand: cancelling it between parts would leave a reply half sent)."""
+
+        async def endpoint(request: Request) -> Response:
+            session = self.sessions.read(request)
+            if session is None:
+                return plain(403, "forbidden: sign in first (nothing was changed)")
+            form = await read_form(request)
+            if isinstance(form, Response):
+                return form
+            if not csrf_ok(session, form.get("csrf")):
+                logger.warning("ops: POST %s without a valid CSRF token", request.url.path)
+                return self.error(request, session, 403, STALE_FORM)
+            call = lambda: handler(request, session, form)  # noqa: E731
+            return await self._guarded(request, session, call, wait_s)
+
+        return endpoint
+
+    async def _guarded(
+        self,
+        request: Request,
+        session: Session,
+        call: Callable[[], Awaitable[Response]],
+        wait_s: float | None = REDIS_WAIT_S,
+    ) -> Response:
+        try:
+            async with asyncio.timeout(wait_s):
+                return await call()
+        except NotFound as exc:
+            return self.error(request, session, 404, str(exc))
+        except BadFilter as exc:
+            return self.error(request, session, 400, str(exc))
+        except ActionError as exc:
+            return self.error(request, session, 409, f"{exc} (nothing was changed)")
+        except (RedisError, RedisClusterException, OSError, TimeoutError) as exc:
+            logger.warning("ops page: Redis did not answer: %s", explain(exc))
+            return self.error(
+                request, session, 503, f"Redis did not answer ({explain(exc)}); try again."
+            )
+
+
+async def read_form(request: Request) -> FormData | Response:
+    """The POSTed form, or the answer refusing it: only small urlencoded forms are taken."""
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if kind != "application/x-www-form-urlencoded":
+        return plain(400, "bad request: expected a form (nothing was changed)")
+    length = request.headers.get("content-length")
+    if length is None or not length.isdigit():
+        return plain(411, "length required (nothing was changed)")
+    if int(length) > FORM_MAX_BYTES:
+        return plain(413, "form too large (nothing was changed)")
+    return await request.form(max_files=0, max_fields=50, max_part_size=FORM_MAX_BYTES)
+
+
+def redirect(url: str) -> Response:
+    response = RedirectResponse(url, status_code=303)
+    response.headers.update(HEADERS)
+    return response
+
+
+def plain(status: int, text: str) -> Response:
+    return PlainTextResponse(text, status_code=status, headers=HEADERS)
+
+
+def field(form: FormData, name: str) -> str:
+    value = form.get(name)
+    return value.strip() if isinstance(value, str) else ""
