@@ -184,8 +184,11 @@ def silence(k: TenantKeys, *, person: str, why: str, memory_ttl_s: int, silence_
     ]
 
 
-def requeue(k: TenantKeys, *, item_id: str, person: str, messages: bytes) -> Call:
-    return [k.due, k.review], [k.conversation_prefix, item_id, person, messages]
+def requeue(
+    k: TenantKeys, *, item_id: str, person: str, messages: bytes, context: bytes = b""
+) -> Call:
+    """`context`: the item's context items (JSON array), b"" for none."""
+    return [k.due, k.review], [k.conversation_prefix, item_id, person, messages, context]
 
 
 def forget(k: TenantKeys, *, person: str, kinds: str, user_ids: Sequence[str]) -> Call:

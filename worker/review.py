@@ -6,8 +6,9 @@
     python -m worker.review drop    --tenant 106540352242922 <id>
 
 Items live in the tenant's review hash (`HGETALL 'wa:{<tenant>}:review'`), one JSON per batch
-id with reason, error, attempts and the messages. Requeue makes the item a fresh batch
-(attempt 0, due now, exempt from the age check since a human asked for it); it waits while
+id with reason, error, attempts, the messages and the context the batch had taken (reactions,
+edits of answered messages, ...). Requeue makes the item a fresh batch (attempt 0, due now,
+exempt from the age check since a human asked for it, with that context); it waits while
 the person has another batch in flight, to keep the person's order. An item with reason
 `delivery_unknown` holds a send that may or may not have reached the person
 (`delivery_unknown`: which part or template, when, why, its text): requeueing it asks the AI
@@ -68,7 +69,12 @@ class ReviewList:
         result = await self._scripts.requeue(
             self._redis,
             *script_calls.requeue(
-                k, item_id=item_id, person=item["person"], messages=orjson.dumps(item["messages"])
+                k,
+                item_id=item_id,
+                person=item["person"],
+                messages=orjson.dumps(item["messages"]),
+                # The reactions, edits, ... the parked batch had taken, for the fresh one.
+                context=orjson.dumps(item["context"]) if item.get("context") else b"",
             ),
         )
         if int(result) == 0:

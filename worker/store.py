@@ -246,6 +246,8 @@ class ConversationStore:
                 "attempts": batch.attempt + (1 if reason == "max_attempts" else 0),
                 "reviewed_ms": now_ms,
                 "messages": orjson.Fragment(batch.messages_json),
+                # Events that were not messages, taken by this batch: a requeue gives them back.
+                **({"context": batch.context} if batch.context else {}),
             }
         )
         stored = await self._finish(batch, "review", reason, item, unknown=",".join(unknown))

@@ -9,6 +9,7 @@ import sys
 import time
 from typing import Any
 
+import orjson
 import pytest
 from redis.asyncio import Redis
 
@@ -24,13 +25,19 @@ TENANT = "106500000000001"
 
 
 async def _parked_item(
-    redis: Redis, settings: Settings, texts: list[str], reason: str = "max_attempts"
+    redis: Redis,
+    settings: Settings,
+    texts: list[str],
+    reason: str = "max_attempts",
+    context: list[dict[str, Any]] | None = None,
 ) -> tuple[Any, str]:
     """Store messages, claim them as a batch and park it in review as the worker would
     (`max_attempts` also pauses the bot for the person: shared/takeover.py)."""
     scripts = Scripts()
     await scripts.load(redis)
     k = Keys(settings.key_prefix).tenant(TENANT)
+    for item in context or []:  # as claim.lua keeps a reaction to an answered message
+        await redis.rpush(k.context("5491155550001"), orjson.dumps(item))
     for i, text in enumerate(texts):
         ev = events.message_event(
             channel="whatsapp",
@@ -57,6 +64,22 @@ async def _parked_item(
     (batch,) = claim.batches
     assert await store.finish_review(batch, reason, "boom", claim.now_ms)
     return store, batch.id
+
+
+async def test_a_requeued_batch_gets_back_the_context_its_batch_had_taken(
+    redis: Redis, settings: Settings
+) -> None:
+    """A reaction the parked batch had taken is not lost to the review: the requeued batch's
+    AI is shown it as the first one would have been."""
+    reaction = {"what": "reaction", "target": "wamid.out.1", "raw": {"reaction": {"emoji": "👍"}}}
+    store, item_id = await _parked_item(redis, settings, ["¿y?"], context=[reaction])
+    review = ReviewList(redis, Keys(settings.key_prefix), Scripts())
+    (item,) = await review.items(TENANT)
+    assert item["context"] == [reaction]
+
+    await review.requeue(TENANT, item_id)
+    (batch,) = (await store.claim(TENANT, 5, "t2")).batches
+    assert batch.requeued and batch.context == [reaction]
 
 
 @pytest.mark.cluster
