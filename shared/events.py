@@ -145,24 +145,20 @@ def echo_event(
     received_ms: int,
     raw: Any,
 ) -> dict[str, Any]:
-    """The event of a message the business sent from the WhatsApp Business app to `person`."""
-    return {
-        "v": EVENT_VERSION,
-        "kind": "echo",
-        "person": person,
-        "tenant": tenant,
-        "channel": channel,
-        "id": message_id,
-        "type": type,
-        "text": text,
-        "ts": ts,
-        "received_ms": received_ms,
-        "name": "",
-        "context": "",
-        "raw": raw,
-        "target": "",
-        "new_person": "",
-    }
+    """The event of a message the business sent from the WhatsApp Business app to `person`:
+    a message event of kind "echo", with `target` and `new_person` "" (it is about nothing)."""
+    return message_event(
+        channel=channel,
+        tenant=tenant,
+        person=person,
+        message_id=message_id,
+        type=type,
+        text=text,
+        ts=ts,
+        received_ms=received_ms,
+        raw=raw,
+        kind="echo",
+    )
 
 
 def message_kind(type: str, raw: Any) -> str:

@@ -17,15 +17,13 @@ configuration or not confirmed.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
-
-from redis.exceptions import RedisError
 
 from shared.forget import ForgetError, ForgetReport, forget_person
 from shared.keys import Keys
-from shared.redis_client import explain, make_redis
-from shared.settings import ConfigError, Settings
+from shared.redis_client import make_redis
+from shared.settings import Settings
+from worker import cli
 
 
 def _print(report: ForgetReport, tenant: str, person: str) -> None:
@@ -91,20 +89,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--by", required=True, help="who asks (your name): for the audit log")
     parser.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     args = parser.parse_args(argv)
-    try:
-        settings = Settings.from_env()
-    except ConfigError as exc:
-        print(f"configuration error: {exc}", file=sys.stderr)
-        return 2
     if not _confirmed(args):
         print("not confirmed: nothing deleted", file=sys.stderr)
         return 2
-    try:
-        return asyncio.run(_run(args, settings))
-    except (RedisError, OSError) as exc:
-        url = settings.masked()["redis_url"]
-        print(f"error: cannot reach Redis at {url}: {explain(exc)}", file=sys.stderr)
-        return 1
+    return cli.run(lambda settings: _run(args, settings))
 
 
 if __name__ == "__main__":

@@ -43,7 +43,8 @@ from shared.group_commit import GroupCommitter
 from shared.keys import KeyError_, Keys, TenantKeys
 from shared.redis_client import explain, make_redis
 from shared.scripts import Scripts
-from shared.settings import ConfigError, Settings
+from shared.settings import Settings
+from worker import cli
 from worker.batch import Batch, Message
 from worker.errors import DeliveryUnknown, NeedsReview, RetryLater
 from worker.presentation import BY_HUMAN, exchange
@@ -429,17 +430,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--by", required=True, help="who writes (kept in the audit log)")
     parser.add_argument("text", help="the reply, as the person will read it")
     args = parser.parse_args(argv)
-    try:
-        settings = Settings.from_env()
-    except ConfigError as exc:
-        print(f"configuration error: {exc}", file=sys.stderr)
-        return 2
-    try:
-        return asyncio.run(_run(args, settings))
-    except (RedisError, OSError) as exc:
-        url = settings.masked()["redis_url"]
-        print(f"error: cannot reach Redis at {url}: {explain(exc)}", file=sys.stderr)
-        return 1
+    return cli.run(lambda settings: _run(args, settings))
 
 
 if __name__ == "__main__":

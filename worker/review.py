@@ -22,18 +22,17 @@ drop says the person dealt with it; messages that waited through the pause are t
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 from typing import Any
 
 import orjson
-from redis.exceptions import RedisError
 
 from shared import script_calls, takeover, wake
 from shared.keys import Keys
-from shared.redis_client import explain, make_redis
+from shared.redis_client import make_redis
 from shared.scripts import Scripts
-from shared.settings import ConfigError, Settings
+from shared.settings import Settings
+from worker import cli
 from worker.review_journal import current_names
 from worker.unknowns import describe, utc
 
@@ -167,17 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             p.add_argument("id", help="review item id (the batch id)")
     args = parser.parse_args(argv)
-    try:
-        settings = Settings.from_env()
-    except ConfigError as exc:
-        print(f"configuration error: {exc}", file=sys.stderr)
-        return 2
-    try:
-        return asyncio.run(_run(args, settings))
-    except (RedisError, OSError) as exc:
-        url = settings.masked()["redis_url"]
-        print(f"error: cannot reach Redis at {url}: {explain(exc)}", file=sys.stderr)
-        return 1
+    return cli.run(lambda settings: _run(args, settings))
 
 
 if __name__ == "__main__":

@@ -15,18 +15,16 @@ there was no pause), 2 bad arguments or configuration.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import getpass
 import sys
 from datetime import UTC, datetime
 from typing import Any
 
-from redis.exceptions import RedisError
-
 from shared import takeover
 from shared.keys import KeyError_, Keys
-from shared.redis_client import explain, make_redis
-from shared.settings import ConfigError, Settings
+from shared.redis_client import make_redis
+from shared.settings import Settings
+from worker import cli
 
 
 def _describe(pause: dict[str, Any]) -> str:
@@ -87,17 +85,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             p.add_argument("--why", default="paused by hand", help="why, for whoever reads it")
     args = parser.parse_args(argv)
-    try:
-        settings = Settings.from_env()
-    except ConfigError as exc:
-        print(f"configuration error: {exc}", file=sys.stderr)
-        return 2
-    try:
-        return asyncio.run(_run(args, settings))
-    except (RedisError, OSError) as exc:
-        url = settings.masked()["redis_url"]
-        print(f"error: cannot reach Redis at {url}: {explain(exc)}", file=sys.stderr)
-        return 1
+    return cli.run(lambda settings: _run(args, settings))
 
 
 def _who() -> str:
