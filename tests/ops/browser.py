@@ -1,6 +1,7 @@
 """A real browser on the ops page: the receiver served by uvicorn on a free port, in the test's
 event loop, and Debian's chromium driven by Playwright (never a browser Playwright downloads:
-`.ci/run` installs the `chromium` package). A missing chromium fails the test, saying so."""
+`scripts/test` installs the `chromium` package where it can). A missing chromium fails the test,
+saying so."""
 
 from __future__ import annotations
 
@@ -56,7 +57,7 @@ def require_chromium() -> None:
     """Fail (never skip) when Debian's chromium is not installed, saying how to get it."""
     if not CHROMIUM.exists():
         pytest.fail(
-            f"{CHROMIUM} is missing: the browser tests need Debian's chromium. Run .ci/run "
+            f"{CHROMIUM} is missing: the browser tests need Debian's chromium. Run scripts/test "
             "(it installs it) or `apt-get install -y chromium`; never `playwright install`."
         )
 
