@@ -49,9 +49,9 @@ from shared.logs import (
     warn_if_not_persistent,
 )
 from shared.provider import InboundProvider, WebhookRequest
-from shared.redis_client import explain, make_redis
-from shared.scripts import Scripts
 from shared.settings import Settings
+from shared.storage.redis_client import explain, make_redis
+from shared.storage.scripts import Scripts
 
 logger = logging.getLogger(__name__)
 

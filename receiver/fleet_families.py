@@ -21,8 +21,8 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from shared import dispatch_lag, turn_figures
-from shared.heartbeats import Workers
+from shared.fleet import dispatch_lag, turn_figures
+from shared.fleet.heartbeats import Workers
 
 # Counters of the tenant stats hashes (written by the Lua scripts), exposed as wa_<name>_total.
 STATS_COUNTERS = {
@@ -41,8 +41,10 @@ STATS_COUNTERS = {
     "review_webhook_gave_up": "review webhook events given up (the item stays in review)",
 }
 REVIEW_PREFIX = "review:"
-UNKNOWN_PREFIX = "unknown:"  # sends whose outcome nobody knows, by kind (worker/unknowns.py)
-TOKEN_PREFIX = "tokens:"  # shared/turn_figures.py
+UNKNOWN_PREFIX = (
+    "unknown:"  # sends whose outcome nobody knows, by kind (shared/conversation/unknowns.py)
+)
+TOKEN_PREFIX = "tokens:"  # shared/fleet/turn_figures.py
 
 
 @dataclass

@@ -41,10 +41,10 @@ from receiver.fleet_families import (
     families,
     render,
 )
-from shared import heartbeats
+from shared.fleet import heartbeats
 from shared.keys import Keys
-from shared.redis_client import is_cluster
 from shared.settings import Settings
+from shared.storage.redis_client import is_cluster
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +129,7 @@ class Replies:
     """Batches of commands on connections held from a single-server client's pool, their
     replies parsed by hiredis straight from the socket's buffer.
 
-    Like shared/raw_pipeline.py (hiredis packs the batch, the connection stays checked out),
+    Like shared/storage/raw_pipeline.py (hiredis packs the batch, the connection stays checked out),
     but without redis-py's reply-by-reply call. A failure disconnects the connection, so it
     never carries stale replies; an error reply is raised.
     """

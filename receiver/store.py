@@ -8,7 +8,7 @@ sends, in one pipeline and in this order:
 2. one `ingest` script call per tenant (chunks of `max_items_per_call`) holding the items of
    every request of the round: each item's dedupe marker and its LPUSH, atomically;
 3. `LPUSH deadletter <body…>` for bodies (or parts) that could not be understood;
-4. one `ZADD wake NX <tenant…>` (shared/wake.py), so one worker takes those tenants in at once
+4. one `ZADD wake NX <tenant…>` (shared/fleet/wake.py), so one worker takes those tenants in at once
    (on a Redis Cluster right after the pipeline, as a command of its own: see below).
 
 On a cluster the pipeline is split per node and the nodes run their parts in parallel, so the
@@ -52,12 +52,12 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from receiver.parsing import Item
-from shared import script_calls
+from shared.fleet.wake import now_ms, wake_command
 from shared.keys import Keys, TenantKeys
-from shared.raw_pipeline import RawPipeline
-from shared.redis_client import is_cluster
-from shared.scripts import ScriptArg, Scripts, is_noscript
-from shared.wake import now_ms, wake_command
+from shared.storage import script_calls
+from shared.storage.raw_pipeline import RawPipeline
+from shared.storage.redis_client import is_cluster
+from shared.storage.scripts import ScriptArg, Scripts, is_noscript
 
 
 @dataclass(frozen=True)

@@ -55,6 +55,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# Outbound records (`out:<provider id>`) live as long as a provider may still send statuses.
+OUTBOUND_TTL_S = 7 * 24 * 3600
+
 
 class KeyError_(ValueError):
     """An id that cannot be used inside a key (it would break the hash tag)."""
@@ -77,7 +80,7 @@ class Keys:
 
     @property
     def wake_queue(self) -> str:
-        """Tenants with new events to take in; every worker takes from it (shared/wake.py)."""
+        """Tenants with new events to take in; every worker takes from it (shared/fleet/wake.py)."""
         return f"{self.prefix}:wake"
 
     @property
@@ -90,7 +93,7 @@ class Keys:
     def legacy_relay_queue(self) -> str:
         """The relay queue's name before the release that renamed it: workers of that
         release still relay there during a rolling deploy, so new workers drain it too
-        (shared/wake.py). Remove after one release."""
+        (shared/fleet/wake.py). Remove after one release."""
         return f"{self.prefix}:handoff"
 
     @property
@@ -114,7 +117,8 @@ class Keys:
     @property
     def ai_paused(self) -> str:
         """While the AI fails as a whole, the fleet's pause: JSON `until_ms`, `level`, `why`
-        (worker/ai_pause.py); outlives the pause a while, to remember how long the last was."""
+        (worker/brains/ai_pause.py); outlives the pause a while, to remember how long the last
+        was."""
         return f"{self.prefix}:ai:paused"
 
     @property
@@ -124,19 +128,19 @@ class Keys:
 
     @property
     def workers(self) -> str:
-        """Worker id -> its last heartbeat, JSON (shared/heartbeats.py); the workers write
+        """Worker id -> its last heartbeat, JSON (shared/fleet/heartbeats.py); the workers write
         and prune it."""
         return f"{self.prefix}:workers"
 
     @property
     def audit(self) -> str:
         """What people did on the ops page and with the CLIs: JSON entries scored by ms
-        (shared/audit.py), kept `REVIEW_RETENTION_S`."""
+        (shared/ops/audit.py), kept `REVIEW_RETENTION_S`."""
         return f"{self.prefix}:ops:audit"
 
     @property
     def review_notify_queue(self) -> str:
-        """Tenants with a review notification to send now (worker/review_notifier.py): the
+        """Tenants with a review notification to send now (worker/fleet/review_notifier.py): the
         sweep and shutting-down workers add them (`ZADD NX`), any worker takes them."""
         return f"{self.prefix}:review:notify"
 
@@ -175,7 +179,8 @@ class TenantKeys:
     @property
     def review_notify(self) -> str:
         """Review item id -> when its webhook may next be tried (ms): queued with the item by
-        shared/lua/lib/review.lua when `REVIEW_WEBHOOK_URL` is set (worker/review_notifier.py)."""
+        shared/lua/lib/review.lua when `REVIEW_WEBHOOK_URL` is set
+        (worker/fleet/review_notifier.py)."""
         return f"{self.review}:notify"
 
     @property
@@ -236,7 +241,7 @@ class TenantKeys:
 
     def human(self, person: str) -> str:
         """While it exists a human has the conversation and the bot sends nothing to this
-        person (shared/takeover.py): JSON `by`, `why`, `since_ms`, `until_ms`, PX the pause."""
+        person (shared/ops/takeover.py): JSON `by`, `why`, `since_ms`, `until_ms`, PX the pause."""
         return f"{self.conversation_prefix}{_check(person, 'person')}:{HUMAN}"
 
     def sent(self, person: str) -> str:
@@ -287,7 +292,7 @@ SILENT = "silent"
 # into shared/lua/lib/review.lua by the loader like the suffixes above.
 NOTIFY_EVENTS = "events"
 
-# Every kind of conversation key: forgetting a person (shared/forget.py) deletes the keys of
+# Every kind of conversation key: forgetting a person (shared/ops/forget.py) deletes the keys of
 # each kind listed here, so a new kind of conversation key must be added to this tuple too
 # (tests/test_forget.py checks that each `TenantKeys` method of one person's key is covered).
 CONVERSATION_KINDS: tuple[str, ...] = (

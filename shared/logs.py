@@ -1,7 +1,7 @@
 """Logging for both processes: one JSON object per line on stdout (or plain text for humans).
 
 `configure_logging(level, fmt)` is called once at each entry point. A JSON line reads
-`{"ts": "2026-11-29T20:31:02.114Z", "level": "INFO", "logger": "worker.runner", "msg": "…",
+`{"ts": "2026-11-29T20:31:02.114Z", "level": "INFO", "logger": "worker.process", "msg": "…",
 "tenant": "…", …}`: fields passed with `extra={...}` ride along, an exception's traceback goes
 under "exc". Persons appear only through `redact_person`, message bodies never at INFO.
 """

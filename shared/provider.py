@@ -6,7 +6,8 @@ A provider has two halves, each in its own module, because they run in different
   webhook path; `verify` authenticates a request (raising a `SignatureError`: 401 missing,
   403 wrong) and `parse` turns its body into inbox events (`receiver.parsing.Parsed`). Both are
   pure: no I/O, so the receiver stores the events and answers.
-- **outbound** (`worker/<provider>_sender.py`, registered in `worker/senders.py`): `send`s one
+- **outbound** (`worker/<provider>_sender.py`, registered in `shared/senders/loading.py`): `send`s
+one
   reply part, `begin_turn` marks read / shows typing where the provider has it, and
   `hand_over` gives the conversation to a human when its batch is parked for review.
 
@@ -23,8 +24,8 @@ from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 if TYPE_CHECKING:  # types only: shared/ imports nothing of the processes at run time
     from receiver.parsing import Parsed
-    from worker.batch import Batch
-    from worker.turn_state import Delivery
+    from shared.conversation.batch import Batch
+    from shared.conversation.turn_state import Delivery
 
 
 class WebhookRequest(NamedTuple):
@@ -77,9 +78,11 @@ class OutboundProvider(Protocol):
     async def send(self, batch: Batch, text: str, part: int) -> str | None:
         """Send part `part` of the reply; the provider's message id (None if it gives none).
         A sender that needs what the turn did so far (the template noted) declares a keyword
-        parameter `delivery: Delivery | None = None` (worker/turn_state.py) and gets it.
+        parameter `delivery: Delivery | None = None` (shared/conversation/turn_state.py) and gets
+        it.
 
-        Raise `worker.errors.RetryLater` for what a retry can fix, `NeedsReview` for what a
+        Raise `shared.conversation.errors.RetryLater` for what a retry can fix, `NeedsReview` for
+        what a
         person must handle, `DeliveryUnknown` when the request may have reached the provider
         without an answer (never retried: it may be a second copy).
         """
@@ -87,7 +90,8 @@ class OutboundProvider(Protocol):
 
     # True: `hand_over` may be called again for a batch whose earlier hand-over a worker's
     # death interrupted; it then reads `delivery.state.journal.steps` and repeats no step it
-    # began (worker/review_journal.py). Otherwise a hand-over is never called twice for one
+    # began (shared/conversation/review_journal.py). Otherwise a hand-over is never called twice
+    # for one
     # batch.
     resumes_hand_over: bool
 

@@ -25,10 +25,10 @@ from redis.crc import key_slot
 from receiver.app import create_app
 from scripts.dev.redis_server import CLUSTER_SLOTS, RedisCluster
 from scripts.webhooks import text_message
-from shared.group_commit import GroupCommitter
 from shared.keys import Keys
-from shared.scripts import Scripts
 from shared.settings import Settings
+from shared.storage.group_commit import GroupCommitter
+from shared.storage.scripts import Scripts
 from tests.receiver.support import Uvicorn, payload
 from tests.support.helpers import RedisTarget, sign, tenants_on_every_node
 from tests.worker.support import (
@@ -41,7 +41,7 @@ from tests.worker.support import (
     wait_exit,
     wait_for,
 )
-from worker.store import ConversationStore
+from worker.conversation_store import ConversationStore
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster(only=True)]
 PEOPLE_PER_TENANT = 3

@@ -23,7 +23,7 @@ from shared.settings import ConfigError, Settings
 from tests.receiver.support import running
 from tests.support.helpers import APP_SECRET
 from tests.worker.support import REPO, TENANT, listening, push_message, wait_for
-from worker.runner import Worker
+from worker.process import Worker
 
 PERSON = "5491155550042"
 SECRET_TEXT = "my-card-number-is-4111-zebra"
@@ -214,7 +214,7 @@ def test_httpx_request_lines_show_only_at_debug(level: str) -> None:
         f"configure_logging({level!r}, 'json')\n"
         "logging.getLogger('httpx').info('HTTP Request: POST http://graph/messages 200')\n"
         "logging.getLogger('httpx').warning('httpx warning')\n"
-        "logging.getLogger('worker.runner').info('ours')\n"
+        "logging.getLogger('worker.process').info('ours')\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", script], cwd=REPO, capture_output=True, timeout=30, check=True

@@ -1,6 +1,6 @@
 """Each Lua script's header against what the code does: the KEYS and ARGV that
-shared/script_calls.py builds (count, names, order), the helpers the script calls (each one
-declared, each declared one there), and the loader's refusals (shared/lua_source.py)."""
+shared/storage/script_calls.py builds (count, names, order), the helpers the script calls (each one
+declared, each declared one there), and the loader's refusals (shared/storage/lua_source.py)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ import pytest
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
-from shared import lua_source, script_calls
-from shared.lua_source import LUA_DIR, Header, LuaSourceError, Slot, read_header
-from shared.scripts import Script, Scripts, main
+from shared.storage import lua_source, script_calls
+from shared.storage.lua_source import LUA_DIR, Header, LuaSourceError, Slot, read_header
+from shared.storage.scripts import Script, Scripts, main
 
 SCRIPTS = lua_source.script_names()
 LIBS = sorted(str(p.relative_to(LUA_DIR)) for p in (LUA_DIR / "lib").glob("*.lua"))
@@ -52,7 +52,7 @@ def _expected(slots: tuple[Slot, ...]) -> list[str]:
 
 def _builder(name: str) -> Callable[..., script_calls.Call]:
     builder = getattr(script_calls, name, None)
-    assert callable(builder), f"shared/script_calls.py has no {name}() for {name}.lua"
+    assert callable(builder), f"shared/storage/script_calls.py has no {name}() for {name}.lua"
     return builder  # type: ignore[no-any-return]
 
 

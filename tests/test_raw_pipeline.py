@@ -12,7 +12,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 
 from scripts.dev.redis_server import RedisServer
-from shared.raw_pipeline import RawPipeline
+from shared.storage.raw_pipeline import RawPipeline
 
 
 def retrying_client(url: str) -> Redis:

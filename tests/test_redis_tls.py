@@ -26,8 +26,8 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from scripts.dev.redis_server import RedisServer, free_port, self_signed_certificate
 from scripts.devstack import PROCFILE, procfile_argv, read_procfile
-from shared.redis_client import explain, make_redis
 from shared.settings import Settings
+from shared.storage.redis_client import explain, make_redis
 from tests.receiver.support import TENANT, dumps, payload, text_message
 from tests.support.fixtures import TLS_PASSWORD, TlsRedis
 from tests.support.helpers import APP_SECRET, sign

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from shared import settings_doc
 from shared.settings import SPECS, ConfigError, Settings, TenantConfig, env_names
+from shared.settings import doc as settings_doc
 
 
 def test_defaults_match_the_design_table() -> None:
@@ -242,10 +242,10 @@ def test_every_secret_is_masked_because_it_is_declared_secret() -> None:
 
 
 def test_the_configuration_page_shows_the_declared_settings() -> None:
-    """docs/configuration.md's table is generated (`python -m shared.settings_doc`): a setting
+    """docs/configuration.md's table is generated (`python -m shared.settings.doc`): a setting
     added, removed or changed without regenerating it fails here."""
     page = settings_doc.PAGE.read_text()
-    assert settings_doc.render(page) == page, "run: python -m shared.settings_doc"
+    assert settings_doc.render(page) == page, "run: python -m shared.settings.doc"
     for spec in SPECS:
         assert f"| `{spec.env}` |" in page
 

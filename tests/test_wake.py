@@ -1,4 +1,4 @@
-"""The wake-up queues (shared/wake.py) on a real Redis and cluster: a tenant waits once, the
+"""The wake-up queues (shared/fleet/wake.py) on a real Redis and cluster: a tenant waits once, the
 longest waiting goes first, a blocking take waits for the first and gives up at its timeout,
 one entry goes to one of several waiting takers."""
 
@@ -10,7 +10,7 @@ import time
 import pytest
 from redis.asyncio import Redis
 
-from shared import wake
+from shared.fleet import wake
 from shared.keys import Keys
 
 QUEUE = Keys("wq").wake_queue

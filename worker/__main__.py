@@ -7,7 +7,7 @@ import sys
 
 from shared.logs import configure_logging
 from shared.settings import ConfigError, Settings, exit_on_config_error
-from worker.runner import Worker
+from worker.process import Worker
 
 
 async def _main(settings: Settings) -> None:

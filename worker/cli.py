@@ -11,8 +11,8 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from shared.redis_client import explain
 from shared.settings import ConfigError, Settings
+from shared.storage.redis_client import explain
 
 
 def run(command: Callable[[Settings], Coroutine[Any, Any, int]]) -> int:

@@ -5,7 +5,7 @@
 
 Deletes the person's conversation (pending messages, memory, context, window), their review
 items, outbound records, outbox entries and user-id mappings, and rewrites the audit log's
-entries about them to keep only that something happened (shared/forget.py says what and how).
+entries about them to keep only that something happened (shared/ops/forget.py says what and how).
 Asks for confirmation unless `--yes`. Refused while a turn of the person runs or a batch waits
 for a retry: run it again once that ended. Run it again a minute later when the report says
 events were waiting in the inbox or the person wrote meanwhile.
@@ -19,10 +19,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from shared.forget import ForgetError, ForgetReport, forget_person
 from shared.keys import Keys
-from shared.redis_client import make_redis
+from shared.ops.forget import ForgetError, ForgetReport, forget_person
 from shared.settings import Settings
+from shared.storage.redis_client import make_redis
 from worker import cli
 
 

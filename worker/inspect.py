@@ -22,28 +22,12 @@ from typing import Any
 import orjson
 from redis.exceptions import RedisError
 
+from shared.conversation.unknowns import describe, utc
 from shared.keys import KeyError_, Keys
-from shared.redis_client import explain, make_redis
+from shared.ops import live_state
+from shared.ops.live_state import duration
 from shared.settings import ConfigError, Settings, exit_on_config_error
-from worker import live_state
-from worker.unknowns import describe, utc
-
-
-def duration(ms: int | float | None) -> str:
-    """1234 -> '1.2s', 185000 -> '3m05s', 7800000 -> '2h10m'."""
-    if ms is None:
-        return "?"
-    sign, ms = ("-" if ms < 0 else ""), abs(ms)
-    if ms < 1000:
-        return f"{sign}{ms:.0f}ms"
-    seconds = ms / 1000
-    if seconds < 60:
-        return f"{sign}{seconds:.1f}s"
-    minutes, secs = divmod(int(seconds), 60)
-    if minutes < 60:
-        return f"{sign}{minutes}m{secs:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    return f"{sign}{hours}h{minutes:02d}m"
+from shared.storage.redis_client import explain, make_redis
 
 
 def until(ms: int) -> str:

@@ -7,7 +7,7 @@
 
 While paused the bot sends that person nothing; their messages wait (`pending`) and are
 answered when the pause lapses (`--seconds`, default `HUMAN_PAUSE_S`) or is lifted with
-`resume`, which makes them due at once. How it works: shared/takeover.py, docs/operating.md.
+`resume`, which makes them due at once. How it works: shared/ops/takeover.py, docs/operating.md.
 Exit codes: 0 done (status: paused), 1 nothing to do or an error (status: not paused; resume:
 there was no pause), 2 bad arguments or configuration.
 """
@@ -20,10 +20,10 @@ import sys
 from datetime import UTC, datetime
 from typing import Any
 
-from shared import takeover
 from shared.keys import KeyError_, Keys
-from shared.redis_client import make_redis
+from shared.ops import takeover
 from shared.settings import Settings
+from shared.storage.redis_client import make_redis
 from worker import cli
 
 

@@ -3,7 +3,7 @@
 Every change goes through the code the CLIs and the worker use (worker/review.py's
 ReviewList: the requeue script, HDEL for a drop), so the invariants hold whoever acts. An
 action that cannot be done raises `ActionError` with a message for the page and changes
-nothing; only an action done is recorded (`shared/audit.py`: who, when, what, whom).
+nothing; only an action done is recorded (`shared/ops/audit.py`: who, when, what, whom).
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from receiver.ops import queries
-from shared import audit
 from shared.keys import Keys
+from shared.ops import audit
+from shared.ops.review import ReviewError, ReviewList
 from shared.settings import Settings
-from worker.review import ReviewError, ReviewList
 
 
 class ActionError(Exception):

@@ -1,6 +1,6 @@
 """What a person can do to one conversation from the ops page: reply by hand
-(worker/manual_reply.py), pause and resume the bot for the person (shared/takeover.py),
-forget the person (shared/forget.py).
+(worker/manual_reply.py), pause and resume the bot for the person (shared/ops/takeover.py),
+forget the person (shared/ops/forget.py).
 
 Each goes through the module the CLIs use, whose Lua scripts keep the invariants; each done
 is one audit entry (the forget writes its own, keeping nothing about the person). An action
@@ -13,12 +13,12 @@ from typing import Any
 
 from receiver.ops import queries
 from receiver.ops.actions import ActionError
-from shared import audit, takeover
-from shared.forget import ForgetError, ForgetReport, forget_person
 from shared.keys import Keys
-from shared.scripts import Scripts
+from shared.ops import audit, takeover
+from shared.ops.forget import ForgetError, ForgetReport, forget_person
+from shared.ops.manual_reply import ManualReplies, ManualReplyError, ManualReplyResult
 from shared.settings import Settings
-from worker.manual_reply import ManualReplies, ManualReplyError, ManualReplyResult
+from shared.storage.scripts import Scripts
 
 # The pause lengths the page offers (seconds); HUMAN_PAUSE_S is offered first.
 PAUSE_CHOICES_S = (3600.0, 4 * 3600.0, 24 * 3600.0)

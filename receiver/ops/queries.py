@@ -1,7 +1,7 @@
 """What the ops page shows, read from Redis: review items across tenants, one conversation.
 
 Read-only. Review items are read with worker/review.py's ReviewList and a conversation's
-live state with worker/live_state.py (the same views `wa-review` and `wa-inspect` print);
+live state with shared/ops/live_state.py (the same views `wa-review` and `wa-inspect` print);
 this module adds what only the page needs: filters and counts across tenants, the memory's
 exchanges, the outbound records of what was sent with their delivery statuses, and the AI
 pause. Lists are bounded: the page shows `PAGE` items at a time, a conversation's outbox
@@ -16,11 +16,10 @@ from typing import Any
 
 import orjson
 
-from shared import audit
+from shared.fleet.ai_pause import Pause
 from shared.keys import KeyError_, Keys
-from worker import live_state
-from worker.ai_pause import Pause
-from worker.review import ReviewError, ReviewList
+from shared.ops import audit, live_state
+from shared.ops.review import ReviewError, ReviewList
 
 PAGE = 50
 OUTBOX_LOOK = 500
@@ -185,7 +184,7 @@ async def conversation(redis: Any, keys: Keys, tenant: str, person: str) -> dict
 
 
 async def ai_pause(redis: Any, keys: Keys) -> dict[str, Any] | None:
-    """The fleet's pause of AI calls (worker/ai_pause.py), while it lasts."""
+    """The fleet's pause of AI calls (worker/brains/ai_pause.py), while it lasts."""
     pause = Pause.parse(await redis.get(keys.ai_paused))
     now = await live_state.redis_now_ms(redis)
     if pause is None or pause.until_ms <= now:

@@ -37,8 +37,8 @@ from receiver.ops.actions import ActionError, Actions
 from receiver.ops.auth import Session, Sessions, clean_name, clear_cookie, token_matches
 from receiver.ops.person_actions import PersonActions
 from receiver.ops.web import ROOT, Web, field, link, read_form, redirect
-from worker.manual_reply import ManualReplies
-from worker.review import ReviewList
+from shared.ops.manual_reply import ManualReplies
+from shared.ops.review import ReviewList
 
 if TYPE_CHECKING:
     from receiver.app import Receiver

@@ -28,8 +28,8 @@ from starlette.templating import Jinja2Templates
 from receiver.ops.actions import ActionError
 from receiver.ops.auth import Session, Sessions, csrf_ok
 from receiver.ops.queries import BadFilter, NotFound
-from shared.redis_client import explain
-from worker.inspect import duration
+from shared.ops.live_state import duration
+from shared.storage.redis_client import explain
 
 logger = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@
 
 One tenant with a 2 000-token system prompt; N conversations of ten turns each, taken in
 rounds (turn 1 of every conversation, then turn 2, ...), the way a tenant's traffic
-interleaves. Each turn's request is built by the product's own `worker.prompt.build_request`
+interleaves. Each turn's request is built by the product's own `worker.brains.prompt.build_request`
 (the default model and `MEMORY_TURNS`) from the conversation so far, its memory trimmed as
 finish.lua trims it, and sent through the real `anthropic` SDK to the Messages API stand-in,
 which applies Anthropic's caching rules with its tokenizer of 4 characters a token
@@ -33,9 +33,9 @@ from typing import Any
 import anthropic
 
 from scripts.standins import MessagesApiStandIn, last_user_text
+from shared.conversation.batch import Batch, Message
 from shared.settings import Settings
-from worker.batch import Batch, Message
-from worker.prompt import build_request
+from worker.brains.prompt import build_request
 
 REPO = Path(__file__).resolve().parents[2]
 DOC = REPO / "docs" / "benchmarks" / "caching.md"

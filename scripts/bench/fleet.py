@@ -56,11 +56,11 @@ from redis.asyncio.cluster import RedisCluster as AsyncCluster
 
 from scripts.dev.redis_server import RedisCluster, RedisServer, find_server_binary, free_port
 from scripts.webhooks import inbound_webhook, sign_body, text_message
-from shared import dispatch_lag, wake
 from shared.events import dedupe_id, encode, message_event
+from shared.fleet import dispatch_lag, wake
 from shared.keys import Keys
-from shared.script_calls import ingest as ingest_call
-from shared.scripts import Scripts
+from shared.storage.script_calls import ingest as ingest_call
+from shared.storage.scripts import Scripts
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -38,7 +38,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from scripts.dev.redis_server import RedisServer, free_port
 from scripts.webhooks import inbound_webhook, meta_headers, text_message
-from shared import turn_figures
+from shared.fleet import turn_figures
 from shared.keys import Keys
 
 ROOT = Path(__file__).resolve().parents[2]

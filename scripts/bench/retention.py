@@ -2,8 +2,8 @@
 
 Starts a private Redis, registers `--tenants` tenants (each with a stats hash, like idle
 tenants, and a review hash of `--items` young items: the worst case, every tenant has a
-review list), then times one sweep's probe (worker/sweep.py, what every sweep does) and one
-sweep's retention pass (worker/retention.py) over `--sweeps` consecutive sweeps one
+review list), then times one sweep's probe (worker/fleet/sweep.py, what every sweep does) and one
+sweep's retention pass (worker/fleet/retention.py) over `--sweeps` consecutive sweeps one
 `--interval` apart, and counts the commands each sends. Prints one line per part.
 """
 
@@ -19,8 +19,8 @@ from redis.asyncio import Redis
 
 from scripts.dev.redis_server import RedisServer
 from shared.keys import Keys
-from worker.retention import ReviewRetention
-from worker.sweep import Sweep
+from worker.fleet.retention import ReviewRetention
+from worker.fleet.sweep import Sweep
 
 
 async def _commands(redis: Redis) -> int:

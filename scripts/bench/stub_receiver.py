@@ -23,13 +23,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from shared import script_calls
 from shared.events import dedupe_id, encode, message_event
-from shared.group_commit import GroupCommitter, Queue
 from shared.keys import Keys
-from shared.redis_client import make_redis
-from shared.scripts import Scripts
 from shared.settings import Settings
+from shared.storage import script_calls
+from shared.storage.group_commit import GroupCommitter, Queue
+from shared.storage.redis_client import make_redis
+from shared.storage.scripts import Scripts
 
 settings = Settings.from_env()
 keys = Keys(settings.key_prefix)

@@ -25,12 +25,12 @@ from redis.asyncio import Redis
 
 from scripts.bench import revision
 from shared.events import dedupe_id, encode, message_event
+from shared.fleet.wake import listening_workers, now_ms, wake_command
 from shared.keys import Keys
-from shared.scripts import Scripts
-from shared.wake import listening_workers, now_ms, wake_command
+from shared.storage.scripts import Scripts
 
 try:
-    from shared import script_calls
+    from shared.storage import script_calls
 except ImportError:  # a revision before it (bench_worker --at)
     script_calls = None  # type: ignore[assignment]
 
@@ -119,7 +119,7 @@ class Bench:
         pipe.sadd(self.keys.tenants, TENANT)
         seen, data = [tk.seen(dedupe_id(event))], [encode(event)]
         if script_calls is None:
-            # Revisions before shared/script_calls.py (`bench_worker --at`): the same call.
+            # Revisions before shared/storage/script_calls.py (`bench_worker --at`): the same call.
             call: tuple[Any, Any] = ([tk.inbox, *seen], [DEDUPE_TTL_S, *data])
         else:
             call = script_calls.ingest(tk, seen=seen, dedupe_ttl_s=DEDUPE_TTL_S, events=data)
@@ -149,9 +149,9 @@ class Bench:
         """Take the whole inbox in with the worker's own claim call, claiming nothing, in one
         script call so every conversation gets its due time from the same clock reading.
         Returns that Redis clock (ms)."""
-        import worker.store as store
-        from shared.group_commit import GroupCommitter
+        import worker.conversation_store as store
         from shared.settings import Settings
+        from shared.storage.group_commit import GroupCommitter
 
         settings = Settings().with_overrides(
             redis_url=self.url,

@@ -26,11 +26,11 @@ async def measure(n: int) -> None:
     # Only the child measures (on the exported revision): the parent needs none of these.
     import orjson
 
-    import worker.store as store
+    import worker.conversation_store as store
     from scripts.bench.worker_load import PREFIX, TENANT, Bench, make_event, person_id
     from scripts.dev.redis_server import RedisServer
-    from shared.group_commit import GroupCommitter
     from shared.settings import Settings
+    from shared.storage.group_commit import GroupCommitter
 
     with RedisServer() as server:
         async with Bench(server.url) as b:

@@ -33,9 +33,9 @@ from typing import Any
 
 
 def _no_read_timeouts() -> None:
-    import shared.group_commit as gc
-    import shared.redis_client as rc
-    import worker.runner as runner
+    import shared.storage.group_commit as gc
+    import shared.storage.redis_client as rc
+    import worker.process as runner
 
     original_make = rc.make_redis
 
@@ -43,8 +43,8 @@ def _no_read_timeouts() -> None:
         overrides.setdefault("socket_timeout", None)
         return original_make(settings, **overrides)
 
-    # The worker's main client, used by the committer. worker.runner imported the name, so its
-    # own reference is the one to replace (mypy: not a re-export of worker.runner, on purpose).
+    # The worker's main client, used by the committer. worker.process imported the name, so its
+    # own reference is the one to replace (mypy: not a re-export of worker.process, on purpose).
     runner.make_redis = make_redis  # type: ignore[attr-defined]
     timeout_s = float(os.environ.get("REDIS_TIMEOUT_S", "2"))
 
@@ -59,7 +59,7 @@ def _no_read_timeouts() -> None:
 
 
 def _cached_keys() -> None:
-    import worker.store as store
+    import worker.conversation_store as store
 
     cls = store.ConversationStore
     tenant_keys: dict[str, Any] = {}
@@ -108,7 +108,7 @@ def _cached_keys() -> None:
 
 
 def _record_with_finish() -> None:
-    import worker.store as store
+    import worker.conversation_store as store
 
     cls = store.ConversationStore
     original_record, original_finish = cls.record_part, cls.finish_done
@@ -161,9 +161,10 @@ end
 def _merged_finish() -> None:
     import hashlib
 
-    import shared.scripts as scripts
-    import worker.store as store
-    from shared.lua_source import assemble
+    import shared.storage.scripts as scripts
+    import worker.conversation_store as store
+    from shared.keys import OUTBOUND_TTL_S
+    from shared.storage.lua_source import assemble
 
     finish_src = (scripts.LUA_DIR / "finish.lua").read_text()
     # MERGED_RECORD's header declares what it and finish.lua use.
@@ -189,7 +190,7 @@ def _merged_finish() -> None:
     async def record_part(self: Any, batch: Any, part: int, provider_id: str) -> bool:
         # The reply's last part: recorded by the finish that follows, atomically with it.
         k = self.keys.tenant(batch.tenant)
-        stash[batch.token] = [k.outbound_prefix, part, provider_id, store.OUTBOUND_TTL_S]
+        stash[batch.token] = [k.outbound_prefix, part, provider_id, OUTBOUND_TTL_S]
         return True
 
     scripts.Scripts.load = load  # type: ignore[method-assign]
@@ -198,7 +199,7 @@ def _merged_finish() -> None:
 
 
 def _claim_chunk(n: int) -> None:
-    import worker.scheduler as scheduler
+    import worker.fleet.scheduler as scheduler
 
     original = scheduler.Scheduler._claim
 

@@ -50,14 +50,15 @@ Token = tuple[int, int]
 BatchKey = tuple[Token, ...]
 
 IN_FLIGHT_KINDS = frozenset({"inbox", "due", "running", "burst", "pending", "batch", "lock"})
-# "sweep": the fleet's safety-sweep guard (SET NX PX, worker/sweep.py); "ai_pause": the
-# fleet's AI pause and probe token (PX, worker/ai_pause.py); "human": a person's pause after a
-# review that needs a person (PX HUMAN_PAUSE_S, shared/takeover.py); "sent", "late": what late
-# delivery failures need (shared/late_failures.py)
+# "sweep": the fleet's safety-sweep guard (SET NX PX, worker/fleet/sweep.py); "ai_pause": the
+# fleet's AI pause and probe token (PX, worker/brains/ai_pause.py); "human": a person's pause after
+# a
+# review that needs a person (PX HUMAN_PAUSE_S, shared/ops/takeover.py); "sent", "late": what late
+# delivery failures need (shared/conversation/late_failures.py)
 EXPIRING_KINDS = frozenset(
     {"seen", "out", "lastin", "memory", "context", "sweep", "ai_pause", "human", "sent", "late"}
 )
-# "workers": the live workers' heartbeats (shared/heartbeats.py), pruned by the workers;
+# "workers": the live workers' heartbeats (shared/fleet/heartbeats.py), pruned by the workers;
 # "users" (user id -> number) is kept like a contact list; the rest for people to read and empty
 KEPT_KINDS = frozenset({"tenants", "stats", "review", "workers", "users"})
 FORBIDDEN_KINDS = frozenset({"unroutable", "deadletter", "outbox", "other"})

@@ -52,7 +52,7 @@ BASE_ENV = {
     "POLL_INTERVAL_S": "1",
     "REDIS_TIMEOUT_S": "1",
     # A batch parked as delivery_unknown or max_attempts pauses its person for a human
-    # (shared/takeover.py); no human acts here, so the pause is short: the person's later
+    # (shared/ops/takeover.py); no human acts here, so the pause is short: the person's later
     # messages wait it out and are answered, and every check still holds them to it.
     "HUMAN_PAUSE_S": "1",
 }

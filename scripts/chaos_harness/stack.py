@@ -31,8 +31,8 @@ from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from scripts.dev.redis_server import RedisServer, free_port
+from shared.fleet.wake import listening_workers
 from shared.keys import Keys
-from shared.wake import listening_workers
 
 REPO = Path(__file__).resolve().parents[2]
 PREFIX = "chaos"

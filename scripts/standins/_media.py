@@ -1,5 +1,5 @@
 """Media serving of the Graph API stand-in: what the worker fetches of an inbound image, PDF or
-voice note (worker/media.py), the way Meta documents it.
+voice note (worker/brains/media.py), the way Meta documents it.
 
 - `GET /{version}/{media-id}` (bearer token) answers `{messaging_product, url, mime_type,
   sha256, file_size, id}`; an unknown media id 400 with code 100, as Meta answers an expired

@@ -173,7 +173,7 @@ def last_user_text(body: Mapping[str, Any]) -> str:
 
 def last_user_block(body: Mapping[str, Any]) -> str:
     """The last text block of the last `user` message ("" if none): the messages of a batch,
-    after the presentation's header block (worker/presentation.py)."""
+    after the presentation's header block (shared/conversation/presentation.py)."""
     for message in reversed(body.get("messages") or []):
         if isinstance(message, dict) and message.get("role") == "user":
             content = message.get("content")

@@ -8,7 +8,7 @@
     [e["item"]["reason"] for e in hook.events()]
 
 It serves `POST /hooks/review` as a receiver should: it checks `X-Review-Signature` over
-`X-Review-Timestamp` and the raw body with its `secret` (shared/review_webhook.py `verify`;
+`X-Review-Timestamp` and the raw body with its `secret` (shared/ops/review_webhook.py `verify`;
 401 when it does not match or the timestamp is stale), then answers 200 `{"ok": true}`. Every
 request is recorded with the two headers and `verified`. Faults (an error status, with a
 `Retry-After`; a delay) from Python or `POST /_control` (`{"op": "fail", "status": 500,
@@ -26,7 +26,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from scripts.standins._common import UNSET, ControlOp, RecordedRequest, StandInBase, fault_fields
-from shared import review_webhook
+from shared.ops import review_webhook
 
 __all__ = ["PATH", "HookFault", "ReviewHookStandIn"]
 

@@ -43,7 +43,7 @@
 -- Chatwoot (lib/silence.lua): an agent's message (kind "human") and a conversation event
 -- (kind "conversation") start or end the bot's silence in a conversation; while it is silent
 -- the customer's messages join the memory instead of the pending list, and so do the agents'.
--- Human takeover (shared/takeover.py, lib/human.lua): a due person whose `human` key exists
+-- Human takeover (shared/ops/takeover.py, lib/human.lua): a due person whose `human` key exists
 -- is not claimed; their due time moves to the pause's end, and their messages keep waiting.
 -- An echo (kind "echo": what the business wrote from the WhatsApp Business app) pauses the
 -- person, enters their memory as written by a human, takes the waiting messages with it (the

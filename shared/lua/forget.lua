@@ -1,5 +1,5 @@
 -- forget: delete one person's conversation in one step, unless a turn holds it (privacy
--- requests, shared/forget.py). A message taken in at the same moment is either deleted with
+-- requests, shared/ops/forget.py). A message taken in at the same moment is either deleted with
 -- the rest or, taken in after this script, kept whole as new data: never half of it.
 --
 -- KEYS[1] due          ZSET: person -> when the conversation is due (ms)

@@ -1,5 +1,5 @@
 -- mark_memory: replace exchanges of the person's memory, as the lock holder: a late delivery
--- failure marks a reply the customer never got (worker/late_failures.py).
+-- failure marks a reply the customer never got (worker/turn/late_failures.py).
 --
 -- KEYS[1] stats        HASH: unused, it routes the call to the tenant's slot
 -- ARGV[1] conversation_prefix  the tenant's conversation key prefix ("wa:{t}:c:")

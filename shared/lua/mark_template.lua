@@ -4,7 +4,7 @@
 -- returns the batch's fields) and never sends a second template for the batch, even when the
 -- first one's answer was lost. Its wamid, once known, is recorded as a part (record_part,
 -- finish), like any part's; a resumed turn that finds the noted part unrecorded knows the
--- template's outcome is unknown (worker/unknowns.py).
+-- template's outcome is unknown (shared/conversation/unknowns.py).
 --
 -- KEYS[1] stats        HASH: unused, it routes the call to the tenant's slot
 -- ARGV[1] conversation_prefix  the tenant's conversation key prefix ("wa:{t}:c:")

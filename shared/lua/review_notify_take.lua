@@ -1,5 +1,5 @@
 -- review_notify_take: take the tenant's review notifications that are due, each under a lease
--- of the taking worker (worker/review_notifier.py). A worker killed while it sends one never
+-- of the taking worker (worker/fleet/review_notifier.py). A worker killed while it sends one never
 -- settles it: the notification is due again when the lease ends, and another worker sends it
 -- (at least once; the event id lets a receiver drop a repeat).
 --

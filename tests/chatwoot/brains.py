@@ -5,8 +5,8 @@ It runs in the test's process (in-process workers), so `CALLS` counts its calls 
 
 from __future__ import annotations
 
+from shared.conversation.batch import Batch
 from shared.settings import Settings
-from worker.batch import Batch
 
 CALLS: list[str] = []
 PART_CHARS = 3000  # two of them exceed one 4096-character part

@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 
 from shared.chatwoot import account_of, tenant_id
-from shared.group_commit import GroupCommitter
 from shared.keys import Keys
-from shared.scripts import Scripts
+from shared.senders.chatwoot import ChatwootSender
+from shared.senders.loading import OutboxSender, load_senders
+from shared.senders.whatsapp import WhatsAppSender
 from shared.settings import ConfigError, Settings
-from worker.chatwoot_sender import ChatwootSender
-from worker.senders import OutboxSender, load_senders
-from worker.whatsapp_sender import WhatsAppSender
+from shared.storage.group_commit import GroupCommitter
+from shared.storage.scripts import Scripts
 
 
 def test_chatwoot_settings_are_read_with_rotation_lists() -> None:

@@ -15,12 +15,12 @@ import pytest
 from redis.asyncio import Redis
 
 from scripts.standins import ChatwootApiStandIn, ChatwootFault
+from shared.conversation.review_journal import JOURNAL_FIELD
 from shared.keys import Keys
 from tests.chatwoot.brains import parts_of
 from tests.chatwoot.support import ended, post_message
 from tests.delivery.support import hash_of
 from tests.worker.support import WorkerFleet, review_items, stats, wait_exit, wait_for
-from worker.review_journal import JOURNAL_FIELD
 
 pytestmark = pytest.mark.slow
 LEASE = {"LEASE_S": "1.5", "LEASE_RENEW_S": "0.3", "BRAIN": "tests.chatwoot.brains:TwoPartBrain"}

@@ -271,7 +271,7 @@ async def test_markdown_goes_to_chatwoot_as_it_is(
     receiver_url: str,
     chatwoot: ChatwootApiStandIn,
 ) -> None:
-    """Chatwoot renders Markdown itself: WhatsApp's conversion (worker/formatting.py) is for
+    """Chatwoot renders Markdown itself: WhatsApp's conversion (shared/senders/formatting.py) is for
     WhatsApp conversations only."""
     await workers.start(BRAIN="tests.chatwoot.brains:MarkdownBrain")
     await post_message(receiver_url, 1101, "¿horarios?")

@@ -10,14 +10,14 @@ import pytest
 from redis.asyncio import Redis
 
 from scripts.standins import ChatwootApiStandIn
-from shared.group_commit import GroupCommitter
 from shared.keys import Keys
-from shared.scripts import Scripts
+from shared.ops.manual_reply import ManualReplies, ManualReplyError
 from shared.settings import Settings
+from shared.storage.group_commit import GroupCommitter
+from shared.storage.scripts import Scripts
 from tests.chatwoot.support import CONVERSATION, TENANT
 from tests.worker.support import push_message
-from worker.manual_reply import ManualReplies, ManualReplyError
-from worker.store import ConversationStore
+from worker.conversation_store import ConversationStore
 
 PERSON = str(CONVERSATION)
 TEXT = "Hola, soy Ana: ya reviso su pedido."

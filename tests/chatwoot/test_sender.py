@@ -9,14 +9,14 @@ import httpx
 import pytest
 
 from scripts.standins import ChatwootApiStandIn, free_port
+from shared.conversation.batch import Batch, Message
+from shared.conversation.errors import DeliveryUnknown, NeedsReview, RetryLater
+from shared.conversation.review_journal import SENDING, ReviewJournal
+from shared.conversation.turn_state import Delivery, TurnState
+from shared.conversation.unknowns import UnknownDelivery
+from shared.senders.chatwoot import ChatwootError, ChatwootSender
 from shared.settings import Settings, TenantConfig
 from tests.chatwoot.support import API_TOKEN, TENANT_API_TOKEN
-from worker.batch import Batch, Message
-from worker.chatwoot_sender import ChatwootError, ChatwootSender
-from worker.errors import DeliveryUnknown, NeedsReview, RetryLater
-from worker.review_journal import SENDING, ReviewJournal
-from worker.turn_state import Delivery, TurnState
-from worker.unknowns import UnknownDelivery
 
 TENANT = "cw-1-3"
 OTHER_TENANT = "cw-7-9"

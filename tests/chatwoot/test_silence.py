@@ -23,13 +23,13 @@ from redis.asyncio import Redis
 
 from scripts.standins import ChatwootApiStandIn, MessagesApiStandIn
 from scripts.webhooks import agent_user
+from shared.conversation.human_memory import HEADER, SILENT_ANSWER
 from shared.keys import Keys
 from tests.chatwoot.support import CONVERSATION, TENANT, post_message
 from tests.delivery.support import InProcessWorkers, ai_requests
 from tests.support.helpers import API_KEY
 from tests.worker.support import review_items, stats, wait_for
-from worker.human_memory import HEADER, SILENT_ANSWER
-from worker.tools import HAND_OVER_TOOL
+from worker.brains.tools import HAND_OVER_TOOL
 
 LAURA = agent_user(12, "Laura Gómez")
 AI = {

@@ -17,15 +17,15 @@ from redis.asyncio import Redis
 from receiver.chatwoot import parse_body
 from scripts.webhooks import agent_user, conversation_webhook, message_created
 from shared import events
-from shared.group_commit import GroupCommitter
+from shared.conversation.batch import Batch
+from shared.conversation.human_memory import HEADER, SILENT_ANSWER
 from shared.keys import Keys
-from shared.scripts import Scripts
+from shared.ops import live_state
 from shared.settings import Settings
-from worker import live_state
-from worker.batch import Batch
-from worker.human_memory import HEADER, SILENT_ANSWER
+from shared.storage.group_commit import GroupCommitter
+from shared.storage.scripts import Scripts
+from worker.conversation_store import SILENCE_TTL_S, Claim, ConversationStore
 from worker.inspect import render_person
-from worker.store import SILENCE_TTL_S, Claim, ConversationStore
 
 TENANT, PERSON = "cw-1-3", "42"
 LAURA = agent_user(12, "Laura Gómez")
@@ -126,7 +126,7 @@ async def test_what_waits_when_an_agent_writes_goes_to_the_memory_first_and_no_t
     assert counts["event:agent_message"] == 1 and counts["silent_messages"] == 1
     assert counts["messages"] == 3, "the customer's messages are counted as messages"
 
-    # The next claim reads the stretch back as an exchange (worker/human_memory.py).
+    # The next claim reads the stretch back as an exchange (shared/conversation/human_memory.py).
     await push(
         redis,
         prefix,

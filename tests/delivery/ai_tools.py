@@ -16,11 +16,11 @@ import os
 import time
 from typing import Any
 
+from shared.conversation.batch import Batch
 from shared.keys import Keys
-from shared.redis_client import make_redis
 from shared.settings import Settings
-from worker.batch import Batch
-from worker.tools import Tool, ToolAnswer
+from shared.storage.redis_client import make_redis
+from worker.brains.tools import Tool, ToolAnswer
 
 CALENDAR_ANSWER = "16:00 libre"
 

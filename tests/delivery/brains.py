@@ -17,10 +17,10 @@ from typing import Any
 
 import anthropic
 
+from shared.conversation.batch import Batch
 from shared.keys import Keys
-from shared.redis_client import make_redis
 from shared.settings import Settings
-from worker.batch import Batch
+from shared.storage.redis_client import make_redis
 
 CALENDAR_TOOL = {
     "name": "check_calendar",

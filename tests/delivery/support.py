@@ -21,12 +21,12 @@ from scripts.standins import GraphApiStandIn, MessagesApiStandIn
 from scripts.webhooks import inbound_webhook, meta_headers
 from shared import events
 from shared.keys import Keys
-from shared.scripts import Scripts
+from shared.senders.loading import Sender
 from shared.settings import Settings
+from shared.storage.scripts import Scripts
 from tests.support.helpers import API_KEY, APP_SECRET, TENANT_TOKEN, TOKEN
 from tests.worker.support import listening, wait_for, wake_up
-from worker.runner import Worker
-from worker.senders import Sender
+from worker.process import Worker
 
 # A tenant with every per-tenant override, and one that runs on the global configuration.
 TENANT = "106540352242922"

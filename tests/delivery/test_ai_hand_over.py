@@ -15,7 +15,7 @@ from scripts.standins import GraphApiStandIn, MessagesApiStandIn
 from shared.keys import Keys
 from tests.delivery.support import PLAIN_TENANT, TENANT, add_to_tenant, batch_hash
 from tests.worker.support import WorkerFleet, push_message, review_items, stats, wait_exit, wait_for
-from worker.tools import HAND_OVER_TOOL
+from worker.brains.tools import HAND_OVER_TOOL
 
 pytestmark = pytest.mark.slow
 TENANT_TEXT = "Te paso con una persona del equipo, ya te escribe."

@@ -1,4 +1,5 @@
-"""Outages of the AI are waited out, not counted (worker/ai_pause.py, worker/ai_errors.py).
+"""Outages of the AI are waited out, not counted (worker/brains/ai_pause.py,
+worker/brains/ai_errors.py).
 
 Real `python -m worker` processes with the real `anthropic` brain and `whatsapp` sender against
 the stand-ins: an outage is the Messages API stand-in answering 529 to every call for a few
@@ -20,13 +21,14 @@ import pytest
 from redis.asyncio import Redis
 
 from scripts.standins import GraphApiStandIn, MessagesApiStandIn
+from shared.conversation.errors import AIUnavailable
+from shared.fleet.ai_pause import Pause
 from shared.keys import Keys
 from shared.settings import Settings
 from tests.delivery.support import ai_requests
 from tests.worker.support import WorkerFleet, push_message, review_items, stats, wait_for
-from worker.ai_errors import retry_after
-from worker.ai_pause import GO, REFRESH_S, AIPause, Pause
-from worker.errors import AIUnavailable
+from worker.brains.ai_errors import retry_after
+from worker.brains.ai_pause import GO, REFRESH_S, AIPause
 
 # 0.7 s: what MAX_ATTEMPTS=4 retries at RETRY_BASE_S=0.1 would survive (tests/delivery/support.py).
 COUNTED_RETRIES_SURVIVE_S = 0.1 + 0.2 + 0.4

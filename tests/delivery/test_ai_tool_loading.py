@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from shared.conversation.batch import Batch, Message
 from shared.settings import ConfigError, Settings
-from worker.anthropic_brain import AnthropicBrain
-from worker.batch import Batch, Message
-from worker.tools import HAND_OVER_TOOL, load_tools
+from worker.brains.anthropic_brain import AnthropicBrain
+from worker.brains.tools import HAND_OVER_TOOL, load_tools
 
 TOOLS = "tests.delivery.ai_tools"
 

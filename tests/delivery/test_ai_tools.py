@@ -18,7 +18,7 @@ from redis.asyncio import Redis
 from scripts.standins import GraphApiStandIn, MessagesApiStandIn
 from tests.delivery.ai_tools import CALENDAR_ANSWER, record_key
 from tests.worker.support import WorkerFleet, push_message, review_items, stats, wait_for
-from worker.tools import HAND_OVER_TOOL
+from worker.brains.tools import HAND_OVER_TOOL
 
 pytestmark = pytest.mark.slow
 TOOLS = {"AI_TOOLS": "tests.delivery.ai_tools:tools"}

@@ -13,10 +13,10 @@ import pytest
 from redis.asyncio import Redis
 
 from scripts.standins import GraphApiStandIn, MessagesApiStandIn
+from shared.conversation.turn_state import USAGE_FIELDS
 from shared.keys import Keys
 from tests.delivery.support import TENANT, InProcessWorkers, ai_requests, said
 from tests.worker.support import push_message, stats, wait_for
-from worker.turn_state import USAGE_FIELDS
 
 PERSON = "5491155550061"
 LONG_PROMPT = "Sos el asistente de Turnos SRL: respondé breve y con amabilidad. " * 70
@@ -134,7 +134,7 @@ async def test_a_long_prompt_is_cached_and_each_turn_logs_its_tokens(
     """A 4 550-character prompt (1 138 stand-in tokens): the first turn writes it and the
     batch, the second reads all of that back and writes its own exchange. No tools, so the
     prompt is the whole stable prefix (a tool's definition would come first)."""
-    caplog.set_level(logging.INFO, logger="worker.turn")
+    caplog.set_level(logging.INFO, logger="worker.turn.turn")
     tenants = tmp_path / "cached-tenants.toml"
     tenants.write_text(f'[tenants."{TENANT}"]\nsystem_prompt = "{LONG_PROMPT}"\n')
     await workers.start(TENANTS_FILE=tenants, AI_HAND_OVER_TOOL="false")
@@ -144,7 +144,8 @@ async def test_a_long_prompt_is_cached_and_each_turn_logs_its_tokens(
 
     usages = [r.response["usage"] for r in ai_requests(ai)]
     prompt_tokens = -(-len(LONG_PROMPT) // 4)
-    # The first batch: its header block (date and time, worker/presentation.py) and "hola".
+    # The first batch: its header block (date and time, shared/conversation/presentation.py) and
+    # "hola".
     header = ai_requests(ai)[0].body["messages"][-1]["content"][0]["text"]
     first_turn = prompt_tokens + -(-len(header) // 4) + 1
     assert usages[0]["cache_read_input_tokens"] == 0

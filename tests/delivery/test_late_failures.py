@@ -1,7 +1,7 @@
 """Late delivery failures: a `failed` status for a part Meta had accepted.
 
 The intake queues it and makes a batch of it once the person has none (shared/lua/lib/
-outbound.lua); the worker runs that batch under the person's lock (worker/late_failures.py):
+outbound.lua); the worker runs that batch under the person's lock (worker/turn/late_failures.py):
 for 131047 the tenant's template, once per batch; a review item with the batch's messages, the
 failed part's text and Meta's error; the memory's reply marked as not delivered. Duplicate and
 out-of-order statuses (failed twice, failed before sent or before the send's record, read after
@@ -23,10 +23,14 @@ from redis.asyncio import Redis
 
 from scripts.standins import GraphApiStandIn, MessagesApiStandIn
 from shared import events
-from shared.group_commit import GroupCommitter
+from shared.conversation.batch import Batch
+from shared.conversation.review_journal import ReviewJournal
+from shared.conversation.turn_state import TurnState
 from shared.keys import Keys
-from shared.scripts import Scripts
+from shared.ops.review import ReviewList
 from shared.settings import Settings
+from shared.storage.group_commit import GroupCommitter
+from shared.storage.scripts import Scripts
 from tests.delivery.support import (
     PLAIN_TENANT,
     TEMPLATE,
@@ -41,11 +45,7 @@ from tests.delivery.support import (
 )
 from tests.support.helpers import APP_SECRET
 from tests.worker.support import push_message, review_items, stats, wait_for, wake_up
-from worker.batch import Batch
-from worker.review import ReviewList
-from worker.review_journal import ReviewJournal
-from worker.store import ConversationStore
-from worker.turn_state import TurnState
+from worker.conversation_store import ConversationStore
 
 PERSON = "5491155550071"
 REPLY = "Hola, ¿en qué te ayudo?"

@@ -19,11 +19,14 @@ import pytest
 from redis.asyncio import Redis
 
 from scripts.standins import GraphApiStandIn, MessagesApiStandIn
-from shared import audit, takeover
-from shared.group_commit import GroupCommitter
+from shared.conversation.presentation import HUMAN_REPLY_NOTE, NO_NEW_MESSAGE
 from shared.keys import Keys
-from shared.scripts import Scripts
+from shared.ops import audit, takeover
+from shared.ops.manual_reply import MAX_TEXT_CHARS, ManualReplies, ManualReplyError
+from shared.senders.split import split_reply
 from shared.settings import Settings
+from shared.storage.group_commit import GroupCommitter
+from shared.storage.scripts import Scripts
 from tests.delivery.support import (
     DAY_S,
     PLAIN_TENANT,
@@ -37,10 +40,7 @@ from tests.delivery.support import (
 )
 from tests.support.helpers import TENANT_TOKEN
 from tests.worker.support import REPO, push_message, push_status, wait_for
-from worker.manual_reply import MAX_TEXT_CHARS, ManualReplies, ManualReplyError
-from worker.presentation import HUMAN_REPLY_NOTE, NO_NEW_MESSAGE
-from worker.split import split_reply
-from worker.store import ConversationStore
+from worker.conversation_store import ConversationStore
 
 PERSON = "5491155550071"
 TEXT = "Hola, soy Ana de Turnos SRL: su turno del jueves quedó confirmado."

@@ -16,13 +16,13 @@ from redis.asyncio import Redis
 
 from scripts.standins import GraphApiStandIn, MessagesApiStandIn
 from scripts.webhooks import text_message, whatsapp_webhook
+from shared.conversation.batch import Batch
+from shared.conversation.presentation import present
 from shared.keys import Keys
 from shared.settings import Settings
 from tests.delivery.support import TENANT, ai_requests, inbound, post_webhook, said
 from tests.support.helpers import fixture_json
 from tests.worker.support import WorkerFleet, wait_for
-from worker.batch import Batch
-from worker.presentation import present
 
 pytestmark = pytest.mark.slow
 

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from worker.split import WHATSAPP_MAX_CHARS, split_reply
+from shared.senders.split import WHATSAPP_MAX_CHARS, split_reply
 
 # Text with the characters cuts care about, dense enough that every rule gets exercised.
 PIECES = [*"ab .!?…\n\t", "\n\n", "ñ", "😀", "\u00a0", "\u2028", "word", ". "]

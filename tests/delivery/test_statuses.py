@@ -13,10 +13,11 @@ import pytest
 from redis.asyncio import Redis
 
 from scripts.standins import GraphApiStandIn, MessagesApiStandIn
-from shared.group_commit import GroupCommitter
 from shared.keys import Keys
-from shared.scripts import Scripts
+from shared.ops.review import ReviewList
 from shared.settings import Settings
+from shared.storage.group_commit import GroupCommitter
+from shared.storage.scripts import Scripts
 from tests.delivery.support import (
     TENANT,
     InProcessWorkers,
@@ -26,8 +27,7 @@ from tests.delivery.support import (
 )
 from tests.support.helpers import APP_SECRET
 from tests.worker.support import push_message, push_status, review_items, stats, wait_for
-from worker.review import ReviewList
-from worker.store import ConversationStore
+from worker.conversation_store import ConversationStore
 
 PERSON = "5491155550051"
 TWO_PARTS = "\n\n".join(" ".join(f"Parte {p}, frase {i}." for i in range(200)) for p in (1, 2))

@@ -21,13 +21,13 @@ from redis.asyncio import Redis
 
 from scripts.standins import GraphApiStandIn, MessagesApiStandIn
 from scripts.webhooks import text_message
-from shared import takeover
+from shared.conversation.presentation import HUMAN_REPLY_NOTE, NO_NEW_MESSAGE
 from shared.keys import Keys
+from shared.ops import takeover
 from tests.delivery.support import TENANT, inbound, post_webhook, said
 from tests.support.helpers import fixture_json
 from tests.worker.support import REPO, WorkerFleet, push_message, review_items, wait_for
-from worker.presentation import HUMAN_REPLY_NOTE, NO_NEW_MESSAGE
-from worker.tools import HAND_OVER_TOOL
+from worker.brains.tools import HAND_OVER_TOOL
 
 pytestmark = pytest.mark.slow
 QUIET_S = 1.5  # how long "nothing happens" is watched: six debounce windows of the workers

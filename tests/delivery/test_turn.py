@@ -126,7 +126,7 @@ async def test_a_batch_too_old_for_a_reply_gets_no_read_typing_ai_or_send(
     ai: MessagesApiStandIn,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.INFO, logger="worker.turn")
+    caplog.set_level(logging.INFO, logger="worker.turn.turn")
     await workers.start(REVIEW_AFTER_S=600)
     late, fresh = "5491155550002", "5491155550003"
     await push_message(redis, prefix, late, "wamid.old", "hola", ts=int(time.time()) - 3600)

@@ -22,9 +22,14 @@ import pytest
 from redis.asyncio import Redis
 
 from scripts.standins import GraphApiStandIn, GraphFault, MessagesApiStandIn, free_port
-from shared.group_commit import GroupCommitter
+from shared.conversation.batch import Batch
+from shared.conversation.review_journal import JOURNAL_FIELD, ReviewJournal, current_names
+from shared.conversation.turn_state import TurnState
+from shared.conversation.unknowns import UnknownDelivery
 from shared.keys import Keys
-from shared.scripts import Scripts
+from shared.ops import live_state
+from shared.storage.group_commit import GroupCommitter
+from shared.storage.scripts import Scripts
 from tests.delivery.support import (
     DAY_S,
     TEMPLATE,
@@ -43,13 +48,8 @@ from tests.worker.support import (
     wait_exit,
     wait_for,
 )
-from worker import live_state
-from worker.batch import Batch
+from worker.conversation_store import ConversationStore
 from worker.inspect import render_person, render_tenant
-from worker.review_journal import JOURNAL_FIELD, ReviewJournal, current_names
-from worker.store import ConversationStore
-from worker.turn_state import TurnState
-from worker.unknowns import UnknownDelivery
 
 PERSON = "5491155550061"
 REPLY = "Sí, el sábado a las 16 hay turno."
@@ -120,7 +120,7 @@ async def test_a_part_meta_may_have_taken_is_never_sent_again_and_a_person_is_to
         assert item["error"].startswith("part 1 of 1: no answer to the request made at "), case
         assert item["error"].endswith("the person may or may not have it, and it is not sent again")
         assert "parts_sent" not in item, case
-        # WhatsApp's hand-over: the bot is paused for the person (shared/takeover.py).
+        # WhatsApp's hand-over: the bot is paused for the person (shared/ops/takeover.py).
         assert item["hand_over"].startswith("bot paused for this person for 3600 s"), case
         assert item["human_pause_ms"] == 3_600_000, case
         assert [m["text"] for m in item["messages"]] == ["¿hay turno?"], case

@@ -12,7 +12,8 @@ from redis.asyncio import Redis
 
 from scripts.standins import GraphApiStandIn, GraphFault, MessagesApiStandIn
 from shared.keys import Keys
-from shared.scripts import Scripts
+from shared.ops.review import ReviewList
+from shared.storage.scripts import Scripts
 from tests.delivery.support import (
     DAY_S,
     PLAIN_TENANT,
@@ -25,7 +26,6 @@ from tests.delivery.support import (
     said,
 )
 from tests.worker.support import push_message, review_items, stats, wait_for
-from worker.review import ReviewList
 
 PERSON = "5491155550031"
 # Larger than a day, so a message older than the window is still answered rather than parked

@@ -11,11 +11,11 @@ import httpx
 from redis.asyncio import Redis
 
 from shared import events
-from shared.group_commit import GroupCommitter
 from shared.keys import Keys
-from shared.scripts import Scripts
 from shared.settings import Settings
-from worker.store import ConversationStore
+from shared.storage.group_commit import GroupCommitter
+from shared.storage.scripts import Scripts
+from worker.conversation_store import ConversationStore
 
 OPS_TOKEN = "ops-test-token-0123456789"
 TENANT = "106500000000001"

@@ -11,8 +11,8 @@ from playwright.async_api import expect
 from redis.asyncio import Redis
 
 from scripts.standins import GraphApiStandIn
-from shared import audit
 from shared.keys import Keys
+from shared.ops import audit
 from shared.settings import Settings
 from tests.ops.browser import PHONE, chromium, fits_the_width, served, shot
 from tests.ops.support import OPS_TOKEN, PERSON, TENANT, ops_settings, park

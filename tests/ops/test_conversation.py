@@ -13,8 +13,8 @@ import pytest
 from redis.asyncio import Redis
 
 from scripts.standins import GraphApiStandIn
-from shared import audit, takeover
 from shared.keys import Keys
+from shared.ops import audit, takeover
 from shared.settings import Settings
 from tests.ops.support import PERSON, TENANT, ops_settings, park, sign_in
 from tests.receiver.support import running

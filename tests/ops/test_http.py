@@ -15,8 +15,8 @@ import pytest
 from redis.asyncio import Redis
 
 from receiver.ops.auth import COOKIE, Session, Sessions
-from shared import audit
 from shared.keys import Keys
+from shared.ops import audit
 from shared.settings import Settings
 from tests.ops.support import OPS_TOKEN, PERSON, TENANT, ops_settings, park, sign_in
 from tests.receiver.support import dumps, post, running, text_message

@@ -17,18 +17,18 @@ from redis.asyncio import Redis
 
 from receiver.metrics import ReceiverMetrics
 from scripts.dev.redis_server import RedisServer
-from shared import turn_figures
-from shared.group_commit import GroupCommitter
+from shared.conversation.review_journal import ReviewJournal
+from shared.conversation.turn_state import TurnState
+from shared.conversation.unknowns import UnknownDelivery
+from shared.fleet import turn_figures
 from shared.keys import Keys
-from shared.scripts import Scripts
 from shared.settings import ConfigError, Settings
+from shared.storage.group_commit import GroupCommitter
+from shared.storage.scripts import Scripts
 from tests.receiver.support import TENANT, counts, dumps, payload, post, running, text_message
 from tests.support.helpers import fixture_bytes
 from tests.worker.support import push_message, wait_for
-from worker.review_journal import ReviewJournal
-from worker.store import ConversationStore
-from worker.turn_state import TurnState
-from worker.unknowns import UnknownDelivery
+from worker.conversation_store import ConversationStore
 
 TEXT = fixture_bytes("whatsapp/text.json")
 PERSON = "5491155550001"
@@ -390,7 +390,7 @@ async def test_per_tenant_series_only_for_the_busiest_and_the_named(
 async def test_turn_figures_in_the_stats_hash_become_histograms_and_token_counters(
     client: httpx.AsyncClient, redis: Redis, settings: Settings
 ) -> None:
-    """What shared/turn_figures.py adds per turn, summed over tenants: AI call and send
+    """What shared/fleet/turn_figures.py adds per turn, summed over tenants: AI call and send
     latency histograms (cumulative buckets) and tokens by kind."""
     keys = Keys(settings.key_prefix)
     per_turn = turn_figures.increments(

@@ -19,7 +19,7 @@ from receiver.parsing import Item
 from receiver.store import InboxWriter, StoreUnavailable, WriterTuning
 from receiver.whatsapp import parse_body
 from shared.keys import Keys
-from shared.scripts import Scripts
+from shared.storage.scripts import Scripts
 from tests.receiver.support import TENANT, dumps, inbox, payload, text_message
 
 PAUSE_S = 0.6

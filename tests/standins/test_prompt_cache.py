@@ -81,7 +81,7 @@ async def test_a_prefix_under_the_minimum_is_not_cached(
 async def test_a_conversation_reads_each_turn_what_the_previous_turn_wrote(
     client: anthropic.AsyncAnthropic,
 ) -> None:
-    """The marks worker/prompt.py places: system, the previous user message, this one."""
+    """The marks worker/brains/prompt.py places: system, the previous user message, this one."""
     system = [text(SYSTEM, marked=True)]
     u1, a1, u2 = "u" * 40, "a" * 80, "v" * 40  # 10, 20, 10 tokens
     first = [user(text(u1, marked=True))]

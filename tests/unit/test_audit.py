@@ -1,12 +1,12 @@
-"""The ops audit log (shared/audit.py): entries newest first, trimmed after the retention,
+"""The ops audit log (shared/ops/audit.py): entries newest first, trimmed after the retention,
 and a forgotten person's entries keep only that something happened."""
 
 from __future__ import annotations
 
 from fakeredis.aioredis import FakeRedis
 
-from shared import audit
 from shared.keys import Keys
+from shared.ops import audit
 
 KEYS = Keys()
 DAY_MS = 86_400_000

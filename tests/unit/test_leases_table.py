@@ -1,4 +1,4 @@
-"""The table of this process's running turns (worker/leases.py), as pure logic.
+"""The table of this process's running turns (worker/fleet/leases.py), as pure logic.
 
 A turn's task may outlive its finish by a little bookkeeping (its figures); by then the
 person's next batch can already be claimed by this same worker. Ending the first turn must not
@@ -9,9 +9,9 @@ suite's slow_ai scenario found this.
 
 from __future__ import annotations
 
+from shared.conversation.batch import Batch
 from shared.settings import Settings
-from worker.batch import Batch
-from worker.leases import Leases
+from worker.fleet.leases import Leases
 
 
 def batch(batch_id: str, person: str = "5491155550001") -> Batch:

@@ -1,4 +1,4 @@
-"""worker/live_state.py and worker/inspect.py's text: what operators see of a tenant, read from
+"""shared/ops/live_state.py and worker/inspect.py's text: what operators see of a tenant, read from
 plain keys against Redis's clock, with long lists cut at `limit` and their full size reported."""
 
 from __future__ import annotations
@@ -7,7 +7,8 @@ import orjson
 from fakeredis.aioredis import FakeRedis
 
 from shared.keys import Keys
-from worker import inspect, live_state
+from shared.ops import live_state
+from worker import inspect
 
 KEYS = Keys("ls")
 TENANT = "106540352242922"

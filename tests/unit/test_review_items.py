@@ -9,8 +9,8 @@ import pytest
 from fakeredis.aioredis import FakeRedis
 
 from shared.keys import Keys
-from shared.scripts import Scripts
-from worker.review import ReviewError, ReviewList
+from shared.ops.review import ReviewError, ReviewList
+from shared.storage.scripts import Scripts
 
 KEYS = Keys("rv")
 TENANT = "106540352242922"

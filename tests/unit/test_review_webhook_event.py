@@ -1,4 +1,4 @@
-"""shared/review_webhook.py: the event a receiver gets for a review item, and the signature it
+"""shared/ops/review_webhook.py: the event a receiver gets for a review item, and the signature it
 checks (docs/operating.md#being-told). What each bad delivery gets from `verify`: False."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import hmac
 
 import orjson
 
-from shared import review_webhook
+from shared.ops import review_webhook
 
 TENANT = "106540352242922"
 ITEM = {

@@ -1,10 +1,10 @@
-"""shared/wake.py's queue helpers: a tenant waits once, the longest waiting is taken first."""
+"""shared/fleet/wake.py's queue helpers: a tenant waits once, the longest waiting is taken first."""
 
 from __future__ import annotations
 
 from fakeredis.aioredis import FakeRedis
 
-from shared import wake
+from shared.fleet import wake
 from shared.keys import Keys
 
 KEYS = Keys("wq")

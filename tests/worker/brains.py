@@ -24,12 +24,12 @@ import random
 import time
 from typing import Any
 
-from shared.redis_client import make_redis
+from shared.conversation.batch import Batch
+from shared.conversation.errors import NeedsReview
 from shared.settings import Settings
+from shared.storage.redis_client import make_redis
 from tests.worker.support import record_key
-from worker.batch import Batch
-from worker.errors import NeedsReview
-from worker.prompt import render_context
+from worker.brains.prompt import render_context
 
 
 def directives(batch: Batch) -> dict[str, str]:

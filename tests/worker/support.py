@@ -24,10 +24,10 @@ from typing import Any, TypeVar
 from redis.asyncio import Redis
 
 from shared import events
-from shared import wake as shared_wake
+from shared.fleet import wake as shared_wake
 from shared.keys import Keys
-from shared.scripts import Scripts
 from shared.settings import env_names
+from shared.storage.scripts import Scripts
 
 T = TypeVar("T")
 REPO = Path(__file__).resolve().parents[2]

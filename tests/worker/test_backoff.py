@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 import pytest
 from redis.asyncio import Redis
 
+from shared.conversation.batch import Batch
 from shared.keys import Keys
 from shared.settings import Settings
 from tests.worker.support import (
@@ -20,8 +21,7 @@ from tests.worker.support import (
     wait_for,
     wake_up,
 )
-from worker.batch import Batch
-from worker.runner import Worker
+from worker.process import Worker
 
 PERSON = "5491155550009"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import orjson
 
 from shared import events
-from worker.batch import Batch, Message
+from shared.conversation.batch import Batch, Message
 
 
 def _event(i: int, **changes: object) -> dict[str, object]:

@@ -1,4 +1,4 @@
-"""Forgetting a person (shared/forget.py, shared/lua/forget.lua, the `worker.forget` CLI).
+"""Forgetting a person (shared/ops/forget.py, shared/lua/forget.lua, the `worker.forget` CLI).
 
 Each person's state is built by the real scripts (ingest, claim, record a part, finish), so
 what the forget must find is what the worker really writes.
@@ -18,14 +18,16 @@ import orjson
 import pytest
 from redis.asyncio import Redis
 
-from shared import audit, events, script_calls, takeover
-from shared.forget import ForgetError, ForgetReport, forget_person
-from shared.group_commit import GroupCommitter
+from shared import events
 from shared.keys import CONVERSATION_KINDS, Keys, TenantKeys
-from shared.scripts import Scripts
+from shared.ops import audit, takeover
+from shared.ops.forget import ForgetError, ForgetReport, forget_person
+from shared.senders.loading import OutboxSender
 from shared.settings import Settings
-from worker.senders import OutboxSender
-from worker.store import ConversationStore
+from shared.storage import script_calls
+from shared.storage.group_commit import GroupCommitter
+from shared.storage.scripts import Scripts
+from worker.conversation_store import ConversationStore
 
 TENANT, OTHER_TENANT = "106500000000021", "106500000000022"
 PERSON, OTHER_PERSON = "5491155550021", "5491155550022"
@@ -174,7 +176,7 @@ async def test_forget_deletes_everything_of_the_person_and_nothing_else(
         (TENANT, OTHER_PERSON, ""),  # another number, same tenant
         (OTHER_TENANT, PERSON, ""),  # the same number, another tenant
     )
-    # A person took the conversation over (shared/takeover.py): the pause is forgotten too.
+    # A person took the conversation over (shared/ops/takeover.py): the pause is forgotten too.
     await takeover.pause(redis, made.keys, TENANT, PERSON, by="ana", why="replying", seconds=600)
     k = made.keys.tenant(TENANT)
     await takeover.pause(redis, made.keys, TENANT, PERSON, by="ana", why="taking over", seconds=600)

@@ -1,11 +1,11 @@
-"""Markdown in the model's answer -> WhatsApp's formatting (worker/formatting.py); Chatwoot
+"""Markdown in the model's answer -> WhatsApp's formatting (shared/senders/formatting.py); Chatwoot
 gets the answer as it is. Each case: what the model wrote, what the person sees."""
 
 from __future__ import annotations
 
 import pytest
 
-from worker.formatting import for_channel, to_whatsapp
+from shared.senders.formatting import for_channel, to_whatsapp
 
 CASES = [
     # emphasis

@@ -15,8 +15,8 @@ import pytest
 from redis.asyncio import Redis
 
 from scripts.dev.redis_server import RedisServer
-from shared import heartbeats
-from shared.heartbeats import Beat, Workers
+from shared.fleet import heartbeats
+from shared.fleet.heartbeats import Beat, Workers
 from shared.keys import Keys
 from shared.settings import Settings, env_names
 from tests.receiver.support import running

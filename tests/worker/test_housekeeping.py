@@ -10,7 +10,7 @@ from redis.asyncio import Redis
 
 from shared import events
 from shared.keys import Keys
-from shared.scripts import Scripts
+from shared.storage.scripts import Scripts
 from tests.worker.support import (
     TENANT,
     Records,
@@ -69,7 +69,7 @@ async def test_finished_conversations_leave_no_keys_or_entries_behind(
     for key in seen:
         assert 0 < await redis.ttl(key) <= 3600, f"{key} must expire"
     # Per person, only what expires on its own: the 24-hour window marker, the AI memory and
-    # the pause of the person whose batch went to review for a person (shared/takeover.py).
+    # the pause of the person whose batch went to review for a person (shared/ops/takeover.py).
     expiring = [
         key
         for key in found

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from shared.conversation.batch import Batch, Message
+from shared.conversation.presentation import HUMAN_REPLY_NOTE, NO_NEW_MESSAGE, present
 from shared.settings import Settings
-from worker.batch import Batch, Message
-from worker.presentation import HUMAN_REPLY_NOTE, NO_NEW_MESSAGE, present
-from worker.prompt import build_request
+from worker.brains.prompt import build_request
 
 TENANT = "106500000000001"
 BOT = {"header": "Date and time: a", "user": "hola", "assistant": "¿En qué le ayudo?"}

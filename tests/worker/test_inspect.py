@@ -13,15 +13,14 @@ import pytest
 from redis.asyncio import Redis
 
 from scripts.dev.redis_server import RedisServer
-from shared import takeover
-from shared.group_commit import GroupCommitter
 from shared.keys import Keys
-from shared.scripts import Scripts
+from shared.ops import live_state, takeover
 from shared.settings import Settings
+from shared.storage.group_commit import GroupCommitter
+from shared.storage.scripts import Scripts
 from tests.worker.support import _CONTRACT_VARS, REPO, TENANT, push_message
-from worker import live_state
+from worker.conversation_store import ConversationStore
 from worker.inspect import render_person
-from worker.store import ConversationStore
 
 WAITING, RUNNING, RETRYING, REVIEWED = (
     "5491155550001",

@@ -9,9 +9,9 @@ from typing import Any
 import orjson
 from redis.asyncio import Redis
 
-from shared import script_calls
 from shared.keys import Keys
-from shared.scripts import Scripts
+from shared.storage import script_calls
+from shared.storage.scripts import Scripts
 
 SCRIPTS = Scripts()
 K = Keys("mr").tenant("106540352242922")

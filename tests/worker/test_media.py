@@ -1,4 +1,5 @@
-"""worker/media.py on its own: Chatwoot attachments fetched from their `data_url` (no token sent),
+"""worker/brains/media.py on its own: Chatwoot attachments fetched from their `data_url` (no token
+sent),
 a WhatsApp webhook's own `url` used directly, what is never downloaded (a video, an animated
 sticker), and the files past a request's 32 MB kept out of it. A small HTTP server stands in for
 where the files live."""
@@ -18,10 +19,10 @@ from starlette.routing import Route
 
 from scripts.standins import BackgroundServer
 from shared.chatwoot import CHANNEL as CHATWOOT
+from shared.conversation.batch import Batch, Message
 from shared.settings import Settings
-from worker import media
-from worker.batch import Batch, Message
-from worker.media import MediaLoader
+from worker.brains.loading import media
+from worker.brains.media import MediaLoader
 
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(64))
 PDF = b"%PDF-1.4\n%%EOF\n"

@@ -22,15 +22,15 @@ from redis.asyncio import Redis
 
 from receiver.whatsapp import parse_payload
 from shared import events
-from shared import wake as shared_wake
-from shared.group_commit import GroupCommitter
+from shared.fleet import wake as shared_wake
 from shared.keys import Keys
-from shared.scripts import Scripts
 from shared.settings import Settings
+from shared.storage.group_commit import GroupCommitter
+from shared.storage.scripts import Scripts
 from tests.support.helpers import fixture_json
 from tests.worker.support import Records, WorkerFleet, outbox, wait_for
-from worker.prompt import render_context
-from worker.store import Claim, ConversationStore
+from worker.brains.prompt import render_context
+from worker.conversation_store import Claim, ConversationStore
 
 TENANT = "106500000000001"  # the fixtures' phone_number_id
 ANA = "5491155550001"

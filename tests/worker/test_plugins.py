@@ -8,15 +8,15 @@ import sys
 
 import pytest
 
-from shared.group_commit import GroupCommitter
+from shared.conversation.batch import Batch, Message
 from shared.keys import Keys
-from shared.scripts import Scripts
+from shared.senders.loading import OutboxSender, load_sender
 from shared.settings import ConfigError, Settings
+from shared.storage.group_commit import GroupCommitter
+from shared.storage.scripts import Scripts
 from tests.worker.brains import STATIC_BRAIN, RecordingBrain
 from tests.worker.support import REPO, WorkerFleet
-from worker.batch import Batch, Message
-from worker.brains import EchoBrain, load_brain
-from worker.senders import OutboxSender, load_sender
+from worker.brains.loading import EchoBrain, load_brain
 
 
 def _batch(*texts: str) -> Batch:

@@ -1,4 +1,5 @@
-"""What the model is shown of a batch (worker/presentation.py), from webhooks shaped as Meta's
+"""What the model is shown of a batch (shared/conversation/presentation.py), from webhooks shaped
+as Meta's
 reference shows them (tests/fixtures/whatsapp/), parsed by the real receiver code: every
 message type in full, the date and time in the tenant's time zone, quoted replies found in the
 burst or the memory, and the built-in request carrying it (header and body blocks, the same
@@ -14,13 +15,13 @@ import orjson
 import pytest
 
 from receiver.whatsapp import parse_body
-from shared.setting_spec import ConfigError
+from shared.conversation.batch import Batch, Message
+from shared.conversation.presentation import Quotes, exchange, local_time, present
 from shared.settings import Settings, TenantConfig
-from shared.tenants import load_tenants
+from shared.settings.spec import ConfigError
+from shared.settings.tenants import load_tenants
 from tests.support.helpers import fixture_bytes
-from worker.batch import Batch, Message
-from worker.presentation import Quotes, exchange, local_time, present
-from worker.prompt import build_request, render_context
+from worker.brains.prompt import build_request, render_context
 
 TENANT = "106500000000001"
 BA = "America/Argentina/Buenos_Aires"

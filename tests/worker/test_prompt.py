@@ -1,4 +1,5 @@
-"""The Messages API request of a turn (worker/prompt.py): the tenant's AI settings, the history
+"""The Messages API request of a turn (worker/brains/prompt.py): the tenant's AI settings, the
+history
 rendered the same way every turn, and cache marks only where a prefix can be cached, at most
 four. Pure functions: no Redis, no stand-in (tests/standins/test_prompt_cache.py checks the
 arithmetic of the cache itself, tests/delivery/test_caching.py both together)."""
@@ -12,10 +13,10 @@ from typing import Any
 import orjson
 import pytest
 
+from shared.conversation.batch import Batch, Message
+from shared.conversation.presentation import exchange
 from shared.settings import Settings, TenantConfig
-from worker.batch import Batch, Message
-from worker.presentation import exchange
-from worker.prompt import (
+from worker.brains.prompt import (
     CHARS_PER_TOKEN,
     EMPTY_TEXT,
     MAX_BREAKPOINTS,
@@ -84,7 +85,7 @@ def test_a_short_prompt_and_history_carry_no_cache_mark() -> None:
 
 
 def test_every_message_is_one_text_block_history_first() -> None:
-    """The batch is its presentation (worker/presentation.py): a header block, then its
+    """The batch is its presentation (shared/conversation/presentation.py): a header block, then its
     messages; a remembered exchange with a header renders it the same way."""
     header = "Date and time: Thursday 1 January 1970, 00:00 (UTC)"
     b = batch("una consulta\n¿hay turno?", exchanges=2)
@@ -176,7 +177,7 @@ def test_the_prefix_is_the_same_bytes_turn_after_turn() -> None:
             )
             assert f"messages[{n - 1}]" in marks(body), "turn n's write is read back exactly"
         assert f"messages[{len(body['messages']) - 1}]" in marks(body)
-        # What the worker remembers of the turn (worker/turn.py), through JSON as in Redis.
+        # What the worker remembers of the turn (worker/turn/turn.py), through JSON as in Redis.
         history.append(orjson.loads(orjson.dumps(exchange(b, s, f"respuesta {turn}", []))))
         previous = body
 

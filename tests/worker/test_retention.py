@@ -1,4 +1,4 @@
-"""Retention of review items (worker/retention.py): the fleet's sweeper deletes those older
+"""Retention of review items (worker/fleet/retention.py): the fleet's sweeper deletes those older
 than `REVIEW_RETENTION_S`, a slice of the tenants per sweep."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from redis.asyncio import Redis
 
 from shared.keys import Keys
 from tests.worker.support import TENANT, WorkerFleet, wait_for
-from worker.retention import ReviewRetention, round_s, visiting
+from worker.fleet.retention import ReviewRetention, round_s, visiting
 
 DAY_S = 86400.0
 

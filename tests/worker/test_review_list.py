@@ -14,12 +14,12 @@ import pytest
 from redis.asyncio import Redis
 
 from shared import events
-from shared.group_commit import GroupCommitter
 from shared.keys import Keys
-from shared.scripts import Scripts
+from shared.ops.review import ReviewError, ReviewList
 from shared.settings import Settings
-from worker.review import ReviewError, ReviewList
-from worker.store import ConversationStore
+from shared.storage.group_commit import GroupCommitter
+from shared.storage.scripts import Scripts
+from worker.conversation_store import ConversationStore
 
 TENANT = "106500000000001"
 
@@ -32,7 +32,7 @@ async def _parked_item(
     context: list[dict[str, Any]] | None = None,
 ) -> tuple[Any, str]:
     """Store messages, claim them as a batch and park it in review as the worker would
-    (`max_attempts` also pauses the bot for the person: shared/takeover.py)."""
+    (`max_attempts` also pauses the bot for the person: shared/ops/takeover.py)."""
     scripts = Scripts()
     await scripts.load(redis)
     k = Keys(settings.key_prefix).tenant(TENANT)

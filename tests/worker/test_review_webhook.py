@@ -18,11 +18,12 @@ from redis.asyncio import Redis
 
 from scripts.standins.review_hook import PATH, ReviewHookStandIn
 from scripts.standins.server import free_port
-from shared import review_webhook, script_calls
-from shared.group_commit import GroupCommitter
 from shared.keys import Keys
-from shared.scripts import Scripts
+from shared.ops import review_webhook
 from shared.settings import Settings
+from shared.storage import script_calls
+from shared.storage.group_commit import GroupCommitter
+from shared.storage.scripts import Scripts
 from tests.delivery.support import push_failed_status
 from tests.worker.support import (
     TENANT,
@@ -34,7 +35,7 @@ from tests.worker.support import (
     wait_exit,
     wait_for,
 )
-from worker.store import ConversationStore
+from worker.conversation_store import ConversationStore
 
 SECRET = "review-secret"
 

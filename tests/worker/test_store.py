@@ -9,12 +9,12 @@ from dataclasses import replace
 import pytest
 from redis.asyncio import Redis
 
-from shared.group_commit import GroupCommitter
 from shared.keys import Keys
-from shared.scripts import Scripts
 from shared.settings import Settings
+from shared.storage.group_commit import GroupCommitter
+from shared.storage.scripts import Scripts
 from tests.worker.support import TENANT, push_message
-from worker.store import ConversationStore
+from worker.conversation_store import ConversationStore
 
 PERSON = "5491155550001"
 # Window and cap a few seconds long: a loaded machine's stalls between two steps of a test

@@ -15,10 +15,10 @@ import pytest
 from redis.asyncio import Redis
 
 from scripts.dev.redis_server import RedisCluster
-from shared.group_commit import GroupCommitter
 from shared.keys import Keys
-from shared.scripts import Scripts
 from shared.settings import Settings
+from shared.storage.group_commit import GroupCommitter
+from shared.storage.scripts import Scripts
 from tests.support.helpers import tenants_on_every_node
 from tests.worker.support import (
     TENANT,
@@ -31,7 +31,7 @@ from tests.worker.support import (
     wait_exit,
     wait_for,
 )
-from worker.store import ConversationStore
+from worker.conversation_store import ConversationStore
 
 pytestmark = pytest.mark.slow
 INTERVAL_S = 0.5

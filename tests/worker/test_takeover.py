@@ -1,4 +1,4 @@
-"""Human takeover (shared/takeover.py): while a person's pause lasts the claim gives the bot no
+"""Human takeover (shared/ops/takeover.py): while a person's pause lasts the claim gives the bot no
 turn for them, their messages wait, and the batch runs once the pause lapses or is lifted; an
 echo from the WhatsApp Business app pauses the person and enters their memory as written by a
 human; a WhatsApp review for a reason that needs a person pauses them, requeue and drop lift it.
@@ -19,18 +19,19 @@ import pytest
 from redis.asyncio import Redis
 
 from receiver.whatsapp import parse_payload
-from shared import events, takeover
-from shared.group_commit import GroupCommitter
+from shared import events
+from shared.conversation.batch import Batch
+from shared.conversation.presentation import HUMAN_REPLY_NOTE, NO_NEW_MESSAGE, Quotes
 from shared.keys import KeyError_, Keys
-from shared.scripts import Scripts
+from shared.ops import takeover
+from shared.ops.review import ReviewList
 from shared.settings import Settings
-from shared.tenants import TenantConfig
+from shared.settings.tenants import TenantConfig
+from shared.storage.group_commit import GroupCommitter
+from shared.storage.scripts import Scripts
 from tests.support.helpers import fixture_json
-from worker.batch import Batch
-from worker.presentation import HUMAN_REPLY_NOTE, NO_NEW_MESSAGE, Quotes
-from worker.prompt import render_messages
-from worker.review import ReviewList
-from worker.store import ConversationStore
+from worker.brains.prompt import render_messages
+from worker.conversation_store import ConversationStore
 
 TENANT = "106500000000001"  # the fixtures' phone_number_id
 ANA = "5491155550001"

@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 import pytest
 from redis.asyncio import Redis
 
-from shared.group_commit import GroupCommitter
 from shared.keys import Keys
-from shared.redis_client import is_cluster
-from shared.scripts import Scripts
 from shared.settings import Settings
+from shared.storage.group_commit import GroupCommitter
+from shared.storage.redis_client import is_cluster
+from shared.storage.scripts import Scripts
 from tests.worker.support import (
     TENANT,
     Records,
@@ -31,7 +31,7 @@ from tests.worker.support import (
     wait_exit,
     wait_for,
 )
-from worker.store import ConversationStore
+from worker.conversation_store import ConversationStore
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 NO_SWEEP = {"POLL_INTERVAL_S": "3600"}
@@ -230,7 +230,7 @@ async def test_one_visit_shares_the_free_slots_among_its_tenants_and_never_overf
 async def test_a_tenant_an_old_worker_relayed_is_served_from_the_legacy_queue(
     redis: Redis, prefix: str, settings: Settings, fleet: WorkerFleet, records: Records
 ) -> None:
-    """A rolling deploy of the relay queue's rename (shared/wake.py): a worker of the previous
+    """A rolling deploy of the relay queue's rename (shared/fleet/wake.py): a worker of the previous
     release took a message in and relayed the due tenant to the queue it knows, the legacy
     one. A new worker serves it from there: no wake-up for it, and no sweep for an hour."""
     (worker,) = await fleet.start(1, DEBOUNCE_WINDOW_S="0.2", **NO_SWEEP)

@@ -1,5 +1,5 @@
 -- Dispatch lag (a batch's due time -> the claim that starts its turn) as a histogram in the
--- tenant's stats hash, read back by shared/dispatch_lag.py: the bounds and field names are
+-- tenant's stats hash, read back by shared/fleet/dispatch_lag.py: the bounds and field names are
 -- defined there and written in by the loader.
 
 local LAG_BUCKETS_MS = { {{LAG_BUCKETS_MS}} }

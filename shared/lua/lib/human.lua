@@ -1,5 +1,5 @@
 -- A human has a conversation: while the person's `human` key exists the claim gives the bot
--- no turn for them (claim.lua), and the key lapses by itself (PX). shared/takeover.py reads it.
+-- no turn for them (claim.lua), and the key lapses by itself (PX). shared/ops/takeover.py reads it.
 --
 -- uses: lib/keys.lua (conv_key, HUMAN, PENDING, BATCH, MEMORY)
 
@@ -80,7 +80,7 @@ local function take_echo(due_key, burst_key, stats_key, prefix, ev, person, now,
       return
     end
   end
-  -- Marked as a reply by hand is (`by`, worker/presentation.py), `echo` for the merge above.
+  -- Marked as a reply by hand is (`by`, shared/conversation/presentation.py), `echo` for the merge above.
   local entry = {user = table.concat(texts, '\n'), assistant = echo_text, by = 'human',
     echo = true, out = {echo_id}}
   if #ids > 0 then entry.ids = ids end

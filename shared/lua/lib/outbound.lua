@@ -4,7 +4,7 @@
 -- A `failed` status for a part Meta had accepted is a late failure: it is queued on the
 -- person's `late` hash (field `job:<wamid>`), and a batch is made of it as soon as the person
 -- has none (now, or when the running one finishes: finish.lua), due at once. The worker runs
--- it under the person's lock like any batch (worker/late_failures.py: the template for 131047,
+-- it under the person's lock like any batch (worker/turn/late_failures.py: the template for 131047,
 -- the review item, the memory's mark), so it never overlaps a turn (invariant 3). Its
 -- messages and reply come from the person's `sent` list, filled when a batch's first part is
 -- recorded. `template:<batch>` = "sent" on the same hash: the batch's template went out (its
@@ -128,7 +128,7 @@ local function start_late_job(prefix, person, due_key, now)
     'late_of', batch, 'late_reply', reply, 'late_jobs', '[' .. table.concat(jobs, ',') .. ']',
     'late_template', template,
     -- During a rolling deploy a worker of the release before late failures may claim it:
-    -- it finds a review decided (worker/review_journal.py) and parks it without sending.
+    -- it finds a review decided (shared/conversation/review_journal.py) and parks it without sending.
     'handoff', cjson.encode({reason = 'delivery_failed', at_ms = now,
       detail = 'Meta reported a sent part failed (parked by a worker of an earlier release)'}))
   redis.call('ZADD', due_key, now, person)

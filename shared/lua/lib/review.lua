@@ -1,8 +1,8 @@
 -- Storing a review item: the one way a script puts something on the tenant's review list.
 -- With a review webhook configured (REVIEW_WEBHOOK_URL) the item's notification is queued in
--- the same call, so no item exists without its notification (worker/review_notifier.py sends
+-- the same call, so no item exists without its notification (worker/fleet/review_notifier.py sends
 -- it; docs/operating.md#being-told). Every script that creates review items calls this, with
--- the tenant's notification queue key as an ARGV entry (shared/script_calls.py: `"" when no
+-- the tenant's notification queue key as an ARGV entry (shared/storage/script_calls.py: `"" when no
 -- webhook is configured`: nothing is queued then).
 --
 -- uses: none

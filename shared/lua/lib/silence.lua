@@ -5,7 +5,7 @@
 -- lives, the customer's messages start no turn; they and the agents' messages enter the
 -- memory as lines of one entry, the last of the list, `{"human": true, "lines": [{by, name,
 -- text, id, ts}, ...], "ids": [...]}` (by: customer | agent; ids: the customer's message ids),
--- which worker/human_memory.py shows the AI.
+-- which shared/conversation/human_memory.py shows the AI.
 --
 -- uses: lib/keys.lua (conv_key, PENDING, BATCH, LOCK, MEMORY, SILENT)
 

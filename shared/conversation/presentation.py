@@ -1,0 +1,348 @@
+"""How a batch is shown to the model: one presentation, used by the built-in brain
+(worker/brains/prompt.py) and available to custom brains (`present(batch, tenant, settings)`).
+
+A presentation has two parts, sent as the two text blocks of the current user turn and
+remembered as they were sent (the exchange's `header` and `user`), so the next turn renders them
+byte for byte the same and the prompt cache holds:
+
+- `header`: when the batch arrived, in the tenant's time zone (`timezone` in `TENANTS_FILE`,
+  else `TIMEZONE`), and who sent it (the WhatsApp profile name);
+- `body`: each message of the burst, in order, rendered from the raw message the receiver
+  stored (`raw`), so nothing is lost: a list reply's description, a button's payload, a Flow
+  reply's answers, an order's product ids, quantities and prices, a contact card's phones and
+  emails, a location's coordinates, the click-to-WhatsApp ad that started the chat, forwarded
+  markers, and the text a reply quotes when it is known (a message of the same burst, or one
+  of the remembered exchanges: their inbound message ids and the ids of our reply's parts are
+  remembered beside them). A message of another type, or from another channel, shows the
+  receiver's text (`Message.text`).
+
+No I/O: the same batch and memory always give the same presentation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import orjson
+
+from shared.conversation.batch import Batch, Message
+from shared.settings import Settings, TenantConfig
+
+HEADER_START = "Date and time: "
+# An exchange whose reply a person of the business wrote (a reply by hand,
+# worker/manual_reply.py; an echo of what the business wrote from the WhatsApp Business app,
+# shared/lua/lib/human.lua) has `"by": BY_HUMAN`; the model is shown it with these notes
+# (`remembered`), so it knows the words were not its own and can go on from them.
+BY_HUMAN = "human"
+HUMAN_REPLY_NOTE = "[Written by a person of the business, not by you:]"
+NO_NEW_MESSAGE = "[The customer wrote nothing new before this reply.]"
+QUOTE_CHARS = 300  # a quoted text longer than this is cut (with "…")
+# English names whatever the process' locale (strftime's %A and %B follow it).
+DAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
+MONTHS = (
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+)
+
+
+@dataclass(frozen=True)
+class Presentation:
+    """What the model is shown of a batch: `header` (date, time, sender) and `body` (the
+    messages, one paragraph each)."""
+
+    header: str
+    body: str
+
+    @property
+    def blocks(self) -> list[str]:
+        """The text blocks of the user turn: the header, then the body."""
+        return [self.header, self.body]
+
+    @property
+    def text(self) -> str:
+        """The header, a blank line, the body: the presentation as one string."""
+        return f"{self.header}\n\n{self.body}" if self.body else self.header
+
+
+def present(batch: Batch, tenant: TenantConfig, settings: Settings) -> Presentation:
+    """The presentation of `batch` for a tenant whose overrides are `tenant`."""
+    zone = tenant.timezone or settings.timezone
+    header = [f"{HEADER_START}{local_time(batch_time(batch), zone)}"]
+    name = next((m.name for m in reversed(batch.messages) if m.name), "")
+    if name:
+        header.append(f"From: {name}")
+    quotes = Quotes(batch)
+    body = [present_message(m, quotes) for m in batch.messages]
+    return Presentation("\n".join(header), "\n".join(p for p in body if p))
+
+
+def batch_time(batch: Batch) -> float:
+    """Unix seconds of the batch: its latest message's provider time, else its claim."""
+    stamps = [m.ts for m in batch.messages if m.ts]
+    return float(max(stamps)) if stamps else batch.claimed_ms / 1000
+
+
+def local_time(unix_s: float, zone: str) -> str:
+    """`Tuesday 1 December 2026, 19:40 (America/Argentina/Buenos_Aires)`."""
+    moment = datetime.fromtimestamp(unix_s, UTC).astimezone(ZoneInfo(zone))
+    day, month = DAYS[moment.weekday()], MONTHS[moment.month - 1]
+    return f"{day} {moment.day} {month} {moment.year}, {moment:%H:%M} ({zone})"
+
+
+class Quotes:
+    """The texts a reply may quote: the burst's own messages, the remembered exchanges' inbound
+    messages (`ids`) and our replies to them (`out`: the provider ids of the reply's parts)."""
+
+    def __init__(self, batch: Batch) -> None:
+        self.texts: dict[str, str] = {}
+        for exchange in batch.history:
+            if not isinstance(exchange, dict):
+                continue
+            user, assistant = _joined(exchange.get("user")), _joined(exchange.get("assistant"))
+            for wamid in _strings(exchange.get("ids")):
+                self.texts[wamid] = f'their earlier message "{_cut(user)}"'
+            # Written by a person of the business (a reply by hand, an echo), not by the AI.
+            human = exchange.get("by") == BY_HUMAN
+            for wamid in _strings(exchange.get("out")):
+                self.texts[wamid] = (
+                    f'the message "{_cut(assistant)}" a person of the business wrote'
+                    if human
+                    else f'your message "{_cut(assistant)}"'
+                )
+        for message in batch.messages:
+            self.texts[message.id] = f'their message "{_cut(message.text)}"'
+
+    def of(self, wamid: str) -> str:
+        return self.texts.get(wamid, "a message not in this conversation's memory")
+
+
+def present_message(message: Message, quotes: Quotes) -> str:
+    """One message as the model reads it: what surrounds it (the ad that brought the person,
+    forwarded markers, the message it quotes) on lines of their own, then its content."""
+    raw = message.raw if isinstance(message.raw, dict) else None
+    if message.channel != "whatsapp" or raw is None:
+        return message.text
+    render = _RENDERERS.get(message.type)
+    content = render(raw.get(message.type), message) if render else message.text
+    return "\n".join(x for x in (*_surroundings(raw, message, quotes), content) if x)
+
+
+def _surroundings(raw: dict[str, Any], message: Message, quotes: Quotes) -> list[str]:
+    lines = []
+    referral = raw.get("referral")
+    if isinstance(referral, dict):
+        lines.append(_referral(referral))
+    context = raw.get("context")
+    if isinstance(context, dict):
+        if context.get("frequently_forwarded") is True:
+            lines.append("(forwarded many times)")
+        elif context.get("forwarded") is True:
+            lines.append("(forwarded)")
+        quoted = field_str(context, "id")
+        if quoted and quoted != message.id:
+            lines.append(f"(replying to {quotes.of(quoted)})")
+        product = context.get("referred_product")
+        if isinstance(product, dict):
+            lines.append(f"(asking about product {field_str(product, 'product_retailer_id')})")
+    return lines
+
+
+def _referral(referral: dict[str, Any]) -> str:
+    source = field_str(referral, "source_type") or "ad"
+    parts = [
+        f'headline "{field_str(referral, "headline")}"' if field_str(referral, "headline") else "",
+        f'text "{field_str(referral, "body")}"' if field_str(referral, "body") else "",
+        field_str(referral, "source_url"),
+    ]
+    article = "an" if source[:1] in "aeiou" else "a"
+    return f"(came from {article} {source}: {', '.join(p for p in parts if p)})"
+
+
+# Each renderer gets the message's `<type>` value and the message.
+
+
+def _text(body: Any, message: Message) -> str:
+    return field_str(body, "body") or message.text
+
+
+def _interactive(body: Any, message: Message) -> str:
+    if not isinstance(body, dict):
+        return message.text
+    kind = field_str(body, "type")
+    reply = body.get(kind)
+    if kind == "button_reply" and isinstance(reply, dict):
+        return f'[pressed the button "{field_str(reply, "title")}" (id {field_str(reply, "id")})]'
+    if kind == "list_reply" and isinstance(reply, dict):
+        chosen = f'[chose "{field_str(reply, "title")}" from a list (id {field_str(reply, "id")})'
+        description = field_str(reply, "description")
+        return f"{chosen}: {description}]" if description else f"{chosen}]"
+    if kind == "nfm_reply" and isinstance(reply, dict):
+        return _flow_reply(reply)
+    return message.text
+
+
+def _flow_reply(reply: dict[str, Any]) -> str:
+    """A WhatsApp Flow's answers: `response_json`, parsed, one `key: value` line each."""
+    lines = [f"[filled in the form {field_str(reply, 'name') or 'flow'}]"]
+    try:
+        answers = orjson.loads(field_str(reply, "response_json") or "{}")
+    except orjson.JSONDecodeError:
+        answers = field_str(reply, "response_json")
+    if isinstance(answers, dict):
+        for key, value in answers.items():
+            if key != "flow_token":  # ours, not the person's
+                lines.append(f"{key}: {_value(value)}")
+    elif answers:
+        lines.append(str(answers))
+    return "\n".join(lines)
+
+
+def _button(body: Any, message: Message) -> str:
+    text, payload = field_str(body, "text"), field_str(body, "payload")
+    if not text and not payload:
+        return message.text
+    return f'[pressed the button "{text}" (payload {payload})]'
+
+
+def _order(body: Any, message: Message) -> str:
+    if not isinstance(body, dict):
+        return message.text
+    lines = [f"[order from catalog {field_str(body, 'catalog_id')}]"]
+    for item in objects(body.get("product_items")):
+        price = _value(item.get("item_price"))
+        currency = field_str(item, "currency")
+        lines.append(
+            f"- product {_value(item.get('product_retailer_id'))}:"
+            f" quantity {_value(item.get('quantity'))}, {price} {currency} each".rstrip()
+        )
+    note = field_str(body, "text")
+    if note:
+        lines.append(f"note: {note}")
+    return "\n".join(lines)
+
+
+def _contacts(body: Any, message: Message) -> str:
+    cards = objects(body)
+    if not cards:
+        return message.text
+    lines = []
+    for card in cards:
+        name = field_str(card.get("name"), "formatted_name") or "(no name)"
+        details = [_labelled(p, "phone") for p in objects(card.get("phones"))]
+        details += [_labelled(e, "email") for e in objects(card.get("emails"))]
+        company = field_str(card.get("org"), "company")
+        if company:
+            details.append(company)
+        shown = ", ".join(d for d in details if d)
+        lines.append(f"[shared a contact: {name}{': ' + shown if shown else ''}]")
+    return "\n".join(lines)
+
+
+def _labelled(entry: dict[str, Any], key: str) -> str:
+    value, label = field_str(entry, key), field_str(entry, "type")
+    return f"{value} ({label.lower()})" if value and label else value
+
+
+def _location(body: Any, message: Message) -> str:
+    if not isinstance(body, dict):
+        return message.text
+    parts = [field_str(body, "name"), field_str(body, "address")]
+    latitude, longitude = body.get("latitude"), body.get("longitude")
+    if latitude is not None and longitude is not None:
+        parts.append(f"{_value(latitude)}, {_value(longitude)}")
+    parts.append(field_str(body, "url"))
+    return f"[shared a location: {'; '.join(p for p in parts if p)}]"
+
+
+_RENDERERS: dict[str, Callable[[Any, Message], str]] = {
+    "text": _text,
+    "interactive": _interactive,
+    "button": _button,
+    "order": _order,
+    "contacts": _contacts,
+    "location": _location,
+}
+
+
+def _value(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        return ", ".join(_value(v) for v in value)
+    return orjson.dumps(value).decode() if isinstance(value, dict) else str(value)
+
+
+def _joined(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def exchange(
+    batch: Batch,
+    settings: Settings,
+    reply: str,
+    sent: Iterable[str],
+    media: Iterable[str] = (),
+) -> dict[str, Any]:
+    """What the memory keeps of a turn: the presentation the model was shown (`header`, and its
+    body as `user`, which brains reading the memory have always found there), its reply, the
+    batch's message ids, the provider ids of the reply's parts `sent` (what a later reply may
+    quote) and, when the batch had files, the texts the model read of them (`media`: a voice
+    note's transcription, a file's label; shared/conversation/turn_state.py `record_media`)."""
+    shown = present(batch, settings.tenant(batch.tenant), settings)
+    remembered: dict[str, Any] = {
+        "header": shown.header,
+        "user": shown.body,
+        "assistant": reply,
+        "ids": [m.id for m in batch.messages],
+        "out": [s for s in sent if s],
+    }
+    notes = [note for note in media if note]
+    if notes:
+        remembered["media"] = notes
+    return remembered
+
+
+def remembered(exchange: dict[str, Any]) -> tuple[Any, Any]:
+    """The user text and the answer of a remembered exchange as the model is shown them: as
+    stored, but a reply a person of the business wrote by hand carries `HUMAN_REPLY_NOTE`
+    (and an empty user text, a reply nobody's message came before, `NO_NEW_MESSAGE`). The
+    same exchange gives the same bytes every turn (the prompt cache)."""
+    user, answer = exchange.get("user"), exchange.get("assistant")
+    if exchange.get("by") != BY_HUMAN:
+        return user, answer
+    if not isinstance(user, str) or not user.strip():
+        user = NO_NEW_MESSAGE
+    return user, f"{HUMAN_REPLY_NOTE}\n{_joined(answer)}"
+
+
+def field_str(obj: Any, key: str) -> str:
+    """`obj[key]` when obj is an object and that value a string, else ""."""
+    value = obj.get(key) if isinstance(obj, dict) else None
+    return value if isinstance(value, str) else ""
+
+
+def objects(value: Any) -> list[dict[str, Any]]:
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+
+
+def _strings(value: Any) -> list[str]:
+    return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
+
+
+def _cut(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= QUOTE_CHARS else text[: QUOTE_CHARS - 1] + "…"

@@ -1,0 +1,92 @@
+"""What a turn adds to its tenant's figures: AI call latency, send latency and tokens.
+
+Recorded the way the dispatch lag is (shared/fleet/dispatch_lag.py): fields of the tenant's stats
+hash `wa:{T}:stats`, added by the worker at the end of each turn in one round of HINCRBYs
+(`increments`, sent through the worker's group committer), read back by `/metrics`.
+
+Fields: `ai_le:<ms>` / `send_le:<ms>` count the AI calls / sends whose latency was at most <ms>
+and more than the bucket below (not cumulative: a call increments one bucket; `..._le:inf`
+above the last bound), `ai_sum_ms`, `ai_count`, `send_sum_ms`, `send_count`; tokens
+`tokens:input`, `tokens:output`, `tokens:cache_read`, `tokens:cache_write` (the Messages API's
+`input_tokens`, `output_tokens`, `cache_read_input_tokens`, `cache_creation_input_tokens`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from shared.fleet.dispatch_lag import INF, LagHistogram
+
+
+@dataclass(frozen=True)
+class HistogramFields:
+    """A latency histogram kept as fields of a stats hash."""
+
+    prefix: str  # e.g. "ai_": fields ai_le:<ms>, ai_sum_ms, ai_count
+    bounds_ms: tuple[int, ...]
+
+    @property
+    def bucket_prefix(self) -> str:
+        return f"{self.prefix}le:"
+
+    @property
+    def sum_field(self) -> str:
+        return f"{self.prefix}sum_ms"
+
+    @property
+    def count_field(self) -> str:
+        return f"{self.prefix}count"
+
+    def add(self, increments: dict[str, int], ms: float) -> None:
+        """Count one observation of `ms` milliseconds into `increments`."""
+        ms = max(0, round(ms))
+        bucket = next((str(b) for b in self.bounds_ms if ms <= b), INF)
+        for name, n in (
+            (self.bucket_prefix + bucket, 1),
+            (self.sum_field, ms),
+            (self.count_field, 1),
+        ):
+            increments[name] = increments.get(name, 0) + n
+
+    def from_stats(self, stats: Mapping[str, int]) -> LagHistogram:
+        """Cumulative buckets in seconds, Prometheus style (all zero before any observation)."""
+        running = 0
+        buckets = []
+        for bound in self.bounds_ms:
+            running += stats.get(f"{self.bucket_prefix}{bound}", 0)
+            buckets.append((f"{bound / 1000:g}", running))
+        running += stats.get(f"{self.bucket_prefix}{INF}", 0)
+        buckets.append(("+Inf", running))
+        return LagHistogram(tuple(buckets), stats.get(self.sum_field, 0) / 1000, running)
+
+
+# One AI call: the Messages API answers in a second or two, a long reply or a tool loop takes
+# longer, and `AI_TIMEOUT_S` (60 s) ends it.
+AI_CALL = HistogramFields("ai_", (250, 500, 1000, 2000, 4000, 8000, 15000, 30000, 60000))
+# One send to the provider (a reply part, a template), answered or failed.
+SEND = HistogramFields("send_", (50, 100, 250, 500, 1000, 2500, 5000, 15000))
+
+# The Messages API's usage names -> our field names.
+TOKEN_FIELDS = {
+    "input_tokens": "tokens:input",
+    "output_tokens": "tokens:output",
+    "cache_read_input_tokens": "tokens:cache_read",
+    "cache_creation_input_tokens": "tokens:cache_write",
+}
+
+
+def increments(
+    ai_calls_ms: Iterable[float], sends_ms: Iterable[float], tokens: Mapping[str, int]
+) -> dict[str, int]:
+    """The stats-hash increments of one turn: its AI calls, its sends and its token usage
+    (keyed by the Messages API's names); zero counts are left out."""
+    out: dict[str, int] = {}
+    for ms in ai_calls_ms:
+        AI_CALL.add(out, ms)
+    for ms in sends_ms:
+        SEND.add(out, ms)
+    for name, field in TOKEN_FIELDS.items():
+        if tokens.get(name, 0) > 0:
+            out[field] = int(tokens[name])
+    return out

@@ -1,0 +1,85 @@
+"""Settings of the people who work beside the bot: the ops page, retention of what they see.
+
+A group of its own (composed into `Settings` like those of shared/settings/fields.py), so the
+ops page and the human takeover grow here without crowding the pipeline's settings.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from shared.settings.spec import ConfigError, mask_url, setting
+
+_DAY_S = 86400.0
+
+
+def _is_http_url(url: str) -> bool:
+    return url == "" or (url.startswith(("http://", "https://")) and len(url) > len("https://"))
+
+
+@dataclass(frozen=True)
+class OpsSettings:
+    """The ops page (docs/operating.md#the-ops-page) and how long review items and its audit
+    log are kept."""
+
+    ops_token: str = setting(
+        "OPS_TOKEN",
+        "",
+        "the token that signs in to the ops page under `/ops` (unset: `/ops` is 404)",
+        secret=True,
+    )
+    ops_session_s: float = setting(
+        "OPS_SESSION_S",
+        12 * 3600.0,
+        "how long a sign-in to the ops page lasts (changing `OPS_TOKEN` ends every sign-in)",
+        above=0,
+    )
+    review_retention_s: float = setting(
+        "REVIEW_RETENTION_S",
+        30 * _DAY_S,
+        "review items and ops audit entries older than this are deleted",
+        above=0,
+    )
+    review_webhook_url: str = setting(
+        "REVIEW_WEBHOOK_URL",
+        "",
+        "where the workers POST a signed JSON event for every new review item"
+        " (docs/operating.md#being-told; unset: nothing is queued or sent)",
+        rule=(_is_http_url, "be an http:// or https:// URL"),
+        show=mask_url,
+    )
+    review_webhook_secret: str = setting(
+        "REVIEW_WEBHOOK_SECRET",
+        "",
+        "the key of the events' HMAC-SHA256 signature (`X-Review-Signature`); required with"
+        " `REVIEW_WEBHOOK_URL`",
+        secret=True,
+    )
+    review_webhook_timeout_s: float = setting(
+        "REVIEW_WEBHOOK_TIMEOUT_S",
+        10.0,
+        "how long one POST of a review event may take before it is retried",
+        above=0,
+    )
+    review_webhook_retry_s: float = setting(
+        "REVIEW_WEBHOOK_RETRY_S",
+        5.0,
+        "the first retry's delay after a failed POST (network error, 5xx, 429), doubling up"
+        " to 10 minutes; a `Retry-After` the receiver sends is honoured",
+        above=0,
+    )
+    review_webhook_give_up_s: float = setting(
+        "REVIEW_WEBHOOK_GIVE_UP_S",
+        _DAY_S,
+        "a review event not delivered this long after its item was created is given up"
+        " (counted, logged; the item stays on the review list)",
+        above=0,
+    )
+
+    def check_review_webhook(self) -> None:
+        """Cross-field rule: a review webhook is always signed, so a receiver can trust it."""
+        if self.review_webhook_url and not self.review_webhook_secret:
+            raise ConfigError(
+                "REVIEW_WEBHOOK_URL is set but REVIEW_WEBHOOK_SECRET is not: review events are"
+                " always signed, set a secret the receiver verifies with"
+            )

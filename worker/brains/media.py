@@ -1,0 +1,321 @@
+"""The media of a batch, fetched by the worker during the turn, as content blocks for Claude.
+
+Never in the receiver: its hot path stores the webhook and answers. The brain calls
+`MediaLoader.blocks(batch, deadline)` before it builds the request; the blocks follow the
+batch's text in the last user message (worker/brains/prompt.py).
+
+Where the files come from:
+- WhatsApp, as Meta documents it: `GET {WHATSAPP_API_BASE_URL}/{WHATSAPP_API_VERSION}/{media-id}`
+  with the tenant's bearer token answers JSON `{url, mime_type, sha256, file_size}`, then
+  `GET url` with the same token gives the bytes (the url lives 5 minutes, the media id 7 days).
+  A webhook that carries its own `url` is downloaded from it directly (with the token too).
+- Chatwoot: each attachment's `data_url`, as the webhook gave it (no token).
+
+What Claude gets:
+- images (jpeg, png, webp, gif) as image blocks, base64, after a text block naming the message
+  (`[image: caption]`, so the caption is kept); PDFs as document blocks the same way; a static
+  sticker as the image ("a sticker"), an animated one as a sentence;
+- a voice note or audio file as its transcription (worker/brains/transcribe.py):
+  `[voice note, transcribed]: ...`; with no transcriber configured, a sentence saying a voice
+  note arrived that the AI cannot hear;
+- a video as its caption and a note that videos cannot be watched (nothing downloaded).
+
+A file larger than `MEDIA_MAX_BYTES` (an image larger than 3.75 MB, past the API's limit of 5 MB
+of base64; the files of one turn past 30 MB of base64, the request's limit being 32), of a type
+Claude cannot read, gone (404, 410: Meta keeps media 7 days), unreachable or slower than
+`MEDIA_TIMEOUT_S` becomes one plain sentence for the AI ("[the customer sent an image that could
+not be downloaded]"); never a retry of the turn, which would only fetch it again. All of a
+turn's files are fetched at once, each bounded by `MEDIA_TIMEOUT_S` and by half of the time the
+turn has left (the AI call needs the rest); the turn's lease renewal cancels them with the turn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from shared.chatwoot import CHANNEL as CHATWOOT
+from shared.conversation.batch import Batch, Message
+from shared.settings import Settings
+from worker.brains.transcribe import TranscribeError, Transcriber
+
+log = logging.getLogger(__name__)
+
+IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/webp", "image/gif"})
+# The Messages API takes an image of at most 5 MB as base64 (3.75 MB of file), and a request
+# of at most 32 MB (https://platform.claude.com/docs/en/build-with-claude/vision, pdf-support):
+# the files of a turn take up to 30 MB of base64, the rest of the request fits in what is left.
+IMAGE_MAX_BYTES = 5 * 1024 * 1024 * 3 // 4
+REQUEST_MEDIA_BUDGET = 30 * 1024 * 1024
+PDF = "application/pdf"
+FETCHED = frozenset({"image", "sticker", "document", "audio"})
+# Chatwoot's attachment `file_type`s, as WhatsApp's message types.
+CHATWOOT_KINDS = {"image": "image", "audio": "audio", "video": "video", "file": "document"}
+# How the sentences name a file of each kind.
+A_KIND = {
+    "image": "an image",
+    "sticker": "a sticker",
+    "document": "a document",
+    "audio": "an audio file",
+    "voice": "a voice note",
+    "video": "a video",
+}
+
+
+class MediaUnavailable(Exception):
+    """The file cannot be had (gone, refused, not the JSON Meta documents)."""
+
+
+class TooBig(Exception):
+    """The file is larger than the limit."""
+
+
+@dataclass(frozen=True)
+class Item:
+    """One file of an inbound message."""
+
+    kind: str  # image, sticker, document, audio, video
+    caption: str = ""
+    media_id: str = ""  # WhatsApp's media id
+    url: str = ""  # a URL to download from directly
+    token: bool = True  # send the tenant's bearer token (WhatsApp)
+    mime_type: str = ""
+    filename: str = ""
+    voice: bool = False
+    animated: bool = False
+    size: int = 0  # as announced, 0 when unknown
+
+    @property
+    def label(self) -> str:
+        """`[image: caption]`, `[document: name.pdf: caption]`, `[sticker]`."""
+        said = ": ".join(p for p in (self.filename, self.caption) if p)
+        return f"[{self.kind}: {said}]" if said else f"[{self.kind}]"
+
+    @property
+    def a_kind(self) -> str:
+        return A_KIND["voice" if self.voice else self.kind]
+
+
+def items_of(batch: Batch) -> list[Item]:
+    """The files of the batch's messages, in order."""
+    found: list[Item] = []
+    for message in batch.messages:
+        found.extend(items_of_message(message))
+    return found
+
+
+def items_of_message(message: Message) -> list[Item]:
+    raw = message.raw
+    if not isinstance(raw, Mapping):
+        return []
+    if message.channel == CHATWOOT:
+        return _chatwoot_items(raw)
+    kind = raw.get("type")
+    body = raw.get(kind) if isinstance(kind, str) else None
+    if kind not in (*FETCHED, "video") or not isinstance(body, Mapping):
+        return []
+    return [
+        Item(
+            kind=str(kind),
+            caption=_str(body.get("caption")),
+            media_id=_str(body.get("id")),
+            url=_str(body.get("url")),
+            mime_type=_mime(body.get("mime_type")),
+            filename=_str(body.get("filename")),
+            voice=kind == "audio" and (body.get("voice") is True or not body.get("filename")),
+            animated=body.get("animated") is True,
+            size=_int(body.get("file_size")),
+        )
+    ]
+
+
+def _chatwoot_items(raw: Mapping[str, Any]) -> list[Item]:
+    """Chatwoot's `attachments` (stored on the event as the webhook gave them): each one's
+    `data_url`, no token; the message's content is the first one's caption."""
+    listed = raw.get("attachments")
+    if not isinstance(listed, list):
+        return []
+    caption = _str(raw.get("content"))
+    found: list[Item] = []
+    for attachment in (a for a in listed if isinstance(a, Mapping)):
+        kind = CHATWOOT_KINDS.get(_str(attachment.get("file_type")))
+        if kind is None:
+            continue
+        found.append(
+            Item(
+                kind=kind,
+                caption=caption if not found else "",
+                url=_str(attachment.get("data_url")),
+                token=False,
+                mime_type=_mime(attachment.get("content_type")),
+                filename=_str(attachment.get("file_name")),
+                voice=kind == "audio" and not attachment.get("file_name"),
+                size=_int(attachment.get("file_size")),
+            )
+        )
+    return found
+
+
+class MediaLoader:
+    """Fetches and presents a batch's files; one per brain (one httpx client, one
+    transcriber)."""
+
+    def __init__(self, settings: Settings, client: httpx.AsyncClient | None = None) -> None:
+        self._settings = settings
+        timeout_s = settings.media_timeout_s
+        self._client = client or httpx.AsyncClient(
+            timeout=httpx.Timeout(timeout_s, connect=min(5.0, timeout_s)),
+            limits=httpx.Limits(max_connections=100, max_keepalive_connections=20),
+            follow_redirects=True,
+        )
+        self._transcriber = (
+            Transcriber(settings, self._client) if settings.transcribe_base_url else None
+        )
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    async def blocks(self, batch: Batch, deadline: float) -> list[dict[str, Any]]:
+        """Content blocks for the batch's files, in order, all fetched at once; `deadline`
+        (the event loop's clock) is when the turn must be over."""
+        items = items_of(batch)
+        if not items:
+            return []
+        left = deadline - asyncio.get_running_loop().time()
+        timeout_s = max(0.1, min(self._settings.media_timeout_s, left / 2))
+        presented = await asyncio.gather(*(self._one(batch, item, timeout_s) for item in items))
+        return _within_budget(items, presented)
+
+    async def _one(self, batch: Batch, item: Item, timeout_s: float) -> list[dict[str, Any]]:
+        if item.kind == "video":
+            return [_text(f"{item.label} (videos cannot be watched)")]
+        if item.kind == "sticker" and item.animated:
+            return [_text("[the customer sent an animated sticker]")]
+        if item.kind == "audio" and self._transcriber is None:
+            return [_text(f"[the customer sent {item.a_kind}, which you cannot hear]")]
+        try:
+            async with asyncio.timeout(timeout_s):
+                data, mime = await self._fetch(batch.tenant, item)
+                return await self._present(item, data, mime)
+        except TooBig:
+            return [_text(f"[the customer sent {item.a_kind} too large to open]")]
+        except TranscribeError as exc:
+            log.warning("transcription failed tenant=%s batch=%s: %s", batch.tenant, batch.id, exc)
+            return [_text(f"[the customer sent {item.a_kind} that could not be transcribed]")]
+        except (MediaUnavailable, httpx.HTTPError, TimeoutError, ValueError) as exc:
+            log.warning(
+                "media unavailable tenant=%s batch=%s %s: %r",
+                batch.tenant,
+                batch.id,
+                item.kind,
+                exc,
+            )
+            return [_text(f"[the customer sent {item.a_kind} that could not be downloaded]")]
+
+    async def _fetch(self, tenant: str, item: Item) -> tuple[bytes, str]:
+        """(bytes, mime type) of the file."""
+        headers = {"Authorization": f"Bearer {self._token(tenant)}"} if item.token else {}
+        limit = self._limit(item)
+        if item.size > limit:
+            raise TooBig(item.size)
+        url, mime = item.url, item.mime_type
+        if not url:
+            if not item.media_id:
+                raise MediaUnavailable("no media id nor url")
+            s = self._settings
+            response = await self._client.get(
+                f"{s.whatsapp_api_base_url}/{s.whatsapp_api_version}/{item.media_id}",
+                headers=headers,
+            )
+            if response.status_code != 200:
+                raise MediaUnavailable(f"media id: HTTP {response.status_code}")
+            info = response.json()
+            if not isinstance(info, dict) or not isinstance(info.get("url"), str):
+                raise MediaUnavailable("media id: no url in the answer")
+            if _int(info.get("file_size")) > limit:
+                raise TooBig(info["file_size"])
+            url, mime = info["url"], _mime(info.get("mime_type")) or mime
+        async with self._client.stream("GET", url, headers=headers) as response:
+            if response.status_code != 200:
+                raise MediaUnavailable(f"download: HTTP {response.status_code}")
+            if _int(response.headers.get("content-length")) > limit:
+                raise TooBig(response.headers["content-length"])
+            chunks, total = [], 0
+            async for chunk in response.aiter_bytes():
+                total += len(chunk)
+                if total > limit:
+                    raise TooBig(total)
+                chunks.append(chunk)
+            mime = mime or _mime(response.headers.get("content-type"))
+        return b"".join(chunks), mime
+
+    def _limit(self, item: Item) -> int:
+        if item.kind in ("image", "sticker"):
+            return min(IMAGE_MAX_BYTES, self._settings.media_max_bytes)
+        return self._settings.media_max_bytes
+
+    def _token(self, tenant: str) -> str:
+        s = self._settings
+        return s.tenant(tenant).access_token or s.whatsapp_access_token
+
+    async def _present(self, item: Item, data: bytes, mime: str) -> list[dict[str, Any]]:
+        if item.kind == "audio":
+            assert self._transcriber is not None
+            text = (await self._transcriber.text(data, mime)).strip()
+            what = "voice note" if item.voice else "audio"
+            return [_text(f"[{what}, transcribed]: {text or '(nothing audible)'}")]
+        if item.kind in ("image", "sticker"):
+            if mime not in IMAGE_TYPES:
+                return [_text(f"[the customer sent {item.a_kind} in a format you cannot see]")]
+            label = "[a sticker]" if item.kind == "sticker" else item.label
+            return [_text(label), _source_block("image", mime, data)]
+        if mime == PDF:
+            return [_text(item.label), _source_block("document", PDF, data)]
+        return [_text(f"{item.label} (a file of type {mime or 'unknown'} that you cannot open)")]
+
+
+def _within_budget(
+    items: list[Item], presented: list[list[dict[str, Any]]]
+) -> list[dict[str, Any]]:
+    """The blocks, in order, with the files past the request's budget of base64 (the request
+    would be refused whole) replaced by the sentence of a file too large."""
+    left = REQUEST_MEDIA_BUDGET
+    kept: list[dict[str, Any]] = []
+    for item, blocks in zip(items, presented, strict=True):
+        size = sum(len(b["source"]["data"]) for b in blocks if "source" in b)
+        if size > left:
+            blocks = [_text(f"[the customer sent {item.a_kind} too large to open]")]
+        left -= size if size <= left else 0
+        kept.extend(blocks)
+    return kept
+
+
+def _source_block(kind: str, mime: str, data: bytes) -> dict[str, Any]:
+    source = {"type": "base64", "media_type": mime, "data": base64.b64encode(data).decode()}
+    return {"type": kind, "source": source}
+
+
+def _text(text: str) -> dict[str, Any]:
+    return {"type": "text", "text": text}
+
+
+def _str(value: Any) -> str:
+    return value.strip() if isinstance(value, str) else ""
+
+
+def _int(value: Any) -> int:
+    try:
+        return int(value) if value is not None and not isinstance(value, bool) else 0
+    except (TypeError, ValueError):
+        return 0
+
+
+def _mime(value: Any) -> str:
+    """`audio/ogg; codecs=opus` -> `audio/ogg`."""
+    return value.split(";", 1)[0].strip().lower() if isinstance(value, str) else ""
