@@ -11,7 +11,8 @@ resumed turn neither asks the AI again nor re-sends an accepted part.
 `Delivery` is what a sender that declares a `delivery` keyword parameter gets with each call
 (shared/senders/loading.py): the state, and the two writes a sender makes about it. This base keeps
 them in memory, for a sender called outside a worker's turn (its unit tests); in a worker's
-turn they are written on the batch in Redis under the lease first (worker/turn/turn.py).
+turn they are written on the batch in Redis under the lease first
+(worker/turn/under_lease.py).
 """
 
 from __future__ import annotations

@@ -3,16 +3,15 @@ fleet's pause, attempts not counted), or a review, with the conversation handed 
 where the provider can (Chatwoot, where the bot is then silent in that conversation) and, when
 the AI asked for a person, the tenant's hand-over text sent first. A review is journaled on the
 batch before the provider hears of it (shared/conversation/review_journal.py): a worker that dies
-meanwhile
-leaves the batch to be resumed by another, which finishes this same review and hands over at
-most once.
+meanwhile leaves the batch to be resumed by another, which finishes this same review and hands
+over at most once. The endings write through the turn's lease (worker/turn/under_lease.py) and
+send through its sender (worker/turn/sending.py); they know nothing else of the turn.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING
 
 from shared.chatwoot import CHANNEL as CHATWOOT
 from shared.conversation.batch import Batch
@@ -26,11 +25,10 @@ from shared.conversation.errors import (
 from shared.conversation.review_journal import SENDING, ReviewJournal
 from shared.conversation.unknowns import utc
 from shared.logs import redact_person
-from shared.senders.split import WHATSAPP_MAX_CHARS, split_reply
+from shared.settings import Settings
 from worker.brains.ai_pause import AIPaused
-
-if TYPE_CHECKING:
-    from worker.turn.turn import Turn
+from worker.turn.sending import Sending
+from worker.turn.under_lease import UnderLease
 
 log = logging.getLogger("worker.turn.turn")  # one logger for a turn's lines, whichever module
 # The review journal's step of the text the AI's hand-over sends (HandOverRequested).
@@ -38,13 +36,19 @@ HAND_OVER_TEXT = "hand_over_text"
 
 
 class TurnEndings:
-    """The endings of one turn other than done; they write through the turn's lease."""
+    """The endings of one turn other than done: each writes under the turn's lease, and the
+    hand-overs send through the turn's sender."""
 
-    def __init__(self, turn: Turn) -> None:
-        self._turn = turn
+    def __init__(self, settings: Settings, lease: UnderLease, sending: Sending) -> None:
+        self._settings = settings
+        self._lease = lease
+        self._sending = sending
+        self.batch = lease.batch
+        self.state = lease.state
 
     async def failed(self, exc: Exception) -> None:
-        batch, s = self._turn.batch, self._turn.settings
+        """A retry with backoff, or a review once the batch failed `MAX_ATTEMPTS` times."""
+        batch, s = self.batch, self._settings
         attempts = batch.attempt + 1
         error = f"{type(exc).__name__}: {exc}"
         if attempts >= s.max_attempts:
@@ -68,11 +72,11 @@ class TurnEndings:
                 error,
                 extra=turn_fields(batch, "retry"),
             )
-            await self._turn.finish(lambda: self._turn.store.finish_retry(batch, delay, error))
+            await self._lease.finish_retry(delay, error)
 
     async def wait_for_ai(self, paused: AIPaused) -> None:
         """Put the batch back until the AI pause ends: a retry whose attempt is not counted."""
-        batch = self._turn.batch
+        batch = self.batch
         # One line per failed AI call; a batch the pause kept from calling logs at DEBUG.
         level = logging.INFO if isinstance(paused.__cause__, AIUnavailable) else logging.DEBUG
         log.log(
@@ -81,8 +85,7 @@ class TurnEndings:
             *(paused.wait_s, batch.tenant, batch.id, paused.detail),
             extra=turn_fields(batch, "wait"),
         )
-        wait, error = paused.wait_s, paused.detail
-        await self._turn.finish(lambda: self._turn.store.finish_retry(batch, wait, error, False))
+        await self._lease.finish_retry(paused.wait_s, paused.detail, count_attempt=False)
 
     async def ai_hand_over(self, request: HandOverRequested) -> None:
         """The AI asked for a person: the review is journaled, its text sent (each part
@@ -90,32 +93,25 @@ class TurnEndings:
         to be finished as this review: the text is never sent again."""
         journal = ReviewJournal(request.reason, request.detail, int(time.time() * 1000))
         journal.steps[HAND_OVER_TEXT] = SENDING
-        self._turn.state.journal = journal
+        self.state.journal = journal
         try:
-            await self._turn.save_journal()
+            await self._lease.save_journal()
             journal.steps[HAND_OVER_TEXT] = await self._send_hand_over_text(request.text)
-            await self._turn.save_journal()
+            await self._lease.save_journal()
         except LeaseLost:
-            log.warning("lease lost in a hand-over batch=%s", self._turn.batch.id)
+            log.warning("lease lost in a hand-over batch=%s", self.batch.id)
             return
         await self.review(request.reason, request.detail, resumed=False)
 
     async def _send_hand_over_text(self, text: str) -> str:
         """Send `text` as a reply; what came of it ("done", "failed: ...", "unknown: ...")."""
-        assert self._turn.sender is not None  # checked before the brain was asked
-        limit = getattr(self._turn.sender, "max_part_chars", WHATSAPP_MAX_CHARS)
+        assert self._sending.sender is not None  # checked before the brain was asked
         try:
-            await self._turn.send_parts(
-                self._turn.sender, split_reply(text, limit), record_last=True
-            )
+            await self._sending.send_parts(self._sending.parts_of(text), record_last=True)
         except LeaseLost:
             raise
         except NeedsReview as exc:  # a send nobody can confirm is counted once, as the part
-            return (
-                "see delivery_unknown"
-                if self._turn.state.delivery_unknown
-                else f"failed: {exc}"[:500]
-            )
+            return "see delivery_unknown" if self.state.delivery_unknown else f"failed: {exc}"[:500]
         except Exception as exc:
             return f"failed: {type(exc).__name__}: {exc}"[:500]
         return "done"
@@ -123,30 +119,26 @@ class TurnEndings:
     async def review(self, reason: str, detail: str, *, resumed: bool | None = None) -> None:
         """Park the batch for review, after handing the conversation to a person where the
         provider can (Chatwoot). The decision is journaled on the batch first, still under
-        the lease (shared/conversation/review_journal.py): a worker that dies meanwhile leaves the
-        batch to
-        be resumed by another, which finishes this same review and hands over at most once."""
-        batch, state = self._turn.batch, self._turn.state
+        the lease (shared/conversation/review_journal.py): a worker that dies meanwhile leaves
+        the batch to be resumed by another, which finishes this same review and hands over at
+        most once."""
+        batch, state = self.batch, self.state
         if resumed is None:
             resumed = state.journal is not None
         try:
             if state.journal is None:
                 now_ms = int(time.time() * 1000)
                 state.journal = ReviewJournal(reason, detail, now_ms, state.delivery_unknown)
-                await self._turn.save_journal()
+                await self._lease.save_journal()
             outcome = await self._hand_over(state.journal, reason, detail, resumed)
             if outcome and batch.channel == CHATWOOT:
                 # A person answers in Chatwoot now: the customer's next messages go to the
                 # memory, not to the AI, until the conversation is back with the bot.
-                await self._turn.silence("hand_over")
+                await self._lease.silence("hand_over")
         except LeaseLost:
             log.warning("lease lost during the review tenant=%s batch=%s", batch.tenant, batch.id)
             return
-        await self._turn.finish(
-            lambda: self._turn.store.finish_review(
-                batch, reason, detail, batch.claimed_ms, outcome, state
-            )
-        )
+        await self._lease.finish_review(reason, detail, batch.claimed_ms, outcome)
 
     async def _hand_over(
         self, journal: ReviewJournal, reason: str, detail: str, resumed: bool
@@ -155,7 +147,7 @@ class TurnEndings:
         <why>" (best effort: the item is stored either way), or "" where the provider has none
         (WhatsApp). `resumed`: an earlier attempt's worker died after journaling the review.
         Raises LeaseLost if the journal cannot be written any more."""
-        batch, sender = self._turn.batch, self._turn.sender
+        batch, sender = self.batch, self._sending.sender
         hand_over = getattr(sender, "hand_over", None)
         if hand_over is None:
             return ""
@@ -168,7 +160,7 @@ class TurnEndings:
             journal.steps["hand_over"] = outcome  # counted with the other unknowns
             return outcome
         try:
-            told = await self._turn.call_sender(hand_over, batch, reason, detail)
+            told = await self._sending.call(hand_over, batch, reason, detail)
         except LeaseLost:
             raise
         except Exception as exc:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 
@@ -31,11 +31,10 @@ from shared.conversation.errors import DeliveryUnknown, LeaseLost, RetryLater
 from shared.conversation.late_failures import WINDOW_CLOSED, memory_mark, reason_for
 from shared.conversation.unknowns import UnknownDelivery, utc
 from shared.senders.formatting import for_channel
-from shared.senders.split import WHATSAPP_MAX_CHARS, split_reply
+from shared.settings import Settings
 from worker.turn.endings import TurnEndings
-
-if TYPE_CHECKING:
-    from worker.turn.turn import Turn
+from worker.turn.sending import Sending
+from worker.turn.under_lease import UnderLease
 
 log = logging.getLogger("worker.turn.turn")
 
@@ -51,15 +50,23 @@ def jobs_of(fields: dict[str, str]) -> list[dict[str, Any]]:
 
 
 class LateFailure:
-    """The turn of a late-failure batch (`Turn.run` hands it over when `late_jobs` is set)."""
+    """The turn of a late-failure batch (`Turn.run` hands it over when `late_jobs` is set):
+    it writes under the turn's lease, sends through its sender and, when it fails, ends as the
+    turn's `endings` end a failed turn."""
 
-    def __init__(self, turn: Turn) -> None:
-        self._turn = turn
-        self.batch = turn.batch
+    def __init__(
+        self, settings: Settings, lease: UnderLease, sending: Sending, endings: TurnEndings
+    ) -> None:
+        self._settings = settings
+        self._lease = lease
+        self._sending = sending
+        self._endings = endings
+        self.batch = lease.batch
+        self.state = lease.state
         self.jobs = jobs_of(self.batch.fields)
 
     async def run(self) -> None:
-        turn, batch = self._turn, self.batch
+        batch = self.batch
         try:
             await self._mark_memory()
             template = ""
@@ -69,34 +76,28 @@ class LateFailure:
             log.warning("lease lost in a late failure tenant=%s batch=%s", batch.tenant, batch.id)
             return
         except RetryLater as exc:
-            if batch.attempt + 1 < turn.settings.max_attempts:
-                await TurnEndings(turn).failed(exc)  # a retry with backoff, the note cleared
+            if batch.attempt + 1 < self._settings.max_attempts:
+                await self._endings.failed(exc)  # a retry with backoff, the note cleared
                 return
             template = f"failed: {exc}"[:500]
         except Exception as exc:
             # Not expected (a Redis error answer, a bug): retried, then parked as max_attempts,
             # still with the batch's messages.
-            await TurnEndings(turn).failed(exc)
+            await self._endings.failed(exc)
             return
         reason, error, late = self._describe(template)
         log.info(
             "late delivery failure to review tenant=%s batch=%s reason=%s",
             *(batch.tenant, batch.id, reason),
         )
-        store, state = turn.store, turn.state
-        await turn.finish(
-            lambda: store.finish_review(
-                batch, reason, error, int(time.time() * 1000), state=state, extra=late
-            )
-        )
+        await self._lease.finish_review(reason, error, int(time.time() * 1000), extra=late)
 
     def _parts(self) -> list[str]:
         """The reply's parts as they were sent (empty when the reply is no longer kept)."""
         reply = self.batch.fields.get("late_reply") or ""
         if not reply:
             return []
-        limit = getattr(self._turn.sender, "max_part_chars", WHATSAPP_MAX_CHARS)
-        return split_reply(for_channel(self.batch.channel, reply), limit)
+        return self._sending.parts_of(for_channel(self.batch.channel, reply))
 
     def _describe(self, template: str) -> tuple[str, str, dict[str, Any]]:
         """The review reason, error and `late_failure` of the item."""
@@ -154,17 +155,12 @@ class LateFailure:
             updates.append((new[0], orjson.dumps(marked)))
         if not updates:
             return
-        turn = self._turn
-        replaced = await turn.leased(
-            lambda: turn.store.mark_memory(self.batch, updates), "mark the memory"
-        )
-        if replaced < 0:
-            raise LeaseLost
+        await self._lease.mark_memory(updates)
 
     async def _template(self) -> str:
         """Send the tenant's template once; what came of it, for the item."""
-        turn, batch, state = self._turn, self.batch, self._turn.state
-        name = turn.settings.tenant(batch.tenant).template
+        batch, state = self.batch, self.state
+        name = self._settings.tenant(batch.tenant).template
         if state.template_sent:  # an earlier attempt of this batch noted it
             if 0 in state.sent_parts:
                 return f"sent {state.sent_parts[0]}"
@@ -183,12 +179,12 @@ class LateFailure:
                 "not sent: the person wrote since, at "
                 f"{utc(batch.last_inbound_ts * 1000)} (the window is open again)"
             )
-        send = getattr(turn.sender, "send_template", None)
+        send = getattr(self._sending.sender, "send_template", None)
         if send is None:
             return f"not sent: the {batch.channel} sender has no template"
         asked_ms = int(time.time() * 1000)
         try:
-            wamid = await turn.call_sender(send, batch, 0)
+            wamid = await self._sending.call(send, batch, 0)
         except DeliveryUnknown as exc:
             state.delivery_unknown = UnknownDelivery(
                 "template", 0, 1, exc.at_ms or asked_ms, exc.detail, name
@@ -198,12 +194,7 @@ class LateFailure:
             raise
         except Exception as exc:
             return f"failed: {exc}"[:500]
-        recorded = await turn.leased(
-            lambda: turn.store.record_part(batch, 0, wamid), "record the template"
-        )
-        if not recorded:
-            raise LeaseLost
-        state.sent_parts[0] = wamid
+        await self._lease.record_part(0, wamid, "the template")
         return f"sent {wamid}"
 
 
