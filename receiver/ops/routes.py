@@ -24,7 +24,8 @@ string is ever shown as a message. Its own sub-app: nothing here wraps the webho
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
 
 from starlette.applications import Starlette
 from starlette.datastructures import FormData
@@ -37,11 +38,11 @@ from receiver.ops.actions import ActionError, Actions
 from receiver.ops.auth import Session, Sessions, clean_name, clear_cookie, token_matches
 from receiver.ops.person_actions import PersonActions
 from receiver.ops.web import ROOT, Web, field, link, read_form, redirect
+from shared.keys import Keys
 from shared.ops.manual_reply import ManualReplies
 from shared.ops.review import ReviewList
-
-if TYPE_CHECKING:
-    from receiver.app import Receiver
+from shared.settings import Settings
+from shared.storage.scripts import Scripts
 
 logger = logging.getLogger(__name__)
 
@@ -56,8 +57,24 @@ DONE = {
 }
 
 
+class OpsHost(Protocol):
+    """What the ops page uses of the receiver that mounts it (receiver/app.py `Receiver`),
+    read at each request: `redis` is None while the receiver starts or stops."""
+
+    @property
+    def settings(self) -> Settings: ...
+    @property
+    def keys(self) -> Keys: ...
+    @property
+    def scripts(self) -> Scripts: ...
+    @property
+    def redis(self) -> Any: ...
+    @property
+    def on_close(self) -> list[Callable[[], Awaitable[None]]]: ...
+
+
 class OpsPage:
-    def __init__(self, receiver: Receiver) -> None:
+    def __init__(self, receiver: OpsHost) -> None:
         self._receiver = receiver
         settings = receiver.settings
         self.web = Web(Sessions(settings.ops_token, settings.ops_session_s))
