@@ -37,6 +37,7 @@ from starlette.types import Receive, Scope, Send
 from receiver.chatwoot import ChatwootInbound
 from receiver.metrics import ReceiverMetrics, authorized
 from receiver.parsing import Parsed
+from receiver.provider import InboundProvider, WebhookRequest
 from receiver.providers import inbound_providers
 from receiver.signature import SignatureError, token_matches
 from receiver.store import InboxWriter, StoreUnavailable, WriterTuning
@@ -48,7 +49,6 @@ from shared.logs import (
     served_by_uvicorn,
     warn_if_not_persistent,
 )
-from shared.provider import InboundProvider, WebhookRequest
 from shared.settings import Settings
 from shared.storage.redis_client import explain, make_redis
 from shared.storage.scripts import Scripts

@@ -1,7 +1,7 @@
 """Chatwoot webhooks: authenticated, and their bodies turned into inbox events (messages, agents'
 messages, conversation events).
 
-`ChatwootInbound` is the receiver's half of the Chatwoot provider (see shared/provider.py),
+`ChatwootInbound` is the receiver's half of the Chatwoot provider (see receiver/provider.py),
 serving `POST /webhooks/chatwoot` for an account webhook or an agent bot. No I/O here.
 
 Authentication (invariant 8: never accept unauthenticated traffic):
@@ -47,10 +47,10 @@ import orjson
 from receiver.chatwoot_conversations import conversation_change, is_conversation_event
 from receiver.chatwoot_fields import chatwoot_id, field, label, timestamp
 from receiver.parsing import Invalid, Parsed
+from receiver.provider import WebhookRequest
 from receiver.signature import BadSignature, MissingSignature, token_matches
 from shared.chatwoot import CHANNEL, tenant_id
 from shared.events import message_event
-from shared.provider import WebhookRequest
 
 SIGNATURE = b"x-chatwoot-signature"
 TIMESTAMP = b"x-chatwoot-timestamp"

@@ -1,14 +1,14 @@
 """The inbound providers this receiver serves, one webhook path each.
 
 A new provider is a module with a class like `receiver.chatwoot.ChatwootInbound` (see the
-`InboundProvider` protocol in shared/provider.py) and one line here.
+`InboundProvider` protocol in receiver/provider.py) and one line here.
 """
 
 from __future__ import annotations
 
 from receiver.chatwoot import ChatwootInbound
+from receiver.provider import InboundProvider
 from receiver.whatsapp import WhatsAppInbound
-from shared.provider import InboundProvider
 from shared.settings import Settings
 
 

@@ -2,7 +2,8 @@
 
 A provider has two halves, each in its own module, because they run in different processes:
 
-- **inbound** (`receiver/<provider>.py`, registered in `receiver/providers.py`): serves one
+- **inbound** (`receiver/<provider>.py`, registered in `receiver/providers.py`, its protocol
+  `InboundProvider` in `receiver/provider.py`, beside the receiver): serves one
   webhook path; `verify` authenticates a request (raising a `SignatureError`: 401 missing,
   403 wrong) and `parse` turns its body into inbox events (`receiver.parsing.Parsed`). Both are
   pure: no I/O, so the receiver stores the events and answers.
@@ -19,51 +20,11 @@ module and their tests, plus a line in each registry.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Protocol
 
-if TYPE_CHECKING:  # types only: shared/ imports nothing of the processes at run time
-    from receiver.parsing import Parsed
+if TYPE_CHECKING:
     from shared.conversation.batch import Batch
     from shared.conversation.turn_state import Delivery
-
-
-class WebhookRequest(NamedTuple):
-    """What an inbound provider sees of a POST: the headers it asked for, the query, the body.
-
-    `headers` maps lower-case header names (bytes, as ASGI gives them) to latin-1 text.
-    A NamedTuple (one per request): cheaper to build than a frozen dataclass.
-    """
-
-    headers: Mapping[bytes, str]
-    query_string: bytes
-    body: bytes
-
-    def header(self, name: bytes) -> str | None:
-        return self.headers.get(name)
-
-
-class InboundProvider(Protocol):
-    """The receiver's half of a provider."""
-
-    channel: str
-    path: str  # the webhook route, e.g. "/webhooks/chatwoot"
-    header_names: frozenset[bytes]  # request headers `verify`/`parse` read (lower case)
-    # The answer when Redis did not take a webhook in time: a status this provider retries.
-    unavailable_status: int
-
-    @property
-    def configured(self) -> bool:
-        """False when no credential is set: every request is then refused with 403."""
-        ...
-
-    def verify(self, request: WebhookRequest, now_s: float) -> None:
-        """Return if the request is authentic, else raise `receiver.signature.SignatureError`."""
-        ...
-
-    def parse(self, request: WebhookRequest, received_ms: int) -> Parsed:
-        """The body's inbox events by tenant; what cannot be understood is a problem."""
-        ...
 
 
 class OutboundProvider(Protocol):

@@ -9,10 +9,10 @@ import orjson
 import pytest
 
 from receiver.chatwoot import ChatwootInbound, describe, parse_body, timestamp
+from receiver.provider import WebhookRequest
 from receiver.signature import SignatureError
 from scripts.standins import message_created, sign_chatwoot
 from shared.events import decode
-from shared.provider import WebhookRequest
 from tests.support.helpers import fixture_bytes, fixture_json
 
 NOW_MS = 1_764_500_000_123

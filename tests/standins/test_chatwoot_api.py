@@ -17,8 +17,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from receiver.chatwoot import ChatwootInbound, parse_body
+from receiver.provider import WebhookRequest
 from scripts.standins import BackgroundServer, ChatwootApiStandIn
-from shared.provider import WebhookRequest
 from tests.standins.support import launch
 
 TOKEN = "cw-token"

@@ -1,0 +1,50 @@
+"""The receiver's half of a provider: what WhatsApp, Chatwoot and any later provider's
+webhook module implements (`InboundProvider`), and what it sees of a request
+(`WebhookRequest`). The worker's half is `OutboundProvider` (shared/provider.py, which says
+how the two halves fit together); the providers served are listed in receiver/providers.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import NamedTuple, Protocol
+
+from receiver.parsing import Parsed
+
+
+class WebhookRequest(NamedTuple):
+    """What an inbound provider sees of a POST: the headers it asked for, the query, the body.
+
+    `headers` maps lower-case header names (bytes, as ASGI gives them) to latin-1 text.
+    A NamedTuple (one per request): cheaper to build than a frozen dataclass.
+    """
+
+    headers: Mapping[bytes, str]
+    query_string: bytes
+    body: bytes
+
+    def header(self, name: bytes) -> str | None:
+        return self.headers.get(name)
+
+
+class InboundProvider(Protocol):
+    """The receiver's half of a provider."""
+
+    channel: str
+    path: str  # the webhook route, e.g. "/webhooks/chatwoot"
+    header_names: frozenset[bytes]  # request headers `verify`/`parse` read (lower case)
+    # The answer when Redis did not take a webhook in time: a status this provider retries.
+    unavailable_status: int
+
+    @property
+    def configured(self) -> bool:
+        """False when no credential is set: every request is then refused with 403."""
+        ...
+
+    def verify(self, request: WebhookRequest, now_s: float) -> None:
+        """Return if the request is authentic, else raise `receiver.signature.SignatureError`."""
+        ...
+
+    def parse(self, request: WebhookRequest, received_ms: int) -> Parsed:
+        """The body's inbox events by tenant; what cannot be understood is a problem."""
+        ...
