@@ -26,7 +26,6 @@ from shared.conversation.errors import (
 from shared.conversation.review_journal import SENDING, ReviewJournal
 from shared.conversation.unknowns import utc
 from shared.logs import redact_person
-from shared.senders.split import WHATSAPP_MAX_CHARS, split_reply
 from worker.brains.ai_pause import AIPaused
 
 if TYPE_CHECKING:
@@ -102,12 +101,10 @@ class TurnEndings:
 
     async def _send_hand_over_text(self, text: str) -> str:
         """Send `text` as a reply; what came of it ("done", "failed: ...", "unknown: ...")."""
-        assert self._turn.sender is not None  # checked before the brain was asked
-        limit = getattr(self._turn.sender, "max_part_chars", WHATSAPP_MAX_CHARS)
+        sender = self._turn.sender
+        assert sender is not None  # checked before the brain was asked
         try:
-            await self._turn.send_parts(
-                self._turn.sender, split_reply(text, limit), record_last=True
-            )
+            await self._turn.send_parts(sender, sender.reply_parts(text), record_last=True)
         except LeaseLost:
             raise
         except NeedsReview as exc:  # a send nobody can confirm is counted once, as the part
@@ -156,10 +153,9 @@ class TurnEndings:
         (WhatsApp). `resumed`: an earlier attempt's worker died after journaling the review.
         Raises LeaseLost if the journal cannot be written any more."""
         batch, sender = self._turn.batch, self._turn.sender
-        hand_over = getattr(sender, "hand_over", None)
-        if hand_over is None:
+        if sender is None or not sender.hands_over:
             return ""
-        if resumed and not getattr(sender, "resumes_hand_over", False):
+        if resumed and not sender.resumes_hand_over:
             # It may have told the provider already; at most once, so not again.
             outcome = (
                 "unknown: a worker stopped during the hand-over begun at "
@@ -168,7 +164,7 @@ class TurnEndings:
             journal.steps["hand_over"] = outcome  # counted with the other unknowns
             return outcome
         try:
-            told = await self._turn.call_sender(hand_over, batch, reason, detail)
+            told = await sender.hand_over(batch, reason, detail, delivery=self._turn.delivery)
         except LeaseLost:
             raise
         except Exception as exc:

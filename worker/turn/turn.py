@@ -19,7 +19,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import asdict, dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import orjson
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -37,9 +37,7 @@ from shared.conversation.presentation import exchange
 from shared.conversation.turn_state import Delivery, TurnState
 from shared.conversation.unknowns import UnknownDelivery
 from shared.fleet import turn_figures
-from shared.senders.formatting import for_channel
-from shared.senders.loading import Sender, takes_delivery
-from shared.senders.split import WHATSAPP_MAX_CHARS, split_reply
+from shared.senders.base import Sender
 from shared.settings import Settings
 from worker.brains.ai_pause import AIPause, AIPaused
 from worker.brains.loading import Brain
@@ -74,7 +72,7 @@ class Turn:
         self._tools = tools
         self.store = tools.store
         self.sender = tools.senders.get(batch.channel)
-        self._delivery = LeasedDelivery(self)
+        self.delivery = LeasedDelivery(self)  # what the sender is given with each call
         self._endings = TurnEndings(self)
 
     async def run(self) -> None:
@@ -165,8 +163,7 @@ class Turn:
         if sender is None:
             raise NeedsReview("no_sender", f"no sender configured for channel {batch.channel!r}")
         reply = self.state.reply
-        can_send_text = getattr(sender, "can_send_text", None)
-        if reply is None and can_send_text is not None and not can_send_text(batch):
+        if reply is None and not sender.can_send_text(batch):
             # The window is known to be closed: only the tenant's template can go out (or the
             # batch goes to review), so no AI answer is bought and no typing promises one.
             await self.send_parts(sender, [""])
@@ -174,11 +171,10 @@ class Turn:
         if reply is None:
             pause = self._tools.ai_pause
             admission = await pause.gate()  # while the AI is paused the batch waits: AIPaused
-            begin = getattr(sender, "begin_turn", None)
             # Read receipt + typing indicator, where the provider has it; the probe of a
             # paused AI shows them only once the AI answered.
-            if begin is not None and not admission.probe:
-                await begin(batch)
+            if not admission.probe:
+                await sender.begin_turn(batch)
             typing = (
                 contextlib.nullcontext()
                 if admission.probe
@@ -186,8 +182,8 @@ class Turn:
             )
             async with typing:
                 answer = await pause.ask(admission, self._ask_brain)
-                if begin is not None and admission.probe:
-                    await begin(batch)
+                if admission.probe:
+                    await sender.begin_turn(batch)
                 if not answer:
                     return None
                 reply = await self._while_leased(
@@ -196,8 +192,7 @@ class Turn:
             if reply is None:
                 raise LeaseLost
             self.state.reply = reply
-        limit = getattr(sender, "max_part_chars", WHATSAPP_MAX_CHARS)
-        await self.send_parts(sender, split_reply(for_channel(batch.channel, reply), limit))
+        await self.send_parts(sender, sender.reply_parts(reply, formatted_for=batch.channel))
         return reply
 
     async def _ask_brain(self) -> str | None:
@@ -264,15 +259,9 @@ class Turn:
         """`sender.send`, its latency kept for the turn's figures whatever the outcome."""
         started = time.perf_counter()
         try:
-            return await self.call_sender(sender.send, self.batch, part, index) or ""
+            return await sender.send(self.batch, part, index, delivery=self.delivery) or ""
         finally:
             self.state.sends_ms.append((time.perf_counter() - started) * 1000)
-
-    async def call_sender(self, method: Callable[..., Awaitable[T]], *args: Any) -> T:
-        """A sender's method, given the turn's `Delivery` if it declares that parameter."""
-        if takes_delivery(method):
-            return await method(*args, delivery=self._delivery)
-        return await method(*args)
 
     async def note_template(self, sending: bool, part: int) -> None:
         """`Delivery.note_template`: persist, under the lease, whether the template went out."""
