@@ -1,7 +1,15 @@
 """The receiver's half of a provider: what WhatsApp, Chatwoot and any later provider's
 webhook module implements (`InboundProvider`), and what it sees of a request
-(`WebhookRequest`). The worker's half is `OutboundProvider` (shared/provider.py, which says
-how the two halves fit together); the providers served are listed in receiver/providers.py.
+(`WebhookRequest`); the providers served are listed in receiver/providers.py.
+
+A provider has two halves because they run in different processes. This one serves a webhook
+path: `verify` authenticates a request (raising a `SignatureError`: 401 missing, 403 wrong) and
+`parse` turns its body into inbox events (`receiver.parsing.Parsed`), both pure (no I/O), so
+the receiver stores the events and answers. The other half is the provider's sender
+(shared/senders/<provider>.py, a subclass of `shared.senders.base.Sender`): it sends a reply's
+parts, marks read and shows typing where the provider has it, and hands a conversation to a
+person. Events carry their `channel`; the worker picks each batch's sender by it, so debounce,
+locks, leases, retries and review never know which provider a conversation came from.
 """
 
 from __future__ import annotations

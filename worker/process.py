@@ -31,7 +31,7 @@ from redis.exceptions import RedisClusterException, RedisError
 from shared.conversation.batch import Batch
 from shared.keys import Keys
 from shared.logs import log_startup, warn_if_not_persistent
-from shared.senders.loading import Sender, load_senders
+from shared.senders.loading import PlainSender, Sender, load_senders, plugin_of
 from shared.settings import Settings
 from shared.storage.group_commit import GroupCommitter
 from shared.storage.redis_client import explain, make_redis
@@ -60,8 +60,8 @@ class Worker:
         settings: Settings,
         *,
         brain: Brain | None = None,
-        sender: Sender | None = None,
-        senders: Mapping[str, Sender] | None = None,
+        sender: Sender | PlainSender | None = None,
+        senders: Mapping[str, Sender | PlainSender] | None = None,
         worker_id: str | None = None,
     ) -> None:
         """`sender` replaces the one `SENDER` names, `senders` the sender of a channel."""
@@ -146,7 +146,7 @@ class Worker:
             s, self.keys, self.committer, self._sender, self._given_senders
         )
         for sender in {id(x): x for x in self._senders.values()}.values():
-            if not any(sender is g for g in given):
+            if not any(plugin_of(sender) is g for g in given):
                 self._owned.append(sender)
         # The listeners block waiting, so no read timeout on their connections (each wait is
         # bounded by WakeListener instead); named, so `CLIENT LIST` shows the worker.
@@ -197,12 +197,13 @@ class Worker:
             await asyncio.wait_for(scheduler.listening.wait(), s.redis_timeout_s)
         except TimeoutError:
             log.info("wake-up queue not reachable yet; sweeping every interval")
+        senders = self._senders
         log.info(
             "worker %s started: concurrency=%d brain=%s senders=%s",
             self.worker_id,
             s.worker_concurrency,
             s.brain,
-            ",".join(f"{c}:{type(x).__name__}" for c, x in sorted(self._senders.items())),
+            ",".join(f"{c}:{type(plugin_of(x)).__name__}" for c, x in sorted(senders.items())),
         )
 
     async def _wait_for_redis(self) -> bool:

@@ -8,11 +8,10 @@ resumed turn neither asks the AI again nor re-sends an accepted part.
 `Usage` is what the turn's AI calls cost in tokens: a brain reports each answer's `usage` with
 `note_usage`, the turn sums and logs them.
 
-`Delivery` is what a sender that declares a `delivery` keyword parameter gets with each call
-(shared/senders/loading.py): the state, and the two writes a sender makes about it. This base keeps
-them in memory, for a sender called outside a worker's turn (its unit tests); in a worker's
-turn they are written on the batch in Redis under the lease first
-(worker/turn/under_lease.py).
+`Delivery` is what a sender gets with each `send` and `hand_over` (shared/senders/base.py):
+the state, and the two writes a sender makes about it. This base keeps them in memory, for a
+sender called outside a worker's turn (its unit tests, a reply by hand); in a worker's turn
+they are written on the batch in Redis under the lease first (worker/turn/under_lease.py).
 """
 
 from __future__ import annotations

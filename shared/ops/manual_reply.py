@@ -44,8 +44,8 @@ from shared.conversation.presentation import BY_HUMAN, exchange
 from shared.conversation.turn_state import Delivery
 from shared.fleet import wake
 from shared.keys import OUTBOUND_TTL_S, KeyError_, Keys, TenantKeys
-from shared.senders.loading import Sender, load_senders, takes_delivery
-from shared.senders.split import WHATSAPP_MAX_CHARS, split_reply
+from shared.senders.loading import load_senders
+from shared.senders.split import WHATSAPP_MAX_CHARS
 from shared.settings import Settings
 from shared.storage import script_calls
 from shared.storage.group_commit import GroupCommitter
@@ -115,10 +115,9 @@ class ManualReplies:
     async def aclose(self) -> None:
         closed: set[int] = set()
         for sender in self._senders.values():
-            close = getattr(sender, "aclose", None)
-            if close is not None and id(sender) not in closed:
+            if id(sender) not in closed:
                 closed.add(id(sender))
-                await close()
+                await sender.aclose()
 
     async def reply(self, tenant: str, person: str, text: str, *, by: str) -> ManualReplyResult:
         """Send `text` to `person` of `tenant` as written by `by`; see the module docstring."""
@@ -205,11 +204,10 @@ class ManualReplies:
             raise _SendFailed(
                 f"no sender is configured for {hold.channel} conversations", _Sent([], 1, [])
             )
-        can_send_text = getattr(sender, "can_send_text", None)
-        if can_send_text is not None and not can_send_text(batch):
+        if not sender.can_send_text(batch):
             parts = [""]  # the window is closed: the sender sends the tenant's template
         else:
-            parts = split_reply(text, getattr(sender, "max_part_chars", WHATSAPP_MAX_CHARS))
+            parts = sender.reply_parts(text)  # as written: no Markdown conversion
         sent = _Sent([], len(parts), [])
         delivery = Delivery()
         for index, part in enumerate(parts):
@@ -217,10 +215,10 @@ class ManualReplies:
                 await self._renew(hold, sent)
             try:
                 async with asyncio.timeout(self._send_bound_s):
-                    provider_id = await _call_send(sender, batch, part, index, delivery)
+                    provider_id = await sender.send(batch, part, index, delivery=delivery)
             except Exception as exc:
                 raise _SendFailed(self._why(exc, batch.tenant), sent) from exc
-            sent.provider_ids.append(provider_id or "")
+            sent.provider_ids.append(str(provider_id or ""))
             if delivery.state.template_sent:
                 sent.template = True  # in place of this part and every later one
                 break
@@ -345,15 +343,6 @@ class _SendFailed(Exception):
     def __init__(self, message: str, sent: _Sent) -> None:
         super().__init__(message)
         self.sent = sent
-
-
-async def _call_send(
-    sender: Sender, batch: Batch, part: str, index: int, delivery: Delivery
-) -> str:
-    if takes_delivery(sender.send):
-        send: Any = sender.send
-        return str(await send(batch, part, index, delivery=delivery) or "")
-    return str(await sender.send(batch, part, index) or "")
 
 
 def _checked_text(text: str) -> str:

@@ -38,6 +38,7 @@ from shared.conversation.errors import DeliveryUnknown, NeedsReview, RetryLater
 from shared.conversation.review_journal import SENDING
 from shared.conversation.turn_state import Delivery
 from shared.conversation.unknowns import describe, may_have_arrived
+from shared.senders.base import Sender
 from shared.senders.split import WHATSAPP_MAX_CHARS
 from shared.settings import Settings
 
@@ -64,9 +65,10 @@ class ChatwootError(Exception):
         self.message = message
 
 
-class ChatwootSender:
+class ChatwootSender(Sender):
     # Chatwoot relays to the channel behind the inbox; WhatsApp's limit is the tightest.
     max_part_chars = WHATSAPP_MAX_CHARS
+    hands_over = True  # a private note, then status `open`
     # A resumed hand-over reads the journal and repeats no step that was begun (see hand_over).
     resumes_hand_over = True
 
@@ -97,7 +99,9 @@ class ChatwootSender:
         except Exception as exc:
             log.info("typing indicator failed tenant=%s batch=%s: %r", batch.tenant, batch.id, exc)
 
-    async def send(self, batch: Batch, text: str, part: int) -> str:
+    async def send(
+        self, batch: Batch, text: str, part: int, *, delivery: Delivery | None = None
+    ) -> str:
         body = {"content": text, "message_type": "outgoing", "private": False}
         data = await self._post(batch, "/messages", body)
         message_id = data.get("id") if isinstance(data, dict) else None

@@ -36,6 +36,7 @@ from shared.conversation.errors import DeliveryUnknown, NeedsReview, RetryLater
 from shared.conversation.turn_state import Delivery
 from shared.conversation.unknowns import may_have_arrived
 from shared.ops.takeover import pauses_for_review
+from shared.senders.base import Sender
 from shared.senders.split import WHATSAPP_MAX_CHARS
 from shared.settings import Settings
 
@@ -62,9 +63,12 @@ class GraphError(Exception):
         self.message = message
 
 
-class WhatsAppSender:
+class WhatsAppSender(Sender):
     max_part_chars = WHATSAPP_MAX_CHARS
+    keeps_typing = True  # Meta drops the typing indicator after 25 s
+    hands_over = True  # the review item says the bot is paused for the person
     resumes_hand_over = True  # its hand-over tells nobody: calling it again repeats nothing
+    sends_templates = True
 
     def __init__(self, settings: Settings, client: httpx.AsyncClient | None = None) -> None:
         self._settings = settings

@@ -7,7 +7,7 @@ import pytest
 from shared.chatwoot import account_of, tenant_id
 from shared.keys import Keys
 from shared.senders.chatwoot import ChatwootSender
-from shared.senders.loading import OutboxSender, load_senders
+from shared.senders.loading import OutboxSender, load_senders, plugin_of
 from shared.senders.whatsapp import WhatsAppSender
 from shared.settings import ConfigError, Settings
 from shared.storage.group_commit import GroupCommitter
@@ -95,5 +95,5 @@ async def test_each_channel_gets_its_sender() -> None:
     assert set(wa_only) == {"whatsapp"}
     # A custom sender answers every channel it is given.
     custom = await senders(sender="tests.chatwoot.test_config:CustomSender")
-    assert isinstance(custom["whatsapp"], CustomSender)
+    assert isinstance(plugin_of(custom["whatsapp"]), CustomSender)  # adapted to a `Sender`
     assert custom["chatwoot"] is custom["whatsapp"]

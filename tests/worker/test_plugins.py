@@ -1,21 +1,26 @@
-"""Loading brains and senders from BRAIN / SENDER: built-ins, `package.module:attr`, and
-errors that name the variable (in-process, and a worker process that refuses to start)."""
+"""Loading brains and senders from BRAIN / SENDER: built-ins, `package.module:attr` (a plain
+object as a sender answers real turns), and errors that name the variable (in-process, and a
+worker process that refuses to start)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
 import pytest
+from redis.asyncio import Redis
 
 from shared.conversation.batch import Batch, Message
 from shared.keys import Keys
-from shared.senders.loading import OutboxSender, load_sender
+from shared.senders.base import Sender
+from shared.senders.loading import OutboxSender, as_sender, load_sender, plugin_of
 from shared.settings import ConfigError, Settings
 from shared.storage.group_commit import GroupCommitter
 from shared.storage.scripts import Scripts
 from tests.worker.brains import STATIC_BRAIN, RecordingBrain
-from tests.worker.support import REPO, WorkerFleet
+from tests.worker.senders import LegacySender, sent_key
+from tests.worker.support import REPO, TENANT, WorkerFleet, push_message, wait_for
 from worker.brains.loading import EchoBrain, load_brain
 
 
@@ -68,6 +73,61 @@ def test_senders_load_like_brains_and_name_sender() -> None:
         load_sender(Settings(sender="tests.worker.brains:RecordingBrain"), Keys(), committer)
     with pytest.raises(ConfigError, match=r"SENDER=.* cannot be loaded"):
         load_sender(Settings(sender="tests.worker.nope:Sender"), Keys(), committer)
+
+
+def test_a_plain_sender_gets_the_defaults_of_what_it_lacks() -> None:
+    """Adapted once, where SENDER is loaded: what it lacks is the base class's default."""
+    committer = GroupCommitter(None, Scripts())
+    plain = load_sender(Settings(sender="tests.worker.senders:LegacySender"), Keys(), committer)
+    assert isinstance(plain, Sender) and isinstance(plugin_of(plain), LegacySender)
+    assert plain.can_send_text(_batch("hola")) and plain.max_part_chars == 4096
+    assert not (plain.keeps_typing or plain.hands_over or plain.sends_templates)
+    assert not plain.resumes_hand_over
+
+    class Narrow:
+        max_part_chars = 10
+        resumes_hand_over = True
+
+        async def send(self, batch: Batch, text: str, part: int) -> None: ...
+
+        async def hand_over(self, batch: Batch, reason: str, detail: str) -> str:
+            return "told"
+
+    narrow = as_sender(Narrow())
+    assert as_sender(narrow) is narrow and narrow.reply_parts("uno dos tres cuatro") == [
+        "uno dos",
+        "tres",
+        "cuatro",
+    ]
+    assert narrow.hands_over and narrow.resumes_hand_over and not narrow.keeps_typing
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("sender", "delivery"), [("PlainSender", "LeasedDelivery"), ("LegacySender", "")]
+)
+async def test_a_plain_object_sender_answers_a_real_turn(
+    redis: Redis, prefix: str, fleet: WorkerFleet, sender: str, delivery: str
+) -> None:
+    """A sender with nothing but `send` (no optional method, no `max_part_chars`; with the
+    `delivery` keyword or without it) is adapted where SENDER is loaded: the AI is asked,
+    the reply goes out in parts of at most 4096 characters, each with the turn's `Delivery`
+    only if `send` takes it, and the provider ids it returned are remembered."""
+    person = "5491155550071"
+    words = "palabra " * 600  # the reply is longer than one part
+    await fleet.start(SENDER=f"tests.worker.senders:{sender}")
+    await push_message(redis, prefix, person, "wamid.p1", words)
+    memory = Keys(prefix).tenant(TENANT).memory(person)
+    (remembered,) = await wait_for(lambda: redis.lrange(memory, 0, -1), "the exchange remembered")
+    sent = [json.loads(r) for r in await redis.lrange(sent_key(prefix), 0, -1)]
+    batch = sent[0]["batch"]
+    assert [(s["batch"], s["part"], s["delivery"]) for s in sent] == [
+        (batch, 0, delivery),
+        (batch, 1, delivery),
+    ]
+    assert all(len(s["text"]) <= 4096 for s in sent)
+    assert " ".join(s["text"] for s in sent) == f"reply to {batch}: {words.strip()}"
+    assert json.loads(remembered)["out"] == [f"custom.{batch}.0", f"custom.{batch}.1"]
 
 
 @pytest.mark.slow

@@ -107,7 +107,7 @@ class TurnEndings:
         """Send `text` as a reply; what came of it ("done", "failed: ...", "unknown: ...")."""
         assert self._sending.sender is not None  # checked before the brain was asked
         try:
-            await self._sending.send_parts(self._sending.parts_of(text), record_last=True)
+            await self._sending.send_parts(self._sending.sender.reply_parts(text), record_last=True)
         except LeaseLost:
             raise
         except NeedsReview as exc:  # a send nobody can confirm is counted once, as the part
@@ -148,10 +148,9 @@ class TurnEndings:
         (WhatsApp). `resumed`: an earlier attempt's worker died after journaling the review.
         Raises LeaseLost if the journal cannot be written any more."""
         batch, sender = self.batch, self._sending.sender
-        hand_over = getattr(sender, "hand_over", None)
-        if hand_over is None:
+        if sender is None or not sender.hands_over:
             return ""
-        if resumed and not getattr(sender, "resumes_hand_over", False):
+        if resumed and not sender.resumes_hand_over:
             # It may have told the provider already; at most once, so not again.
             outcome = (
                 "unknown: a worker stopped during the hand-over begun at "
@@ -160,7 +159,7 @@ class TurnEndings:
             journal.steps["hand_over"] = outcome  # counted with the other unknowns
             return outcome
         try:
-            told = await self._sending.call(hand_over, batch, reason, detail)
+            told = await sender.hand_over(batch, reason, detail, delivery=self._sending.delivery)
         except LeaseLost:
             raise
         except Exception as exc:

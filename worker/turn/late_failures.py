@@ -30,7 +30,6 @@ import orjson
 from shared.conversation.errors import DeliveryUnknown, LeaseLost, RetryLater
 from shared.conversation.late_failures import WINDOW_CLOSED, memory_mark, reason_for
 from shared.conversation.unknowns import UnknownDelivery, utc
-from shared.senders.formatting import for_channel
 from shared.settings import Settings
 from worker.turn.endings import TurnEndings
 from worker.turn.sending import Sending
@@ -94,10 +93,10 @@ class LateFailure:
 
     def _parts(self) -> list[str]:
         """The reply's parts as they were sent (empty when the reply is no longer kept)."""
-        reply = self.batch.fields.get("late_reply") or ""
-        if not reply:
+        reply, sender = self.batch.fields.get("late_reply") or "", self._sending.sender
+        if not reply or sender is None:  # (a WhatsApp batch's: its channel always has one)
             return []
-        return self._sending.parts_of(for_channel(self.batch.channel, reply))
+        return sender.reply_parts(reply, formatted_for=self.batch.channel)
 
     def _describe(self, template: str) -> tuple[str, str, dict[str, Any]]:
         """The review reason, error and `late_failure` of the item."""
@@ -179,12 +178,12 @@ class LateFailure:
                 "not sent: the person wrote since, at "
                 f"{utc(batch.last_inbound_ts * 1000)} (the window is open again)"
             )
-        send = getattr(self._sending.sender, "send_template", None)
-        if send is None:
+        sender = self._sending.sender
+        if sender is None or not sender.sends_templates:
             return f"not sent: the {batch.channel} sender has no template"
         asked_ms = int(time.time() * 1000)
         try:
-            wamid = await self._sending.call(send, batch, 0)
+            wamid = await sender.send_template(batch, 0, delivery=self._sending.delivery)
         except DeliveryUnknown as exc:
             state.delivery_unknown = UnknownDelivery(
                 "template", 0, 1, exc.at_ms or asked_ms, exc.detail, name

@@ -1,6 +1,6 @@
 """What a turn sends through its channel's sender: the parts of a reply, each timed and
-recorded under the lease once the provider accepted it, and the sender's other calls, given
-the turn's `Delivery` where they declare it (shared/senders/loading.py).
+recorded under the lease once the provider accepted it, each given the turn's `Delivery`
+(shared/senders/base.py).
 
 A part already recorded (by an earlier attempt) is not sent again; a send nobody can confirm
 (`DeliveryUnknown`) is never retried, it goes to review with what is known of it
@@ -11,18 +11,13 @@ failures (the tenant's template) all send through here.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
 
 from shared.conversation.batch import Batch
 from shared.conversation.errors import DeliveryUnknown, NeedsReview
-from shared.conversation.turn_state import TurnState
+from shared.conversation.turn_state import Delivery, TurnState
 from shared.conversation.unknowns import UnknownDelivery
-from shared.senders.loading import Sender, takes_delivery
-from shared.senders.split import WHATSAPP_MAX_CHARS, split_reply
+from shared.senders.base import Sender
 from worker.turn.under_lease import UnderLease
-
-T = TypeVar("T")
 
 
 class Sending:
@@ -35,10 +30,10 @@ class Sending:
         self.state: TurnState = lease.state
         self._lease = lease
 
-    def parts_of(self, text: str) -> list[str]:
-        """`text` split into the parts the sender takes."""
-        limit = getattr(self.sender, "max_part_chars", WHATSAPP_MAX_CHARS)
-        return split_reply(text, limit)
+    @property
+    def delivery(self) -> Delivery:
+        """What the sender is given with each call: the turn's state, written under the lease."""
+        return self._lease.delivery
 
     async def send_parts(self, parts: list[str], record_last: bool = False) -> None:
         """Send the parts not sent yet, recording each but the last (the finish does that,
@@ -79,12 +74,6 @@ class Sending:
         assert self.sender is not None  # checked before anything is sent
         started = time.perf_counter()
         try:
-            return await self.call(self.sender.send, self.batch, part, index) or ""
+            return await self.sender.send(self.batch, part, index, delivery=self.delivery) or ""
         finally:
             self.state.sends_ms.append((time.perf_counter() - started) * 1000)
-
-    async def call(self, method: Callable[..., Awaitable[T]], *args: Any) -> T:
-        """A sender's method, given the turn's `Delivery` if it declares that parameter."""
-        if takes_delivery(method):
-            return await method(*args, delivery=self._lease.delivery)
-        return await method(*args)

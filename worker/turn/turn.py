@@ -33,8 +33,7 @@ from shared.conversation.errors import HandOverRequested, LeaseLost, NeedsReview
 from shared.conversation.presentation import exchange
 from shared.conversation.turn_state import TurnState
 from shared.fleet import turn_figures
-from shared.senders.formatting import for_channel
-from shared.senders.loading import Sender
+from shared.senders.base import Sender
 from shared.settings import Settings
 from worker.brains.ai_pause import AIPause, AIPaused
 from worker.brains.loading import Brain
@@ -150,8 +149,7 @@ class Turn:
         if sender is None:
             raise NeedsReview("no_sender", f"no sender configured for channel {batch.channel!r}")
         reply = self.state.reply
-        can_send_text = getattr(sender, "can_send_text", None)
-        if reply is None and can_send_text is not None and not can_send_text(batch):
+        if reply is None and not sender.can_send_text(batch):
             # The window is known to be closed: only the tenant's template can go out (or the
             # batch goes to review), so no AI answer is bought and no typing promises one.
             await self._sending.send_parts([""])
@@ -160,7 +158,7 @@ class Turn:
             reply = await self._new_reply(sender)
             if reply is None:
                 return None
-        await self._sending.send_parts(self._sending.parts_of(for_channel(batch.channel, reply)))
+        await self._sending.send_parts(sender.reply_parts(reply, formatted_for=batch.channel))
         return reply
 
     async def _new_reply(self, sender: Sender) -> str | None:
@@ -168,10 +166,9 @@ class Turn:
         receipt and the typing indicator show meanwhile, where the provider has them."""
         batch, pause = self.batch, self._tools.ai_pause
         admission = await pause.gate()  # while the AI is paused the batch waits: AIPaused
-        begin = getattr(sender, "begin_turn", None)
         # The probe of a paused AI shows them only once the AI answered.
-        if begin is not None and not admission.probe:
-            await begin(batch)
+        if not admission.probe:
+            await sender.begin_turn(batch)
         typing = (
             contextlib.nullcontext()
             if admission.probe
@@ -179,8 +176,8 @@ class Turn:
         )
         async with typing:
             answer = await pause.ask(admission, self._ask_brain)
-            if begin is not None and admission.probe:
-                await begin(batch)
+            if admission.probe:
+                await sender.begin_turn(batch)
             if not answer:
                 return None
             return await self._lease.save_reply(answer)

@@ -3,9 +3,9 @@
 Meta drops WhatsApp's typing indicator after 25 s (or when the reply arrives); a turn whose AI
 takes longer (a tool loop, a slow model) would leave the person looking at nothing. While the
 block runs, the sender's `keep_typing(batch)` is called every `interval` seconds; senders
-without it are left alone. A call under way when the block ends is waited for, so no typing
-indicator follows the reply; when the block ends in an error (a lost lease cancelling the
-turn) it is cancelled instead.
+that do not keep typing (`keeps_typing` False) are left alone. A call under way when the block
+ends is waited for, so no typing indicator follows the reply; when the block ends in an error
+(a lost lease cancelling the turn) it is cancelled instead.
 """
 
 from __future__ import annotations
@@ -17,18 +17,18 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from shared.conversation.batch import Batch
+from shared.senders.base import Sender
 
 log = logging.getLogger(__name__)
 
 
 @asynccontextmanager
-async def typing_kept_up(sender: Any, batch: Batch, interval: float) -> AsyncIterator[None]:
-    keep_typing = getattr(sender, "keep_typing", None)
-    if keep_typing is None:
+async def typing_kept_up(sender: Sender, batch: Batch, interval: float) -> AsyncIterator[None]:
+    if not sender.keeps_typing:
         yield
         return
     stop = asyncio.Event()
-    task = asyncio.create_task(_refresh(keep_typing, batch, interval, stop))
+    task = asyncio.create_task(_refresh(sender.keep_typing, batch, interval, stop))
     try:
         yield
     except BaseException:
