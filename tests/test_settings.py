@@ -145,11 +145,12 @@ def test_tenants_file_overrides_window_and_max_wait(tmp_path: Path) -> None:
         '[tenants."222"]\nsystem_prompt = "Sé breve."\n'
     )
     s = Settings.from_env({"TENANTS_FILE": str(path)})
-    assert s.window_s("111") == 2.5 and s.max_wait_for("111") == 9
-    assert s.human_pause_for("111") == 600 and s.human_pause_for("222") == s.human_pause_s == 3600
-    assert s.window_s("222") == s.debounce_window_s == 20
-    assert s.tenant("222").system_prompt == "Sé breve."
-    assert s.tenant("333") == TenantConfig()
+    first, second = s.tenant("111"), s.tenant("222")
+    assert first.debounce_window_s == 2.5 and first.max_wait_s == 9
+    assert first.human_pause_s == 600 and second.human_pause_s == s.human_pause_s == 3600
+    assert second.debounce_window_s == s.debounce_window_s == 20
+    assert second.system_prompt == "Sé breve."
+    assert s.tenant("333") == TenantConfig.resolve({}, s)
 
 
 @pytest.mark.parametrize(
@@ -171,6 +172,9 @@ def test_tenants_file_overrides_window_and_max_wait(tmp_path: Path) -> None:
         ('[tenants."1"]\nlanguage = " "\n', "language must be a non-empty string"),
         ('[tenants."1"]\nsystem_prompt = 3\n', "system_prompt must be a string"),
         ('[tenants."1"]\nwelcome_text = 3\n', "welcome_text must be a string"),
+        ('[tenants."1"]\naccess_token = 3\n', "access_token must be a string"),
+        ('[tenants."1"]\ntemplate = ["a"]\n', "template must be a string"),
+        ('[tenants."1"]\ntimezone = "Mars/Base"\n', "timezone must be an IANA time zone name"),
     ],
 )
 def test_bad_tenants_files_name_the_file(tmp_path: Path, content: str, message: str) -> None:
@@ -191,9 +195,10 @@ def test_tenants_file_ai_settings_and_their_fallbacks(tmp_path: Path) -> None:
     s = Settings.from_env({"TENANTS_FILE": str(path), "MEMORY_TURNS": "6"})
     first = s.tenant("111")
     assert (first.model, first.max_tokens, first.language) == ("claude-opus-4-8", 300, "es-AR")
-    assert s.memory_turns_for("111") == 0, "0 is a value: no memory, not the default"
-    assert s.memory_turns_for("222") == 3 and s.memory_turns_for("333") == 6
-    assert s.tenant("222").model is None and s.tenant("222").max_tokens is None
+    assert s.tenant("111").memory_turns == 0, "0 is a value: no memory, not the default"
+    assert s.tenant("222").memory_turns == 3 and s.tenant("333").memory_turns == 6
+    assert s.tenant("222").model == s.ai_model and s.tenant("222").max_tokens == s.ai_max_tokens
+    assert s.tenant("222").language == "", "no language: no hint"
 
 
 def test_the_default_model_is_a_current_one_the_sdk_knows() -> None:
@@ -264,7 +269,70 @@ def test_welcome_text_per_tenant_falls_back_to_the_setting(tmp_path: Path) -> No
         '[tenants."111"]\nwelcome_text = " ¡Hola! "\n[tenants."222"]\nwelcome_text = ""\n'
     )
     s = Settings.from_env({"TENANTS_FILE": str(path), "WELCOME_TEXT": "Hi"})
-    assert s.welcome_text_for("111") == "¡Hola!"
-    assert s.welcome_text_for("222") == "", "an empty tenant text turns the welcome off"
-    assert s.welcome_text_for("333") == "Hi"
-    assert Settings.from_env({}).welcome_text_for("333") == "", "unset: no welcome turn"
+    assert s.tenant("111").welcome_text == "¡Hola!"
+    assert s.tenant("222").welcome_text == "", "an empty tenant text turns the welcome off"
+    assert s.tenant("333").welcome_text == "Hi"
+    assert Settings.from_env({}).tenant("333").welcome_text == "", "unset: no welcome turn"
+
+
+# Every value a tenant can set: (its line in TENANTS_FILE, the view's field and the value it
+# holds, the global setting and the value a tenant without the line gets).
+EVERY_OVERRIDE = [
+    ("debounce_window_s = 2.5", "debounce_window_s", 2.5, "DEBOUNCE_WINDOW_S=5", 5.0),
+    ("max_wait_s = 9", "max_wait_s", 9, "MAX_WAIT_S=50", 50.0),
+    ('system_prompt = "Sé breve."', "system_prompt", "Sé breve.", "SYSTEM_PROMPT=Be", "Be"),
+    ('access_token = "EAAGx"', "whatsapp_access_token", "EAAGx", "WHATSAPP_ACCESS_TOKEN=g", "g"),
+    (
+        'access_token = "EAAGx"',
+        "chatwoot_api_access_token",
+        "EAAGx",
+        "CHATWOOT_API_ACCESS_TOKEN=c",
+        "c",
+    ),
+    ('template = "reengagement_es"', "template", "reengagement_es", "", ""),
+    ('template_language = "es"', "template_language", "es", "", "en_US"),
+    ('model = "opus"', "model", "opus", "AI_MODEL=haiku", "haiku"),
+    ("max_tokens = 300", "max_tokens", 300, "AI_MAX_TOKENS=500", 500),
+    ("memory_turns = 0", "memory_turns", 0, "MEMORY_TURNS=7", 7),
+    ('language = "es-AR"', "language", "es-AR", "", ""),
+    ('fallback_text = " ¿Y? "', "fallback_text", "¿Y?", "AI_FALLBACK_TEXT= Eh? ", "Eh?"),
+    ('hand_over_text = "Te paso"', "hand_over_text", "Te paso", "AI_HAND_OVER_TEXT=Wait", "Wait"),
+    ('welcome_text = " ¡Hola! "', "welcome_text", "¡Hola!", "WELCOME_TEXT= Hi ", "Hi"),
+    ('timezone = "America/Lima"', "timezone", "America/Lima", "TIMEZONE=Asia/Tokyo", "Asia/Tokyo"),
+    ("human_pause_s = 600", "human_pause_s", 600, "HUMAN_PAUSE_S=900", 900.0),
+]
+
+
+def test_every_value_a_tenant_sets_wins_and_others_get_the_global_one(tmp_path: Path) -> None:
+    assert sorted(row[1] for row in EVERY_OVERRIDE) == sorted(f.name for f in fields(TenantConfig))
+    path = tmp_path / "tenants.toml"
+    path.write_text('[tenants."111"]\n' + "\n".join(sorted({row[0] for row in EVERY_OVERRIDE})))
+    env = dict(row[3].split("=", 1) for row in EVERY_OVERRIDE if row[3])
+    s = Settings.from_env({**env, "TENANTS_FILE": str(path)})
+    own, other = s.tenant("111"), s.tenant("999")
+    for _, name, value, _, global_value in EVERY_OVERRIDE:
+        assert getattr(own, name) == value, f"the tenant's {name}"
+        assert getattr(other, name) == global_value, f"a tenant not in the file: global {name}"
+    assert s.tenant("111") is own and s.tenant("998") is other, "resolved once, not per call"
+    assert "EAAGx" not in repr(own), "the tokens stay out of logs"
+
+
+def test_an_empty_string_in_the_tenants_file(tmp_path: Path) -> None:
+    path = tmp_path / "tenants.toml"
+    path.write_text(
+        '[tenants."111"]\nsystem_prompt = ""\naccess_token = ""\nhand_over_text = ""\n'
+        'fallback_text = " "\ntemplate_language = ""\n'
+    )
+    s = Settings.from_env({"TENANTS_FILE": str(path), "AI_FALLBACK_TEXT": "Sorry?"})
+    own = s.tenant("111")
+    assert (own.system_prompt, own.hand_over_text) == (s.system_prompt, s.ai_hand_over_text)
+    assert own.whatsapp_access_token == own.chatwoot_api_access_token == "", "the global ones"
+    assert own.fallback_text == "Sorry?", "a blank fallback text is no fallback text"
+    assert own.template_language == "", "taken as written"
+
+
+def test_tenants_given_to_with_overrides_are_checked_like_the_file() -> None:
+    with pytest.raises(ConfigError, match=r"tenants\.1 has unknown keys \['window'\]"):
+        Settings().with_overrides(tenants={"1": {"window": 3}})
+    with pytest.raises(ConfigError, match=r"tenants\.1\.human_pause_s must be a number > 0"):
+        Settings().with_overrides(tenants={"1": {"human_pause_s": 0}})

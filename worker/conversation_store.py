@@ -56,11 +56,11 @@ class ConversationStore:
         self.reviewed: Callable[[str], None] | None = None
 
     def _timing(self, tenant: str) -> tuple[int, int]:
-        s = self._settings
-        return int(s.window_s(tenant) * 1000), int(s.max_wait_for(tenant) * 1000)
+        own = self._settings.tenant(tenant)
+        return int(own.debounce_window_s * 1000), int(own.max_wait_s * 1000)
 
     async def claim(self, tenant: str, max_batches: int, token_prefix: str) -> Claim:
-        k = self.keys.tenant(tenant)
+        k, own = self.keys.tenant(tenant), self._settings.tenant(tenant)
         window_ms, max_wait_ms = self._timing(tenant)
         keys, args = script_calls.claim(
             k,
@@ -72,12 +72,12 @@ class ConversationStore:
             max_intake=MAX_INTAKE_PER_CALL,
             service_window_s=SERVICE_WINDOW_S,
             early_status_ttl_s=EARLY_STATUS_TTL_S,
-            welcome=1 if self._settings.welcome_text_for(tenant) else 0,
+            welcome=1 if own.welcome_text else 0,
             context_ttl_s=max(1, int(self._settings.memory_ttl_s)),
             context_max=CONTEXT_MAX,
             silence_ttl_s=SILENCE_TTL_S,
-            human_pause_ms=int(self._settings.human_pause_for(tenant) * 1000),
-            memory_turns=self._settings.memory_turns_for(tenant),
+            human_pause_ms=int(own.human_pause_s * 1000),
+            memory_turns=own.memory_turns,
         )
         row = await self._committer.submit(lambda p: self._scripts.claim.queue(p, keys, args))
         return Claim(
@@ -220,7 +220,7 @@ class ConversationStore:
         state = state or TurnState()
         extra = {**(extra or {}), **({"hand_over": hand_over} if hand_over else {})}
         if pauses_for_review(batch.channel, reason):
-            extra["human_pause_ms"] = int(self._settings.human_pause_for(batch.tenant) * 1000)
+            extra["human_pause_ms"] = int(self._settings.tenant(batch.tenant).human_pause_s * 1000)
         unknown: list[str] = []
         if state.delivery_unknown is not None:
             extra["delivery_unknown"] = state.delivery_unknown.to_json()
@@ -277,7 +277,7 @@ class ConversationStore:
             window_ms=window_ms,
             max_wait_ms=max_wait_ms,
             remember=remember,
-            memory_turns=self._settings.memory_turns_for(batch.tenant),
+            memory_turns=self._settings.tenant(batch.tenant).memory_turns,
             memory_ttl_ms=int(self._settings.memory_ttl_s * 1000),
             last_part=last_part_index,
             last_part_id=last_part_id,

@@ -41,7 +41,7 @@ async def _run(args: argparse.Namespace, settings: Settings) -> int:
     try:
         if args.command == "pause":
             seconds = (
-                settings.human_pause_for(args.tenant) if args.seconds is None else args.seconds
+                settings.tenant(args.tenant).human_pause_s if args.seconds is None else args.seconds
             )
             pause = await takeover.pause(
                 redis, keys, args.tenant, args.person, by=args.by, why=args.why, seconds=seconds

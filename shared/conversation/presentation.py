@@ -79,9 +79,9 @@ class Presentation:
 
 
 def present(batch: Batch, tenant: TenantConfig, settings: Settings) -> Presentation:
-    """The presentation of `batch` for a tenant whose overrides are `tenant`."""
-    zone = tenant.timezone or settings.timezone
-    header = [f"{HEADER_START}{local_time(batch_time(batch), zone)}"]
+    """The presentation of `batch` for a tenant, `settings.tenant(batch.tenant)` (its time
+    zone; `settings` itself is not read, the parameter stays for custom brains' calls)."""
+    header = [f"{HEADER_START}{local_time(batch_time(batch), tenant.timezone)}"]
     name = next((m.name for m in reversed(batch.messages) if m.name), "")
     if name:
         header.append(f"From: {name}")

@@ -262,9 +262,9 @@ class ManualReplies:
     async def _end(self, hold: _Hold, sent: _Sent, by: str) -> int:
         """Record what went out and take the answered messages out of pending; how many."""
         batch, tenant = hold.batch, hold.batch.tenant
-        s = self._settings
+        s, own = self._settings, self._settings.tenant(tenant)
         if sent.template:
-            name = s.tenant(tenant).template or ""
+            name = own.template
             said = f'[The 24-hour window had closed: the WhatsApp template "{name}" went out.]'
         else:
             said = "\n\n".join(sent.texts)
@@ -272,7 +272,7 @@ class ManualReplies:
             **exchange(batch, s, said, sent.provider_ids),
             "by": BY_HUMAN,
             "who": by,
-            **({"template": s.tenant(tenant).template or ""} if sent.template else {}),
+            **({"template": own.template} if sent.template else {}),
         }
         call = script_calls.manual_end(
             hold.k,
@@ -281,17 +281,17 @@ class ManualReplies:
             outcome="sent",
             reply_id=batch.id,
             remember=orjson.dumps(remember),
-            memory_turns=s.memory_turns_for(tenant),
+            memory_turns=own.memory_turns,
             memory_ttl_ms=int(s.memory_ttl_s * 1000),
             outbound_ttl_s=OUTBOUND_TTL_S,
-            window_ms=int(s.window_s(tenant) * 1000),
-            max_wait_ms=int(s.max_wait_for(tenant) * 1000),
+            window_ms=int(own.debounce_window_s * 1000),
+            max_wait_ms=int(own.max_wait_s * 1000),
             since_ms=hold.since_ms,
             answered=orjson.dumps(hold.answered),
             provider_ids=sent.provider_ids,
             # A person is talking with the customer on WhatsApp: the bot waits (takeover);
             # Chatwoot has its own silence, set by the agent's message coming back.
-            pause_ms=int(s.human_pause_for(tenant) * 1000) if hold.channel == "whatsapp" else 0,
+            pause_ms=int(own.human_pause_s * 1000) if hold.channel == "whatsapp" else 0,
             by=by,
         )
         try:
@@ -310,7 +310,7 @@ class ManualReplies:
     async def _release(self, hold: _Hold) -> None:
         """Unlock, as if nothing happened (only this reply's token); best effort: else the
         lease ends it."""
-        batch, s = hold.batch, self._settings
+        batch, own = hold.batch, self._settings.tenant(hold.batch.tenant)
         call = script_calls.manual_end(
             hold.k,
             person=batch.person,
@@ -321,8 +321,8 @@ class ManualReplies:
             memory_turns=0,
             memory_ttl_ms=0,
             outbound_ttl_s=OUTBOUND_TTL_S,
-            window_ms=int(s.window_s(batch.tenant) * 1000),
-            max_wait_ms=int(s.max_wait_for(batch.tenant) * 1000),
+            window_ms=int(own.debounce_window_s * 1000),
+            max_wait_ms=int(own.max_wait_s * 1000),
             since_ms=hold.since_ms,
             answered=b"[]",
             provider_ids=[],

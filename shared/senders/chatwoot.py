@@ -190,9 +190,7 @@ class ChatwootSender(Sender):
         except ValueError as exc:
             raise NeedsReview("invalid_request", str(exc)) from None
         url = f"/api/v1/accounts/{account}/conversations/{batch.person}{path}"
-        token = self._settings.tenant(batch.tenant).access_token or (
-            self._settings.chatwoot_api_access_token
-        )
+        token = self._settings.tenant(batch.tenant).chatwoot_api_access_token
         try:
             response = await self._client.post(url, json=body, headers={"api_access_token": token})
         except httpx.TransportError as exc:

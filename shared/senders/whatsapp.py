@@ -86,7 +86,7 @@ class WhatsAppSender(Sender):
         await self._client.aclose()
 
     def _token(self, tenant: str) -> str:
-        return self._settings.tenant(tenant).access_token or self._settings.whatsapp_access_token
+        return self._settings.tenant(tenant).whatsapp_access_token
 
     def can_send_text(self, batch: Batch) -> bool:
         """Whether a reply may go out as text: False once the 24-hour window is known to be
@@ -127,7 +127,7 @@ class WhatsAppSender(Sender):
         `hand_over` says of it."""
         if not pauses_for_review(batch.channel, reason):
             return False
-        seconds = self._settings.human_pause_for(batch.tenant)
+        seconds = self._settings.tenant(batch.tenant).human_pause_s
         return f"bot paused for this person for {seconds:g} s (HUMAN_PAUSE_S) or until resumed"
 
     async def send(
@@ -144,7 +144,7 @@ class WhatsAppSender(Sender):
                 raise DeliveryUnknown(
                     "the worker that sent it stopped before Meta's answer was recorded",
                     what="template",
-                    label=self._settings.tenant(batch.tenant).template or "",
+                    label=self._settings.tenant(batch.tenant).template,
                     at_ms=state.template_ms or None,
                 )
             # The window closed and the template went out (this attempt or an earlier one):

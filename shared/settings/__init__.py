@@ -5,9 +5,9 @@ naming the variable, so a misconfigured process stops at start-up instead of mis
 Each setting is declared once, as a field of one of the groups in shared/settings/fields.py:
 variable, default, rules, secret or not and meaning; parsing, validation, masking,
 `env_names()` and docs/configuration.md's table (`python -m shared.settings.doc`) all follow
-from that. Per-tenant overrides (`TENANTS_FILE`) are read by shared/settings/tenants.py. The names
-are
-a contract: tools outside the repo drive the product with them.
+from that. Per-tenant overrides (`TENANTS_FILE`) are declared in shared/settings/tenants.py;
+`settings.tenant(tenant_id)` answers the values that apply to one tenant. The names are a
+contract: tools outside the repo drive the product with them.
 """
 
 from __future__ import annotations
@@ -16,13 +16,14 @@ import os
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any, NoReturn
 
 from shared.settings.fields import AISettings, ConnectionSettings, ProviderSettings, TurnSettings
 from shared.settings.ops_fields import OpsSettings
 from shared.settings.spec import ConfigError as ConfigError
 from shared.settings.spec import Spec, specs_of
-from shared.settings.tenants import NO_OVERRIDES, TenantConfig, load_tenants
+from shared.settings.tenants import TenantConfig, check_tenants, load_tenants
 
 __all__ = ["ConfigError", "Settings", "TenantConfig", "env_names", "exit_on_config_error"]
 
@@ -33,7 +34,8 @@ __all__ = ["ConfigError", "Settings", "TenantConfig", "env_names", "exit_on_conf
 class Settings(OpsSettings, TurnSettings, AISettings, ProviderSettings, ConnectionSettings):
     """The effective configuration of a process; `from_env()` builds it."""
 
-    tenants: Mapping[str, TenantConfig] = field(default_factory=dict)  # from TENANTS_FILE
+    # TENANTS_FILE's tables by tenant id; `tenant(tenant_id)` answers the effective values.
+    tenants: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -76,6 +78,8 @@ class Settings(OpsSettings, TurnSettings, AISettings, ProviderSettings, Connecti
                 f"MAX_WAIT_S ({self.max_wait_s}) must be >= DEBOUNCE_WINDOW_S "
                 f"({self.debounce_window_s})"
             )
+        check_tenants(self.tenants, self.tenants_file)
+        self._tenant_views  # noqa: B018  (resolved now, at start-up)
 
     def with_overrides(self, **changes: Any) -> Settings:
         """A copy with some fields changed (tests and tools); validated like the original."""
@@ -84,26 +88,18 @@ class Settings(OpsSettings, TurnSettings, AISettings, ProviderSettings, Connecti
         return new
 
     def tenant(self, tenant_id: str) -> TenantConfig:
-        return self.tenants.get(tenant_id, NO_OVERRIDES)
+        """The settings that apply to a tenant: its `TENANTS_FILE` values over the global ones
+        (shared/settings/tenants.py); a tenant not in the file gets the global values."""
+        return self._tenant_views.get(tenant_id, self._global_tenant)
 
-    def window_s(self, tenant_id: str) -> float:
-        return self.tenant(tenant_id).debounce_window_s or self.debounce_window_s
+    @cached_property
+    def _tenant_views(self) -> dict[str, TenantConfig]:
+        # Resolved once per Settings (`validate()` asks first), not at every turn.
+        return {tid: TenantConfig.resolve(table, self) for tid, table in self.tenants.items()}
 
-    def max_wait_for(self, tenant_id: str) -> float:
-        return self.tenant(tenant_id).max_wait_s or self.max_wait_s
-
-    def human_pause_for(self, tenant_id: str) -> float:
-        """How long a human takeover silences the bot for a person of this tenant (s)."""
-        return self.tenant(tenant_id).human_pause_s or self.human_pause_s
-
-    def memory_turns_for(self, tenant_id: str) -> int:
-        turns = self.tenant(tenant_id).memory_turns
-        return self.memory_turns if turns is None else turns
-
-    def welcome_text_for(self, tenant_id: str) -> str:
-        """The welcome text (`request_welcome`) of a tenant; "": such events start no turn."""
-        text = self.tenant(tenant_id).welcome_text
-        return (self.welcome_text if text is None else text).strip()
+    @cached_property
+    def _global_tenant(self) -> TenantConfig:
+        return TenantConfig.resolve({}, self)
 
     def masked(self) -> dict[str, Any]:
         """Effective configuration for start-up logs, with secrets masked."""

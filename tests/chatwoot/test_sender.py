@@ -15,7 +15,7 @@ from shared.conversation.review_journal import SENDING, ReviewJournal
 from shared.conversation.turn_state import Delivery, TurnState
 from shared.conversation.unknowns import UnknownDelivery
 from shared.senders.chatwoot import ChatwootError, ChatwootSender
-from shared.settings import Settings, TenantConfig
+from shared.settings import Settings
 from tests.chatwoot.support import API_TOKEN, TENANT_API_TOKEN
 
 TENANT = "cw-1-3"
@@ -42,7 +42,7 @@ async def sender(chatwoot: ChatwootApiStandIn) -> AsyncIterator[ChatwootSender]:
     settings = Settings(
         chatwoot_base_url=chatwoot.url,
         chatwoot_api_access_token=API_TOKEN,
-        tenants={OTHER_TENANT: TenantConfig(access_token=TENANT_API_TOKEN)},
+        tenants={OTHER_TENANT: {"access_token": TENANT_API_TOKEN}},
     )
     # 1 s: no ordinary answer of the stand-in takes that long, even on a loaded machine; the
     # hangs below (3 s) always outlast it.

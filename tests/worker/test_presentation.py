@@ -17,7 +17,7 @@ import pytest
 from receiver.whatsapp import parse_body
 from shared.conversation.batch import Batch, Message
 from shared.conversation.presentation import Quotes, exchange, local_time, present
-from shared.settings import Settings, TenantConfig
+from shared.settings import Settings
 from shared.settings.spec import ConfigError
 from shared.settings.tenants import load_tenants
 from tests.support.helpers import fixture_bytes
@@ -105,7 +105,7 @@ def test_the_header_has_the_date_and_time_in_the_tenants_zone_and_the_senders_na
     in_kolkata = Settings().with_overrides(timezone="Asia/Kolkata")
     header = present(batch(order), in_kolkata.tenant(TENANT), in_kolkata).header
     assert header.startswith("Date and time: Saturday 29 November 2025, 18:45 (Asia/Kolkata)")
-    per_tenant = in_kolkata.with_overrides(tenants={TENANT: TenantConfig(timezone=BA)})
+    per_tenant = in_kolkata.with_overrides(tenants={TENANT: {"timezone": BA}})
     header = present(batch(order), per_tenant.tenant(TENANT), per_tenant).header
     assert header.startswith(f"Date and time: Saturday 29 November 2025, 10:15 ({BA})")
 
@@ -194,7 +194,7 @@ def body_of_message(message: Message) -> str:
 def test_the_request_carries_the_presentation_and_memory_renders_it_the_same_next_turn() -> None:
     """The header and body are the current user turn's two blocks; the exchange the memory
     keeps renders as the same two blocks next turn (byte for byte: the cache prefix)."""
-    settings = Settings().with_overrides(tenants={TENANT: TenantConfig(timezone=BA)})
+    settings = Settings().with_overrides(tenants={TENANT: {"timezone": BA}})
     first = batch(*messages_of("order.json"))
     request = build_request(settings, settings.tenant(TENANT), first)
     current = request["messages"][-1]["content"]
@@ -219,7 +219,7 @@ def test_a_bad_time_zone_stops_start_up(tmp_path: Path) -> None:
             Settings.from_env({"TIMEZONE": bad})
     tenants = tmp_path / "tenants.toml"
     tenants.write_text(f'[tenants."{TENANT}"]\ntimezone = "{BA}"\n')
-    assert load_tenants(str(tenants))[TENANT].timezone == BA
+    assert load_tenants(str(tenants))[TENANT]["timezone"] == BA
     for bad_value in ('"Mars/Olympus"', "3"):
         tenants.write_text(f'[tenants."{TENANT}"]\ntimezone = {bad_value}\n')
         with pytest.raises(ConfigError, match="timezone must be an IANA time zone name"):

@@ -15,7 +15,7 @@ import pytest
 
 from shared.conversation.batch import Batch, Message
 from shared.conversation.presentation import exchange
-from shared.settings import Settings, TenantConfig
+from shared.settings import Settings
 from worker.brains.prompt import (
     CHARS_PER_TOKEN,
     EMPTY_TEXT,
@@ -35,7 +35,7 @@ TOOL = {"name": "agenda", "description": "Free slots of a day.", "input_schema":
 
 def settings(**tenant: Any) -> Settings:
     base = Settings().with_overrides(ai_model="claude-sonnet-5-5", system_prompt=SHORT_PROMPT)
-    return base.with_overrides(tenants={TENANT: TenantConfig(**tenant)}) if tenant else base
+    return base.with_overrides(tenants={TENANT: tenant}) if tenant else base
 
 
 def batch(text: str = "hola", exchanges: int = 0, tenant: str = TENANT) -> Batch:

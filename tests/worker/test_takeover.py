@@ -26,7 +26,6 @@ from shared.keys import KeyError_, Keys
 from shared.ops import takeover
 from shared.ops.review import ReviewList
 from shared.settings import Settings
-from shared.settings.tenants import TenantConfig
 from shared.storage.group_commit import GroupCommitter
 from shared.storage.scripts import Scripts
 from tests.support.helpers import fixture_json
@@ -273,7 +272,7 @@ async def test_the_business_writing_first_is_remembered_and_an_echo_never_shorte
 async def test_memory_turns_zero_keeps_no_echo_but_the_tenants_pause_applies(
     redis: Redis, settings: Settings, prefix: str
 ) -> None:
-    tenants = {TENANT: TenantConfig(human_pause_s=5)}
+    tenants = {TENANT: {"human_pause_s": 5}}
     s = settings.with_overrides(key_prefix=prefix, memory_turns=0, tenants=tenants)
     quiet = ConversationStore(s, _SCRIPTS, GroupCommitter(redis, _SCRIPTS))
     await push_echo(redis, prefix, "wamid.ECHO5", "hola")

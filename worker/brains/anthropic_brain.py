@@ -146,8 +146,7 @@ class AnthropicBrain:
         text = text.strip()
         if text:
             return text
-        fallback = (self._settings.tenant(batch.tenant).fallback_text or "").strip()
-        fallback = fallback or self._settings.ai_fallback_text.strip()
+        fallback = self._settings.tenant(batch.tenant).fallback_text
         if not fallback:
             raise NeedsReview(EMPTY_ANSWER, "the model's answer had no text")
         log.warning(

@@ -261,8 +261,7 @@ class MediaLoader:
         return self._settings.media_max_bytes
 
     def _token(self, tenant: str) -> str:
-        s = self._settings
-        return s.tenant(tenant).access_token or s.whatsapp_access_token
+        return self._settings.tenant(tenant).whatsapp_access_token
 
     async def _present(self, item: Item, data: bytes, mime: str) -> list[dict[str, Any]]:
         if item.kind == "audio":

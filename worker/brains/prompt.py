@@ -88,17 +88,17 @@ def build_request(
     message,
     past its cache mark (memory keeps the text only, so the next turn's prefix ends there).
     Nothing given is changed (the tools are copied before a mark goes on the last one)."""
-    model = tenant.model or settings.ai_model
+    model = tenant.model
     tool_list = [dict(tool) for tool in tools]
-    system = [_text_block(system_text(settings, tenant))]
-    turns = settings.memory_turns if tenant.memory_turns is None else tenant.memory_turns
+    system = [_text_block(system_text(tenant))]
+    turns = tenant.memory_turns
     messages = render_messages(batch, turns, present(batch, tenant, settings).blocks)
     if cache:
         _mark(min_cacheable_tokens(model), tool_list, system, messages, turns)
     messages[-1]["content"].extend(dict(block) for block in media)
     request: dict[str, Any] = {
         "model": model,
-        "max_tokens": tenant.max_tokens or settings.ai_max_tokens,
+        "max_tokens": tenant.max_tokens,
         "system": system,
         "messages": messages,
     }
@@ -107,9 +107,9 @@ def build_request(
     return request
 
 
-def system_text(settings: Settings, tenant: TenantConfig) -> str:
+def system_text(tenant: TenantConfig) -> str:
     """The tenant's system prompt (else `SYSTEM_PROMPT`), then its language hint if it has one."""
-    prompt = tenant.system_prompt or settings.system_prompt
+    prompt = tenant.system_prompt
     return f"{prompt}\n\n{language_hint(tenant.language)}" if tenant.language else prompt
 
 

@@ -105,7 +105,7 @@ def hand_over_tool(settings: Settings) -> Tool:
 
     async def hand_over(batch: Batch, args: dict[str, Any]) -> ToolAnswer:
         reason = str(args.get("reason") or "no reason given")[:1000]
-        text = settings.tenant(batch.tenant).hand_over_text or settings.ai_hand_over_text
+        text = settings.tenant(batch.tenant).hand_over_text
         raise HandOverRequested(reason, text)
 
     return Tool(

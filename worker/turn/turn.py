@@ -187,7 +187,7 @@ class Turn:
         (`record_ai_call`); a brain that reports none counts as one call, timed here. The
         tokens are logged, one line a turn."""
         batch, state = self.batch, self.state
-        welcome = self.settings.welcome_text_for(batch.tenant)
+        welcome = self.settings.tenant(batch.tenant).welcome_text
         if welcome and batch.only_welcome:  # the person opened the chat: no AI call
             return welcome
         calls, asked = len(state.ai_calls_ms), time.perf_counter()
