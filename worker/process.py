@@ -39,12 +39,12 @@ from shared.storage.scripts import Scripts
 from worker.brains.ai_pause import AIPause
 from worker.brains.loading import Brain, load_brain
 from worker.conversation_store import ConversationStore
-from worker.fleet.heartbeat import Heartbeat
+from worker.fleet.heartbeat_loop import Heartbeat
 from worker.fleet.leases import Leases, RunningTurn
+from worker.fleet.listeners import WakeListener
 from worker.fleet.review_notifier import ReviewNotifier
 from worker.fleet.scheduler import Scheduler
 from worker.fleet.sweep import Sweep
-from worker.fleet.wakeups import WakeListener
 from worker.turn.turn import Turn, TurnTools
 
 log = logging.getLogger(__name__)

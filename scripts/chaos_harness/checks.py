@@ -52,9 +52,8 @@ BatchKey = tuple[Token, ...]
 IN_FLIGHT_KINDS = frozenset({"inbox", "due", "running", "burst", "pending", "batch", "lock"})
 # "sweep": the fleet's safety-sweep guard (SET NX PX, worker/fleet/sweep.py); "ai_pause": the
 # fleet's AI pause and probe token (PX, worker/brains/ai_pause.py); "human": a person's pause after
-# a
-# review that needs a person (PX HUMAN_PAUSE_S, shared/ops/takeover.py); "sent", "late": what late
-# delivery failures need (shared/conversation/late_failures.py)
+# a review that needs a person (PX HUMAN_PAUSE_S, shared/ops/takeover.py); "sent", "late": what late
+# delivery failures need (shared/conversation/late_failure_codes.py)
 EXPIRING_KINDS = frozenset(
     {"seen", "out", "lastin", "memory", "context", "sweep", "ai_pause", "human", "sent", "late"}
 )

@@ -27,29 +27,28 @@ from typing import Any
 
 import orjson
 
-from shared.conversation import late_failures
+from shared.conversation import late_failure_codes
 from shared.fleet import wake
 from shared.keys import Keys
 from shared.storage import script_calls
 from shared.storage.scripts import Scripts
 
-# Review reasons after which the bot does NOT pause for the person: they say nothing about
-# this conversation that a person must answer first. `too_old` is an outage's backlog (pausing
-# would silence the bot for everyone parked by it, though their next message is new and
-# answerable); `window_closed`: the person cannot be written to until they write again, and
-# the bot answering what they write then is the conversation resuming; `token_expired`,
-# `ai_auth` and `no_sender` are configuration faults of the whole tenant or fleet (nothing goes
-# out anyway, and a pause would keep everyone silent for `HUMAN_PAUSE_S` after the fix); a
-# late delivery failure (shared/conversation/late_failures.py: the reply was answered, Meta could
-# not
-# deliver it) says nothing about what the person writes next, and the next turn's AI is told
-# the reply never arrived. Every other reason (the AI's hand-over, `delivery_unknown`,
-# `max_attempts`, a provider's refusal of this batch, a custom brain's or sender's
-# `NeedsReview`) needs a person to look at this exchange, so the person's next messages wait
-# for that person rather than get bot answers without its context.
+# Review reasons after which the bot does NOT pause for the person: they say nothing about this
+# conversation that a person must answer first. `too_old` is an outage's backlog (pausing would
+# silence the bot for everyone parked by it, though their next message is new and answerable);
+# `window_closed`: the person cannot be written to until they write again, and the bot answering
+# what they write then is the conversation resuming; `token_expired`, `ai_auth` and `no_sender` are
+# configuration faults of the whole tenant or fleet (nothing goes out anyway, and a pause would keep
+# everyone silent for `HUMAN_PAUSE_S` after the fix); a late delivery failure
+# (shared/conversation/late_failure_codes.py: the reply was answered, Meta could not deliver it)
+# says nothing about what the person writes next, and the next turn's AI is told the reply never
+# arrived. Every other reason (the AI's hand-over, `delivery_unknown`, `max_attempts`, a provider's
+# refusal of this batch, a custom brain's or sender's `NeedsReview`) needs a person to look at this
+# exchange, so the person's next messages wait for that person rather than get bot answers without
+# its context.
 NO_PAUSE_REVIEW_REASONS = frozenset(
-    {"too_old", "token_expired", "ai_auth", "no_sender", *late_failures.REASONS.values()}
-    | {late_failures.DELIVERY_FAILED}
+    {"too_old", "token_expired", "ai_auth", "no_sender", *late_failure_codes.REASONS.values()}
+    | {late_failure_codes.DELIVERY_FAILED}
 )
 # Only WhatsApp conversations pause: a Chatwoot conversation is handed over in Chatwoot.
 PAUSING_CHANNELS = frozenset({"whatsapp"})

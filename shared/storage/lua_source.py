@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from shared import keys
-from shared.conversation import late_failures
+from shared.conversation import late_failure_codes
 from shared.fleet import dispatch_lag
 
 LUA_DIR = Path(__file__).parent.parent / "lua"
@@ -62,9 +62,9 @@ _PYTHON_VALUES: dict[str, str | int | tuple[int, ...]] = {
     "HUMAN": keys.HUMAN,
     "SENT": keys.SENT,
     "LATE": keys.LATE,
-    "SENT_KEEP": late_failures.SENT_KEEP,
-    "SENT_TTL_S": late_failures.SENT_TTL_S,
-    "LATE_TTL_S": late_failures.LATE_TTL_S,
+    "SENT_KEEP": late_failure_codes.SENT_KEEP,
+    "SENT_TTL_S": late_failure_codes.SENT_TTL_S,
+    "LATE_TTL_S": late_failure_codes.LATE_TTL_S,
     "LAG_BUCKETS_MS": dispatch_lag.BUCKETS_MS,
     "LAG_BUCKET_PREFIX": dispatch_lag.BUCKET_PREFIX,
     "LAG_INF": dispatch_lag.INF,

@@ -54,7 +54,7 @@ MAX_LOOKS = 32
 LEASE_MARGIN_S = 5.0
 MAX_DELAY_S = 600.0  # the longest wait between two tries (a Retry-After is capped here too)
 JITTER = 0.2  # + 0-20 % on each backoff: receivers back from an outage are not hit at once
-BLOCK_S = 5.0  # one blocking pop of the fleet queue (see worker/fleet/wakeups.py)
+BLOCK_S = 5.0  # one blocking pop of the fleet queue (see worker/fleet/listeners.py)
 RETRY_REDIS_S = 1.0  # a tenant whose look failed on Redis is looked at again after this
 # Answers worth trying again: the receiver may be overloaded, down or restarting.
 RETRYABLE = frozenset({408, 429})

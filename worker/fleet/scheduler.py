@@ -1,7 +1,7 @@
 """Which conversations a worker claims, and when: the main loop of `Worker`.
 
 The worker learns about new work from the wake-up queues (shared/fleet/wake.py,
-worker/fleet/wakeups.py:
+worker/fleet/listeners.py:
 each wake-up reaches one worker) and about due times from the claim script's answer, so a
 conversation's turn starts within milliseconds of its due time. A due time it holds but
 cannot serve (no free slot, shutting down) it relays to a worker that can. The
@@ -27,9 +27,9 @@ from shared.keys import Keys
 from shared.settings import Settings
 from worker.conversation_store import Claim, ConversationStore
 from worker.fleet.leases import Leases
+from worker.fleet.listeners import WakeListener
 from worker.fleet.retention import ReviewRetention
 from worker.fleet.sweep import Sweep
-from worker.fleet.wakeups import WakeListener
 
 if TYPE_CHECKING:
     from worker.fleet.review_notifier import ReviewNotifier

@@ -8,7 +8,8 @@ template has not gone out), and the answered batch's messages. The worker runs i
 person's lock, like any turn (invariant 3), and without the AI:
 
 1. The person's memory marks each undelivered reply ("[not delivered: 131026] ..."), so the next
-   turn's AI knows the customer never saw it (shared/conversation/late_failures.py `memory_mark`).
+   turn's AI knows the customer never saw it (shared/conversation/late_failure_codes.py
+   `memory_mark`).
 2. For 131047, the tenant's template, once per batch: the intake noted the batch's template as
    decided before making this batch, and the send is noted on this batch before its request
    (`mark_template`), so neither a duplicate status nor a crash sends a second one. Not sent
@@ -16,7 +17,7 @@ person's lock, like any turn (invariant 3), and without the AI:
    again: the next turn answers them).
 3. A review item with the answered batch's messages (`requeue` works, a person can answer by
    hand), the text and error of each failed part and what came of the template (`late_failure`),
-   reason named after Meta's code (shared/conversation/late_failures.py `REASONS`).
+   reason named after Meta's code (shared/conversation/late_failure_codes.py `REASONS`).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from typing import Any
 import orjson
 
 from shared.conversation.errors import DeliveryUnknown, LeaseLost, RetryLater
-from shared.conversation.late_failures import WINDOW_CLOSED, memory_mark, reason_for
+from shared.conversation.late_failure_codes import WINDOW_CLOSED, memory_mark, reason_for
 from shared.conversation.unknowns import UnknownDelivery, utc
 from shared.settings import Settings
 from worker.turn.endings import TurnEndings
