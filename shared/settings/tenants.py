@@ -19,12 +19,9 @@ import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from shared.settings.spec import ConfigError, time_zone_problem
-
-if TYPE_CHECKING:
-    from shared.settings import Settings
 
 OVERRIDE = "tenant_override"  # the field-metadata key an Override is stored under
 
@@ -42,7 +39,7 @@ class Override:
     blank_is_a_value: bool  # "" in the file is kept (else it means "the global value")
     clean: Callable[[Any], Any] | None  # applied to the value, the tenant's or the global one
 
-    def value(self, table: Mapping[str, Any], name: str, settings: Settings) -> Any:
+    def value(self, table: Mapping[str, Any], name: str, settings: object) -> Any:
         """The effective value of field `name` for a tenant whose file table is `table`."""
         value = table.get(self.key or name)
         if value is not None and self.clean is not None:
@@ -122,9 +119,10 @@ class TenantConfig:
     human_pause_s: float = override(POSITIVE, "human_pause_s")
 
     @classmethod
-    def resolve(cls, table: Mapping[str, Any], settings: Settings) -> TenantConfig:
+    def resolve(cls, table: Mapping[str, Any], settings: object) -> TenantConfig:
         """The effective settings of a tenant whose `TENANTS_FILE` table is `table` ({}: a
-        tenant not in the file)."""
+        tenant not in the file). `settings` is the global `Settings`, read by field name (each
+        override's `fallback`), so this module needs no import of it."""
         return cls(**{name: o.value(table, name, settings) for name, o in OVERRIDES})
 
 
