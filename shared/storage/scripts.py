@@ -1,11 +1,25 @@
-"""Loads the Lua scripts in `shared/lua/` once and calls them by SHA.
+"""Loads the Lua scripts in `shared/lua/` once and calls them by SHA, with named values.
 
 Each script is sent as one chunk: the helpers its header declares (`-- uses: lib/...`), then
-the script, with the constants Python also needs written in (shared/storage/lua_source.py). Calls go
-through EVALSHA; if Redis answers NOSCRIPT (it restarted, or a failover lost its script
-cache) the script is loaded again and the call repeated, which is safe because a NOSCRIPT call
-did nothing. Scripts can also be queued on a pipeline (`queue`), the building block of group
-commit. shared/storage/script_calls.py builds each script's KEYS and ARGV.
+the script, with the constants Python also needs written in (shared/storage/lua_source.py).
+
+A call names its values as the script's header names its KEYS and ARGV; the order comes from
+the header alone, read once at load (`Signature`):
+
+    await scripts.forget(redis, tenant_keys, person=p, kinds=k, user_ids=[...])
+    scripts.claim.queue(pipe, tenant_keys, max_claim=8, lease_ms=30000, ...)
+    command = scripts.finish.command(tenant_keys, person=p, token=t, ...)
+
+A KEYS entry, or an ARGV entry, whose name is a `TenantKeys` property (`due`, `stats`,
+`conversation_prefix`, ...) is taken from the tenant's keys unless the call gives it; every
+other name must be given. A missing or unknown name raises `ScriptCallError` naming the script
+and the name before anything is sent. A repeated entry (`KEYS[2..] seen`) takes a sequence,
+a repeated group (`ARGV[3..] turns[person, token]`) a sequence of tuples.
+
+Calls go through EVALSHA; if Redis answers NOSCRIPT (it restarted, or a failover lost its
+script cache) the script is loaded again and the call repeated, which is safe because a
+NOSCRIPT call did nothing. A call can also be queued on a pipeline (`queue`) or built as a
+command (`command`), the building blocks of group commit, whose committer reloads on NOSCRIPT.
 
 To see or run the chunk Redis gets for a script (e.g. with `redis-cli --eval`):
 
@@ -19,59 +33,175 @@ from __future__ import annotations
 import argparse
 import hashlib
 import sys
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from redis.exceptions import NoScriptError
 
-from shared.storage.lua_source import LUA_DIR, script_names, script_source
+from shared.keys import TenantKeys
+from shared.storage.lua_source import (
+    LUA_DIR,
+    Header,
+    Slot,
+    read_header,
+    script_names,
+    script_source,
+)
 
-__all__ = ["LUA_DIR", "Script", "ScriptArg", "Scripts", "is_noscript"]
+__all__ = [
+    "LUA_DIR",
+    "Command",
+    "Script",
+    "ScriptArg",
+    "ScriptCallError",
+    "Scripts",
+    "Signature",
+    "is_noscript",
+]
 
 ScriptArg = str | bytes | int | float
+Command = tuple[ScriptArg, ...]  # "EVALSHA", sha, how many keys, the keys, the arguments
+
+# Header names a call may leave out: the tenant's keys hold them.
+TENANT_KEY_NAMES = frozenset(
+    name for name, attr in vars(TenantKeys).items() if isinstance(attr, property)
+)
+
+
+class ScriptCallError(TypeError):
+    """A script called without a value its header names, or with one it does not."""
+
+
+class _Entries:
+    """One side of a header (its KEYS or its ARGV), in order, as a call fills it."""
+
+    def __init__(self, script: str, kind: str, slots: tuple[Slot, ...]) -> None:
+        self._script = script
+        # (name, taken from the tenant's keys when not given, "KEYS[3]" for errors)
+        self._fixed = tuple(
+            (s.name, s.name in TENANT_KEY_NAMES, f"{kind}[{s.index}]")
+            for s in slots
+            if not s.repeats
+        )
+        rest = slots[-1] if slots and slots[-1].repeats else None
+        self._rest = rest.name if rest else ""
+        self._rest_label = f"{kind}[{rest.index}..]" if rest else ""
+        self._width = len(rest.fields) if rest else 0
+        self.names = frozenset(s.name for s in slots)
+
+    def fill(self, tenant_keys: Any, values: Mapping[str, Any]) -> tuple[list[Any], int]:
+        """The entries in order, and how many of `values` they took."""
+        out: list[Any] = []
+        taken = 0
+        for name, from_keys, label in self._fixed:
+            if name in values:
+                out.append(values[name])
+                taken += 1
+            elif from_keys and tenant_keys is not None:
+                out.append(getattr(tenant_keys, name))
+            else:
+                raise ScriptCallError(f"{self._script}.lua: no value for {label} {name}")
+        if self._rest:
+            if self._rest not in values:
+                raise ScriptCallError(
+                    f"{self._script}.lua: no value for {self._rest_label} {self._rest}"
+                )
+            taken += 1
+            if self._width:
+                for item in values[self._rest]:
+                    if len(item) != self._width:
+                        raise ScriptCallError(
+                            f"{self._script}.lua: each {self._rest} item has {self._width}"
+                            f" values, not {len(item)}: {item!r}"
+                        )
+                    out.extend(item)
+            else:
+                out.extend(values[self._rest])
+        return out, taken
+
+
+class Signature:
+    """How a script's KEYS and ARGV are built from named values, in its header's order.
+
+    Worked out once per script; a call only looks its names up."""
+
+    def __init__(self, script: str, header: Header) -> None:
+        self.script = script
+        self._keys = _Entries(script, "KEYS", header.keys)
+        self._argv = _Entries(script, "ARGV", header.argv)
+        self.names = self._keys.names | self._argv.names
+
+    def build(
+        self, tenant_keys: TenantKeys | None, values: Mapping[str, Any]
+    ) -> tuple[list[Any], list[Any]]:
+        """KEYS and ARGV for these values; raises `ScriptCallError` for a missing or unknown
+        name. `tenant_keys` gives the names a call leaves out (None: every name is given)."""
+        keys, from_keys = self._keys.fill(tenant_keys, values)
+        argv, from_argv = self._argv.fill(tenant_keys, values)
+        if from_keys + from_argv != len(values):
+            unknown = sorted(set(values) - self.names)
+            if unknown:  # else a name both KEYS and ARGV hold was counted twice
+                raise ScriptCallError(
+                    f"{self.script}.lua has no KEYS or ARGV named {', '.join(unknown)}"
+                )
+        return keys, argv
 
 
 @dataclass(frozen=True)
 class Script:
     name: str
-    source: str
+    source: str  # the chunk Redis runs
     sha: str
+    signature: Signature = field(compare=False, repr=False)
 
     @classmethod
-    def from_source(cls, name: str, source: str) -> Script:
-        return cls(name, source, hashlib.sha1(source.encode()).hexdigest())
+    def from_file(cls, name: str, directory: Path = LUA_DIR) -> Script:
+        """`<directory>/<name>.lua`, assembled, with the signature its header declares."""
+        source = script_source(name, directory)  # refuses a missing file or a bad header
+        header = read_header((directory / f"{name}.lua").read_text(), f"{name}.lua")
+        return cls(name, source, hashlib.sha1(source.encode()).hexdigest(), Signature(name, header))
 
-    async def __call__(self, redis: Any, keys: Sequence[str], args: Sequence[ScriptArg]) -> Any:
-        try:
-            return await redis.evalsha(self.sha, len(keys), *keys, *args)
-        except NoScriptError:
-            await redis.script_load(self.source)
-            return await redis.evalsha(self.sha, len(keys), *keys, *args)
+    def command(self, tenant_keys: TenantKeys | None = None, /, **values: Any) -> Command:
+        """The EVALSHA command calling this script with these values (see the module doc)."""
+        keys, argv = self.signature.build(tenant_keys, values)
+        return ("EVALSHA", self.sha, len(keys), *keys, *argv)
 
-    def queue(self, pipe: Any, keys: Sequence[str], args: Sequence[ScriptArg]) -> None:
+    def queue(self, pipe: Any, tenant_keys: TenantKeys | None = None, /, **values: Any) -> None:
         """Add a call to a pipeline; `Scripts.load` must have run on that server.
 
         Through `execute_command` because redis-py's cluster pipeline blocks its `evalsha`
         method, yet routes a queued EVALSHA by its keys' slot; on one server it is the same
         command `evalsha` would queue.
         """
-        pipe.execute_command(*self.command(keys, args))
+        pipe.execute_command(*self.command(tenant_keys, **values))
 
-    def command(self, keys: Sequence[str], args: Sequence[ScriptArg]) -> tuple[ScriptArg, ...]:
-        """The EVALSHA command calling this script, as a tuple of its name and arguments."""
-        return ("EVALSHA", self.sha, len(keys), *keys, *args)
+    async def __call__(
+        self, redis: Any, tenant_keys: TenantKeys | None = None, /, **values: Any
+    ) -> Any:
+        """Run the script now with these values; its reply."""
+        return await self.run(redis, self.command(tenant_keys, **values))
+
+    async def run(self, redis: Any, command: Command) -> Any:
+        """Send a call `command` built; on NOSCRIPT load the script and send it again.
+
+        `execute_command` is what redis-py's `evalsha` calls (a cluster client routes it by
+        the keys' slot)."""
+        try:
+            return await redis.execute_command(*command)
+        except NoScriptError:
+            await redis.script_load(self.source)
+            return await redis.execute_command(*command)
 
 
 class Scripts:
-    """All scripts of the product, by name: `scripts.ingest(redis, keys, args)`."""
+    """All scripts of the product, by name: `await scripts.ingest(redis, tenant_keys, ...)`."""
 
     def __init__(self, directory: Path = LUA_DIR) -> None:
         self._directory = directory
         self._by_name = {
-            name: Script.from_source(name, script_source(name, directory))
-            for name in script_names(directory)
+            name: Script.from_file(name, directory) for name in script_names(directory)
         }
 
     def __getattr__(self, name: str) -> Script:
