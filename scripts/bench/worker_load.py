@@ -27,10 +27,11 @@ from scripts.bench import revision
 from shared.events import dedupe_id, encode, message_event
 from shared.fleet.wake import listening_workers, now_ms, wake_command
 from shared.keys import Keys
-from shared.storage.scripts import Script, Scripts
+from shared.storage import scripts as scripts_module
+from shared.storage.scripts import Scripts
 
 # Revisions before named script calls (`bench_worker --at`) took KEYS and ARGV as two lists.
-NAMED_CALLS = hasattr(Script, "signature")
+NAMED_CALLS = hasattr(scripts_module, "Signature")
 
 # The product code the workers run: this checkout, or a revision exported by bench_worker --at.
 CODE = revision.code_dir()
