@@ -33,8 +33,9 @@ from __future__ import annotations
 import argparse
 import hashlib
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -74,52 +75,44 @@ class ScriptCallError(TypeError):
     """A script called without a value its header names, or with one it does not."""
 
 
+def _getter(
+    make: Callable[..., Callable[[Any], Any]], names: tuple[str, ...]
+) -> Callable[[Any], tuple[Any, ...]]:
+    """`itemgetter(*names)` or `attrgetter(*names)` (lookups in C, in order), always giving a
+    tuple: for one name those give the value itself, for none they cannot be made."""
+    if len(names) > 1:
+        return make(*names)
+    if names:
+        one = make(names[0])
+        return lambda source: (one(source),)
+    return lambda source: ()
+
+
 class _Entries:
     """One side of a header (its KEYS or its ARGV), in order, as a call fills it."""
 
-    def __init__(self, script: str, kind: str, slots: tuple[Slot, ...]) -> None:
+    def __init__(self, script: str, slots: tuple[Slot, ...]) -> None:
         self._script = script
-        # (name, taken from the tenant's keys when not given, "KEYS[3]" for errors)
-        self._fixed = tuple(
-            (s.name, s.name in TENANT_KEY_NAMES, f"{kind}[{s.index}]")
-            for s in slots
-            if not s.repeats
-        )
+        self._fixed = _getter(itemgetter, tuple(s.name for s in slots if not s.repeats))
         rest = slots[-1] if slots and slots[-1].repeats else None
         self._rest = rest.name if rest else ""
-        self._rest_label = f"{kind}[{rest.index}..]" if rest else ""
         self._width = len(rest.fields) if rest else 0
-        self.names = frozenset(s.name for s in slots)
 
-    def fill(self, tenant_keys: Any, values: Mapping[str, Any]) -> tuple[list[Any], int]:
-        """The entries in order, and how many of `values` they took."""
-        out: list[Any] = []
-        taken = 0
-        for name, from_keys, label in self._fixed:
-            if name in values:
-                out.append(values[name])
-                taken += 1
-            elif from_keys and tenant_keys is not None:
-                out.append(getattr(tenant_keys, name))
-            else:
-                raise ScriptCallError(f"{self._script}.lua: no value for {label} {name}")
-        if self._rest:
-            if self._rest not in values:
+    def take(self, values: Mapping[str, Any]) -> tuple[Any, ...]:
+        """The entries in order; KeyError names a missing one."""
+        fixed = self._fixed(values)
+        if not self._rest:
+            return fixed
+        items = values[self._rest]
+        if not self._width:
+            return (*fixed, *items)
+        for item in items:
+            if len(item) != self._width:
                 raise ScriptCallError(
-                    f"{self._script}.lua: no value for {self._rest_label} {self._rest}"
+                    f"{self._script}.lua: each {self._rest} item has {self._width}"
+                    f" values, not {len(item)}: {item!r}"
                 )
-            taken += 1
-            if self._width:
-                for item in values[self._rest]:
-                    if len(item) != self._width:
-                        raise ScriptCallError(
-                            f"{self._script}.lua: each {self._rest} item has {self._width}"
-                            f" values, not {len(item)}: {item!r}"
-                        )
-                    out.extend(item)
-            else:
-                out.extend(values[self._rest])
-        return out, taken
+        return (*fixed, *(value for item in items for value in item))
 
 
 class Signature:
@@ -129,24 +122,37 @@ class Signature:
 
     def __init__(self, script: str, header: Header) -> None:
         self.script = script
-        self._keys = _Entries(script, "KEYS", header.keys)
-        self._argv = _Entries(script, "ARGV", header.argv)
-        self.names = self._keys.names | self._argv.names
+        self._keys = _Entries(script, header.keys)
+        self._argv = _Entries(script, header.argv)
+        slots = (*header.keys, *header.argv)
+        self.names = frozenset(s.name for s in slots)
+        self._from_tenant = tuple(sorted(self.names & TENANT_KEY_NAMES))
+        self._tenant_values = _getter(attrgetter, self._from_tenant)
+        self._label = {
+            s.name: f"{kind}[{s.index}{'..' if s.repeats else ''}] {s.name}"
+            for kind, side in (("ARGV", header.argv), ("KEYS", header.keys))
+            for s in side
+        }
 
     def build(
         self, tenant_keys: TenantKeys | None, values: Mapping[str, Any]
-    ) -> tuple[list[Any], list[Any]]:
+    ) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
         """KEYS and ARGV for these values; raises `ScriptCallError` for a missing or unknown
         name. `tenant_keys` gives the names a call leaves out (None: every name is given)."""
-        keys, from_keys = self._keys.fill(tenant_keys, values)
-        argv, from_argv = self._argv.fill(tenant_keys, values)
-        if from_keys + from_argv != len(values):
-            unknown = sorted(set(values) - self.names)
-            if unknown:  # else a name both KEYS and ARGV hold was counted twice
-                raise ScriptCallError(
-                    f"{self.script}.lua has no KEYS or ARGV named {', '.join(unknown)}"
-                )
-        return keys, argv
+        if not values.keys() <= self.names:
+            unknown = ", ".join(sorted(set(values) - self.names))
+            raise ScriptCallError(f"{self.script}.lua has no KEYS or ARGV named {unknown}")
+        named = (
+            {}
+            if tenant_keys is None
+            else dict(zip(self._from_tenant, self._tenant_values(tenant_keys), strict=True))
+        )
+        named.update(values)  # a value given wins over the tenant's
+        try:
+            return self._keys.take(named), self._argv.take(named)
+        except KeyError as missing:
+            name = missing.args[0]
+            raise ScriptCallError(f"{self.script}.lua: no value for {self._label[name]}") from None
 
 
 @dataclass(frozen=True)
