@@ -60,6 +60,16 @@ TOKEN_PREFIX = "manual:"  # a reply by hand's lock token; a worker's is its clai
 # A send may take this share of the lease at most, so the lock outlives every send.
 SEND_SHARE_OF_LEASE = 0.8
 BUSY = "a turn is running for this person; try again in a moment"
+# What manual_end.lua gets for the values a "release" does not use (shared/lua/manual_end.lua).
+_END_UNUSED: dict[str, Any] = {
+    "remember": b"",
+    "memory_turns": 0,
+    "memory_ttl_ms": 0,
+    "answered": b"[]",
+    "pause_ms": 0,
+    "by": "",
+    "provider_ids": [],
+}
 
 
 class ManualReplyError(Exception):
@@ -282,20 +292,12 @@ class ManualReplies:
         }
         t = self._units.tenant(tenant)
         try:
-            held, taken = await self._scripts.manual_end(
-                self._redis,
-                hold.k,
-                person=batch.person,
-                token=hold.token,
-                outcome="sent",
-                reply_id=batch.id,
+            held, taken = await self._manual_end(
+                hold,
+                "sent",
                 remember=orjson.dumps(remember),
                 memory_turns=t.memory_turns,
                 memory_ttl_ms=self._units.memory_ttl_ms,
-                outbound_ttl_s=OUTBOUND_TTL_S,
-                window_ms=t.window_ms,
-                max_wait_ms=t.max_wait_ms,
-                since_ms=hold.since_ms,
                 answered=orjson.dumps(hold.answered),
                 # A person is talking with the customer on WhatsApp: the bot waits (takeover);
                 # Chatwoot has its own silence, set by the agent's message coming back.
@@ -317,31 +319,28 @@ class ManualReplies:
     async def _release(self, hold: _Hold) -> None:
         """Unlock, as if nothing happened (only this reply's token); best effort: else the
         lease ends it."""
-        batch = hold.batch
-        t = self._units.tenant(batch.tenant)
         try:
-            await self._scripts.manual_end(
-                self._redis,
-                hold.k,
-                person=batch.person,
-                token=hold.token,
-                outcome="release",
-                reply_id=batch.id,
-                remember=b"",
-                memory_turns=0,
-                memory_ttl_ms=0,
-                outbound_ttl_s=OUTBOUND_TTL_S,
-                window_ms=t.window_ms,
-                max_wait_ms=t.max_wait_ms,
-                since_ms=hold.since_ms,
-                answered=b"[]",
-                pause_ms=0,
-                by="",
-                provider_ids=[],
-            )
-            await self._wake(batch.tenant)
+            await self._manual_end(hold, "release")
+            await self._wake(hold.batch.tenant)
         except (RedisError, OSError) as exc:
             log.warning("could not release a reply by hand's lock (its lease ends it): %r", exc)
+
+    async def _manual_end(self, hold: _Hold, outcome: str, **used: Any) -> Any:
+        """manual_end.lua for `outcome` with the values it uses (`used`); the others blank."""
+        t = self._units.tenant(hold.batch.tenant)
+        return await self._scripts.manual_end(
+            self._redis,
+            hold.k,
+            person=hold.batch.person,
+            token=hold.token,
+            outcome=outcome,
+            reply_id=hold.batch.id,
+            outbound_ttl_s=OUTBOUND_TTL_S,
+            window_ms=t.window_ms,
+            max_wait_ms=t.max_wait_ms,
+            since_ms=hold.since_ms,
+            **{**_END_UNUSED, **used},
+        )
 
     async def _wake(self, tenant: str) -> None:
         """A worker claims the tenant again: what is still waiting gets its due time served
