@@ -54,10 +54,9 @@ from typing import Any, NamedTuple
 from receiver.parsing import Item
 from shared.fleet.wake import now_ms, wake_command
 from shared.keys import Keys, TenantKeys
-from shared.storage import script_calls
 from shared.storage.raw_pipeline import RawPipeline
 from shared.storage.redis_client import is_cluster
-from shared.storage.scripts import ScriptArg, Scripts, is_noscript
+from shared.storage.scripts import Command, Scripts, is_noscript
 
 
 @dataclass(frozen=True)
@@ -251,27 +250,26 @@ class InboxWriter:
     async def _write(self, round_: _Round) -> dict[str, list[int]]:
         """One pipeline for the round; returns each tenant's per-item results (1 new, 0 dup)."""
         keys = self._keys
-        calls: list[tuple[str, list[str], list[ScriptArg]]] = []
+        ingest = self._scripts.ingest
+        calls: list[tuple[str, Command]] = []
         for tenant, seen in round_.seen.items():
             tenant_keys = self._tenant_keys(tenant)
             data = round_.data[tenant]
             per_call = self.tuning.max_items_per_call
             for i in range(0, len(seen), per_call):
                 chunk = slice(i, i + per_call)
-                script_keys, script_args = script_calls.ingest(
+                call = ingest.command(
                     tenant_keys,
                     seen=seen[chunk],
                     dedupe_ttl_s=self._dedupe_ttl_s,
                     events=data[chunk],
                 )
-                calls.append((tenant, script_keys, script_args))
-        ingest = self._scripts.ingest
+                calls.append((tenant, call))
         commands: list[tuple[Any, ...]] = []
         unregistered = self._unregistered(round_.seen)
         if unregistered:
             commands.append(("SADD", keys.tenants, *unregistered))
-        for _, script_keys, script_args in calls:
-            commands.append(ingest.command(script_keys, script_args))
+        commands.extend(call for _, call in calls)
         if round_.deadletters:
             commands.append(("LPUSH", keys.deadletter, *round_.deadletters))
         wake = wake_command(keys, round_.seen, now_ms()) if round_.seen else None
@@ -292,8 +290,7 @@ class InboxWriter:
             await self._scripts.load(self._redis)
             for i, reply in enumerate(replies):
                 if is_noscript(reply):
-                    _, script_keys, script_args = calls[i]
-                    replies[i] = await ingest(self._redis, script_keys, script_args)
+                    replies[i] = await ingest.run(self._redis, calls[i][1])
             results[offset : offset + len(calls)] = replies
         for result in results:
             if isinstance(result, Exception):
@@ -303,7 +300,7 @@ class InboxWriter:
             await self._redis.execute_command(*wake)
         self._registered.update(unregistered)
         per_tenant: dict[str, list[int]] = {}
-        for (tenant, _, _), reply in zip(calls, replies, strict=True):
+        for (tenant, _), reply in zip(calls, replies, strict=True):
             per_tenant.setdefault(tenant, []).extend(map(int, reply))
         return per_tenant
 

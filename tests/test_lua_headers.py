@@ -1,12 +1,11 @@
-"""Each Lua script's header against what the code does: the KEYS and ARGV that
-shared/storage/script_calls.py builds (count, names, order), the helpers the script calls (each one
-declared, each declared one there), and the loader's refusals (shared/storage/lua_source.py)."""
+"""Each Lua script's header against what the code does: the KEYS and ARGV a call builds from
+named values (count, names, order: shared/storage/scripts.py), the helpers the script calls
+(each one declared, each declared one there), and the loader's refusals
+(shared/storage/lua_source.py)."""
 
 from __future__ import annotations
 
-import inspect
 import re
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +13,10 @@ import pytest
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
-from shared.storage import lua_source, script_calls
+from shared.keys import TenantKeys
+from shared.storage import lua_source
 from shared.storage.lua_source import LUA_DIR, Header, LuaSourceError, Slot, read_header
-from shared.storage.scripts import Script, Scripts, main
+from shared.storage.scripts import TENANT_KEY_NAMES, Script, ScriptCallError, Scripts, main
 
 SCRIPTS = lua_source.script_names()
 LIBS = sorted(str(p.relative_to(LUA_DIR)) for p in (LUA_DIR / "lib").glob("*.lua"))
@@ -26,11 +26,11 @@ def header_of(path: Path) -> Header:
     return read_header(path.read_text(), path.name)
 
 
-class _Names:
+class _Names(TenantKeys):
     """Stands in for TenantKeys: every key or prefix is its own property name."""
 
-    def __getattr__(self, name: str) -> str:
-        return name
+    def __getattribute__(self, name: str) -> Any:
+        return name if name in TENANT_KEY_NAMES else super().__getattribute__(name)
 
 
 def _sample(slot: Slot) -> list[Any]:
@@ -50,10 +50,14 @@ def _expected(slots: tuple[Slot, ...]) -> list[str]:
     return names
 
 
-def _builder(name: str) -> Callable[..., script_calls.Call]:
-    builder = getattr(script_calls, name, None)
-    assert callable(builder), f"shared/storage/script_calls.py has no {name}() for {name}.lua"
-    return builder  # type: ignore[no-any-return]
+def _values(header: Header) -> dict[str, Any]:
+    """Every name a call must give, set to its own name (a sample for a repeated entry)."""
+    slots = (*header.keys, *header.argv)
+    return {
+        s.name: _sample(s) if s.repeats else s.name
+        for s in slots
+        if s.repeats or s.name not in TENANT_KEY_NAMES
+    }
 
 
 @pytest.mark.parametrize("name", SCRIPTS)
@@ -66,26 +70,56 @@ def test_header_is_complete(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", SCRIPTS)
-def test_call_builder_matches_header(name: str) -> None:
-    """Called with every argument set to its own name, the builder must give back the
-    header's KEYS and ARGV names, in order: same count, same names, same places."""
+def test_call_matches_header(name: str) -> None:
+    """Called with every value set to its own name, a script's command holds the header's
+    KEYS and ARGV names, in order: same count, same names, same places."""
     header = header_of(LUA_DIR / f"{name}.lua")
-    builder = _builder(name)
-    params = list(inspect.signature(builder).parameters)[1:]
-    repeated = {s.name: s for s in (*header.keys, *header.argv) if s.repeats}
-    kwargs = {p: _sample(repeated[p]) if p in repeated else p for p in params}
-    keys, args = builder(_Names(), **kwargs)
-    assert keys == _expected(header.keys), f"{name}: KEYS differ from the header"
-    assert args == _expected(header.argv), f"{name}: ARGV differ from the header"
+    script = getattr(Scripts(), name)
+    command = script.command(_Names("t"), **_values(header))
+    keys = _expected(header.keys)
+    assert command[:3] == ("EVALSHA", script.sha, len(keys))
+    assert list(command[3 : 3 + len(keys)]) == keys, f"{name}: KEYS differ from the header"
+    assert list(command[3 + len(keys) :]) == _expected(header.argv), f"{name}: ARGV differ"
 
 
-def test_every_builder_has_a_script() -> None:
-    builders = {
-        n
-        for n, f in vars(script_calls).items()
-        if inspect.isfunction(f) and f.__module__ == script_calls.__name__
-    }
-    assert builders == set(SCRIPTS)
+def test_tenant_keys_are_taken_from_the_tenant() -> None:
+    k = TenantKeys("wa:{t}")
+    command = Scripts().resume_human.command(k, person="p")
+    assert command[2:] == (3, k.due, k.running, k.stats, k.conversation_prefix, "p")
+    # A value given wins over the tenant's (finish.lua's review_notify "" when none is wanted).
+    command = Scripts().resume_human.command(k, person="p", stats="elsewhere")
+    assert command[5] == "elsewhere"
+
+
+def test_missing_or_unknown_name_raises_naming_it() -> None:
+    k = TenantKeys("wa:{t}")
+    scripts = Scripts()
+    with pytest.raises(ScriptCallError, match=r"save_reply\.lua: no value for ARGV\[4\] reply"):
+        scripts.save_reply.command(k, person="p", token="t")
+    with pytest.raises(ScriptCallError, match=r"save_reply\.lua has no KEYS or ARGV named rpely"):
+        scripts.save_reply.command(k, person="p", token="t", reply="r", rpely="r")
+    with pytest.raises(ScriptCallError, match=r"ingest\.lua: no value for KEYS\[2\.\.\] seen"):
+        scripts.ingest.command(k, dedupe_ttl_s=60, events=[])
+    with pytest.raises(ScriptCallError, match=r"KEYS\[1\] stats"):  # no tenant keys to take from
+        scripts.save_reply.command(person="p", token="t", reply="r")
+    with pytest.raises(ScriptCallError, match=r"renew\.lua: each turns item has 2 values, not 1"):
+        scripts.renew.command(k, lease_ms=1, turns=[("p",)])
+
+
+def test_order_comes_from_the_header(tmp_path: Path) -> None:
+    """The same named values, two headers: each call follows its own header's order."""
+    body = "-- Returns 1.\n-- uses: none\nreturn 1\n"
+    directory = _lua_dir(
+        tmp_path,
+        {
+            "ab.lua": "-- KEYS[1] due\n-- KEYS[2] stats\n-- ARGV[1] a\n-- ARGV[2] b\n" + body,
+            "ba.lua": "-- KEYS[1] stats\n-- KEYS[2] due\n-- ARGV[1] b\n-- ARGV[2] a\n" + body,
+        },
+    )
+    k = TenantKeys("wa:{t}")
+    ab, ba = (Script.from_file(name, directory) for name in ("ab", "ba"))
+    assert ab.command(k, a=1, b=2)[2:] == (2, k.due, k.stats, 1, 2)
+    assert ba.command(k, a=1, b=2)[2:] == (2, k.stats, k.due, 2, 1)
 
 
 def _exports() -> dict[str, str]:
@@ -206,10 +240,10 @@ def test_loader_refuses(tmp_path: Path, files: dict[str, str], error: str) -> No
 async def test_undeclared_helper_fails_on_redis(redis_server: Any, tmp_path: Path) -> None:
     """A script calling a helper it does not declare gets no copy of it: Redis refuses."""
     directory = _lua_dir(tmp_path, {"s.lua": SCRIPT_HEADER + "-- uses: none\nreturn now_ms()\n"})
-    script = Script.from_source("s", lua_source.script_source("s", directory))
+    script = Script.from_file("s", directory)
     redis = Redis.from_url(redis_server.url)
     try:
         with pytest.raises(ResponseError, match="now_ms"):
-            await script(redis, ["t:stats"], [])
+            await script(redis, stats="t:stats")
     finally:
         await redis.aclose()

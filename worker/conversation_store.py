@@ -1,7 +1,9 @@
 """The worker's Redis operations on conversations: claim, renew, finish, review.
 
-Thin wrappers over the Lua scripts in shared/lua (claim, renew, finish, ...); every call
-goes through the group committer, so the concurrent turns of one process share round trips.
+Thin wrappers over the Lua scripts in shared/lua (claim, renew, finish, ...): each passes the
+values its script's header names (shared/storage/scripts.py), settings already in the units
+the scripts read (shared/storage/script_settings.py). Every call goes through the group
+committer, so the concurrent turns of one process share round trips.
 """
 
 from __future__ import annotations
@@ -16,12 +18,12 @@ import orjson
 from shared.conversation.batch import SERVICE_WINDOW_S, Batch
 from shared.conversation.review_journal import ReviewJournal
 from shared.conversation.turn_state import TurnState
-from shared.keys import OUTBOUND_TTL_S, Keys
+from shared.keys import OUTBOUND_TTL_S, Keys, TenantKeys
 from shared.ops.takeover import pauses_for_review
 from shared.settings import Settings
-from shared.storage import script_calls
 from shared.storage.group_commit import GroupCommitter
-from shared.storage.scripts import Scripts
+from shared.storage.script_settings import ScriptSettings
+from shared.storage.scripts import Script, Scripts
 
 MAX_INTAKE_PER_CALL = 1000
 # How long a status that overtook its send's answer waits for record_part (which normally
@@ -33,6 +35,16 @@ CONTEXT_MAX = 20
 # How long the bot stays silent in a Chatwoot conversation a person handles after its last event
 # (shared/lua/lib/silence.lua): long enough for any human follow-up, not forever.
 SILENCE_TTL_S = 30 * 24 * 3600
+# What finish.lua gets for the values an outcome does not use (shared/lua/finish.lua).
+_FINISH_UNUSED: dict[str, Any] = {
+    "delay_ms_or_reason": "",
+    "error_or_item": "",
+    "remember": b"",
+    "last_part": "",
+    "last_part_id": "",
+    "unknown": "",
+    "count_attempt": 1,
+}
 
 
 @dataclass(frozen=True)
@@ -45,9 +57,9 @@ class Claim:
 
 class ConversationStore:
     def __init__(self, settings: Settings, scripts: Scripts, committer: GroupCommitter) -> None:
-        self._settings = settings
         self._scripts = scripts
         self._committer = committer
+        self._units = ScriptSettings.of(settings)
         self.keys = Keys(settings.key_prefix)
         # Review items queue their webhook's notification only when one is configured.
         self._notify = bool(settings.review_webhook_url)
@@ -55,31 +67,37 @@ class ConversationStore:
         # looks at once instead of at the next sweep).
         self.reviewed: Callable[[str], None] | None = None
 
-    def _timing(self, tenant: str) -> tuple[int, int]:
-        own = self._settings.tenant(tenant)
-        return int(own.debounce_window_s * 1000), int(own.max_wait_s * 1000)
+    async def _call(self, script: Script, k: TenantKeys, **values: Any) -> Any:
+        """Run `script` with these values in the committer's next round; its reply."""
+        # Built now, so a wrong name raises here, in the caller, not in the committer's round.
+        command = script.command(k, **values)
+        return await self._committer.submit(lambda pipe: pipe.execute_command(*command))
+
+    async def _as_holder(self, script: Script, batch: Batch, **values: Any) -> Any:
+        """Run a script that acts only while the batch's turn holds the person's lock."""
+        k = self.keys.tenant(batch.tenant)
+        return await self._call(script, k, person=batch.person, token=batch.token, **values)
 
     async def claim(self, tenant: str, max_batches: int, token_prefix: str) -> Claim:
-        k, own = self.keys.tenant(tenant), self._settings.tenant(tenant)
-        window_ms, max_wait_ms = self._timing(tenant)
-        keys, args = script_calls.claim(
-            k,
+        t = self._units.tenant(tenant)
+        row = await self._call(
+            self._scripts.claim,
+            self.keys.tenant(tenant),
             max_claim=max_batches,
-            lease_ms=int(self._settings.lease_s * 1000),
+            lease_ms=self._units.lease_ms,
             token_prefix=token_prefix,
-            window_ms=window_ms,
-            max_wait_ms=max_wait_ms,
+            window_ms=t.window_ms,
+            max_wait_ms=t.max_wait_ms,
             max_intake=MAX_INTAKE_PER_CALL,
             service_window_s=SERVICE_WINDOW_S,
             early_status_ttl_s=EARLY_STATUS_TTL_S,
-            welcome=1 if own.welcome_text else 0,
-            context_ttl_s=max(1, int(self._settings.memory_ttl_s)),
+            welcome=t.welcome,
+            context_ttl_s=self._units.memory_ttl_s,
             context_max=CONTEXT_MAX,
             silence_ttl_s=SILENCE_TTL_S,
-            human_pause_ms=int(own.human_pause_s * 1000),
-            memory_turns=own.memory_turns,
+            human_pause_ms=t.human_pause_ms,
+            memory_turns=t.memory_turns,
         )
-        row = await self._committer.submit(lambda p: self._scripts.claim.queue(p, keys, args))
         return Claim(
             now_ms=int(row[0]),
             next_ms=int(row[1]),
@@ -89,9 +107,12 @@ class ConversationStore:
 
     async def renew(self, tenant: str, turns: list[tuple[str, str]]) -> list[bool]:
         """Extend the leases of (person, token) pairs; False where the lease was lost."""
-        k = self.keys.tenant(tenant)
-        keys, args = script_calls.renew(k, lease_ms=int(self._settings.lease_s * 1000), turns=turns)
-        result = await self._committer.submit(lambda p: self._scripts.renew.queue(p, keys, args))
+        result = await self._call(
+            self._scripts.renew,
+            self.keys.tenant(tenant),
+            lease_ms=self._units.lease_ms,
+            turns=turns,
+        )
         return [bool(int(x)) for x in result]
 
     async def finish_done(
@@ -102,33 +123,27 @@ class ConversationStore:
         Also records `last_part`, the reply's last part (index, provider id), as record_part
         would.
         """
-        return await self._finish(batch, "done", "", "", remember, last_part)
+        index, provider_id = last_part or ("", "")
+        return await self._finish(
+            batch, "done", remember=remember, last_part=index, last_part_id=provider_id
+        )
 
     async def save_reply(self, batch: Batch, reply: str) -> str | None:
         """Store the reply before sending; returns the one the batch holds (an earlier
         attempt's wins), or None if this worker no longer holds the lock."""
-        k = self.keys.tenant(batch.tenant)
-        keys, args = script_calls.save_reply(k, person=batch.person, token=batch.token, reply=reply)
-        result = await self._committer.submit(
-            lambda p: self._scripts.save_reply.queue(p, keys, args)
-        )
+        result = await self._as_holder(self._scripts.save_reply, batch, reply=reply)
         if result is None:
             return None
         return result.decode() if isinstance(result, bytes) else str(result)
 
     async def record_part(self, batch: Batch, part: int, provider_id: str) -> bool:
         """Remember that part `part` was accepted as `provider_id`; False if the lock is lost."""
-        k = self.keys.tenant(batch.tenant)
-        keys, args = script_calls.record_part(
-            k,
-            person=batch.person,
-            token=batch.token,
+        result = await self._as_holder(
+            self._scripts.record_part,
+            batch,
             part=part,
             provider_id=provider_id,
             outbound_ttl_s=OUTBOUND_TTL_S,
-        )
-        result = await self._committer.submit(
-            lambda p: self._scripts.record_part.queue(p, keys, args)
         )
         return bool(int(result))
 
@@ -136,51 +151,34 @@ class ConversationStore:
         """Note that the template is about to go out for this batch in place of `part`
         (before the request, so no retry sends it twice), or clear the note (`sending=False`:
         Meta refused it); False if the lock is lost."""
-        k = self.keys.tenant(batch.tenant)
-        keys, args = script_calls.mark_template(
-            k, person=batch.person, token=batch.token, mark="1" if sending else "0", part=part
-        )
-        result = await self._committer.submit(
-            lambda p: self._scripts.mark_template.queue(p, keys, args)
-        )
+        mark = "1" if sending else "0"
+        result = await self._as_holder(self._scripts.mark_template, batch, mark=mark, part=part)
         return bool(int(result))
 
     async def mark_memory(self, batch: Batch, entries: list[tuple[str, bytes]]) -> int:
         """Replace each exchange of the person's memory holding the reply part (provider id)
         with the given one (worker/turn/late_failures.py); how many were, or -1 if the lock is
         lost."""
-        k = self.keys.tenant(batch.tenant)
-        keys, args = script_calls.mark_memory(
-            k, person=batch.person, token=batch.token, entries=entries
-        )
-        result = await self._committer.submit(
-            lambda p: self._scripts.mark_memory.queue(p, keys, args)
-        )
-        return int(result)
+        return int(await self._as_holder(self._scripts.mark_memory, batch, entries=entries))
 
     async def save_journal(self, batch: Batch, journal: ReviewJournal) -> bool:
         """Write the review journal on the batch; False if the lock is lost."""
-        k = self.keys.tenant(batch.tenant)
-        keys, args = script_calls.journal_review(
-            k, person=batch.person, token=batch.token, journal=journal.to_json()
-        )
-        result = await self._committer.submit(
-            lambda p: self._scripts.journal_review.queue(p, keys, args)
+        result = await self._as_holder(
+            self._scripts.journal_review, batch, journal=journal.to_json()
         )
         return bool(int(result))
 
     async def silence(self, batch: Batch, why: str) -> None:
         """The bot is silent in the batch's conversation from now on (a Chatwoot hand-over):
         its waiting messages join the memory (shared/lua/silence.lua)."""
-        k = self.keys.tenant(batch.tenant)
-        keys, args = script_calls.silence(
-            k,
+        await self._call(
+            self._scripts.silence,
+            self.keys.tenant(batch.tenant),
             person=batch.person,
             why=why,
-            memory_ttl_s=max(1, int(self._settings.memory_ttl_s)),
+            memory_ttl_s=self._units.memory_ttl_s,
             silence_ttl_s=SILENCE_TTL_S,
         )
-        await self._committer.submit(lambda p: self._scripts.silence.queue(p, keys, args))
 
     async def add_figures(self, tenant: str, increments: dict[str, int]) -> None:
         """Add a turn's figures to the tenant's stats (shared/fleet/turn_figures.py): one HINCRBY
@@ -196,7 +194,11 @@ class ConversationStore:
         """Due again after `delay_s`; `count_attempt=False`: the batch waits for the AI, which
         failed as a whole, and this attempt is not counted against `MAX_ATTEMPTS`."""
         return await self._finish(
-            batch, "retry", int(delay_s * 1000), error[:2000], count_attempt=count_attempt
+            batch,
+            "retry",
+            delay_ms_or_reason=int(delay_s * 1000),
+            error_or_item=error[:2000],
+            count_attempt=1 if count_attempt else 0,
         )
 
     async def finish_review(
@@ -220,7 +222,7 @@ class ConversationStore:
         state = state or TurnState()
         extra = {**(extra or {}), **({"hand_over": hand_over} if hand_over else {})}
         if pauses_for_review(batch.channel, reason):
-            extra["human_pause_ms"] = int(self._settings.tenant(batch.tenant).human_pause_s * 1000)
+            extra["human_pause_ms"] = self._units.tenant(batch.tenant).human_pause_ms
         unknown: list[str] = []
         if state.delivery_unknown is not None:
             extra["delivery_unknown"] = state.delivery_unknown.to_json()
@@ -248,45 +250,33 @@ class ConversationStore:
                 **({"context": batch.context} if batch.context else {}),
             }
         )
-        stored = await self._finish(batch, "review", reason, item, unknown=",".join(unknown))
+        stored = await self._finish(
+            batch,
+            "review",
+            delay_ms_or_reason=reason,
+            error_or_item=item,
+            unknown=",".join(unknown),
+        )
         if stored and self.reviewed is not None:
             self.reviewed(batch.tenant)
         return stored
 
-    async def _finish(
-        self,
-        batch: Batch,
-        outcome: str,
-        arg5: str | int,
-        arg6: str | bytes,
-        remember: bytes = b"",
-        last_part: tuple[int, str] | None = None,
-        unknown: str = "",
-        count_attempt: bool = True,
-    ) -> bool:
+    async def _finish(self, batch: Batch, outcome: str, **used: Any) -> bool:
+        """finish.lua for `outcome` with the values it uses (`used`); the others blank."""
+        t = self._units.tenant(batch.tenant)
         k = self.keys.tenant(batch.tenant)
-        window_ms, max_wait_ms = self._timing(batch.tenant)
-        last_part_index, last_part_id = last_part or ("", "")
-        keys, args = script_calls.finish(
-            k,
-            person=batch.person,
-            token=batch.token,
+        result = await self._as_holder(
+            self._scripts.finish,
+            batch,
             outcome=outcome,
-            delay_ms_or_reason=arg5,
-            error_or_item=arg6,
-            window_ms=window_ms,
-            max_wait_ms=max_wait_ms,
-            remember=remember,
-            memory_turns=self._settings.tenant(batch.tenant).memory_turns,
-            memory_ttl_ms=int(self._settings.memory_ttl_s * 1000),
-            last_part=last_part_index,
-            last_part_id=last_part_id,
+            **{**_FINISH_UNUSED, **used},
+            window_ms=t.window_ms,
+            max_wait_ms=t.max_wait_ms,
+            memory_turns=t.memory_turns,
+            memory_ttl_ms=self._units.memory_ttl_ms,
             outbound_ttl_s=OUTBOUND_TTL_S,
-            unknown=unknown,
-            count_attempt=1 if count_attempt else 0,
-            notify=self._notify,
+            review_notify=k.review_notify if self._notify else "",
         )
-        result = await self._committer.submit(lambda p: self._scripts.finish.queue(p, keys, args))
         return bool(int(result))
 
 

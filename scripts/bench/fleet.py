@@ -59,7 +59,6 @@ from scripts.webhooks import inbound_webhook, sign_body, text_message
 from shared.events import dedupe_id, encode, message_event
 from shared.fleet import dispatch_lag, wake
 from shared.keys import Keys
-from shared.storage.script_calls import ingest as ingest_call
 from shared.storage.scripts import Scripts
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -704,12 +703,10 @@ async def park_conversations(
                 k = keys.tenant(tenant)
                 scripts.ingest.queue(
                     pipe,
-                    *ingest_call(
-                        k,
-                        seen=[k.seen(dedupe_id(event))],
-                        dedupe_ttl_s=604800,
-                        events=[encode(event)],
-                    ),
+                    k,
+                    seen=[k.seen(dedupe_id(event))],
+                    dedupe_ttl_s=604800,
+                    events=[encode(event)],
                 )
             await pipe.execute()
         out = Path(tempfile.mkdtemp(prefix="bench-fleet-park-"))

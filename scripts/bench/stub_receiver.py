@@ -26,10 +26,9 @@ from starlette.routing import Route
 from shared.events import dedupe_id, encode, message_event
 from shared.keys import Keys
 from shared.settings import Settings
-from shared.storage import script_calls
 from shared.storage.group_commit import GroupCommitter, Queue
 from shared.storage.redis_client import make_redis
-from shared.storage.scripts import Scripts
+from shared.storage.scripts import Command, Scripts
 
 settings = Settings.from_env()
 keys = Keys(settings.key_prefix)
@@ -88,15 +87,15 @@ async def webhook(request: Request) -> Response:
     calls: list[Queue] = []
     for tenant, events in by_tenant.items():
         tk = keys.tenant(tenant)
-        call_keys, call_args = script_calls.ingest(
+        command = scripts.ingest.command(
             tk,
             seen=[tk.seen(dedupe_id(e)) for e in events],
             dedupe_ttl_s=settings.dedupe_ttl_s,
             events=[encode(e) for e in events],
         )
 
-        def queue(pipe: Any, k: list[str] = call_keys, a: list[Any] = call_args) -> None:
-            scripts.ingest.queue(pipe, k, a)
+        def queue(pipe: Any, command: Command = command) -> None:
+            pipe.execute_command(*command)
 
         calls.append(queue)
     try:

@@ -27,12 +27,11 @@ from scripts.bench import revision
 from shared.events import dedupe_id, encode, message_event
 from shared.fleet.wake import listening_workers, now_ms, wake_command
 from shared.keys import Keys
+from shared.storage import scripts as scripts_module
 from shared.storage.scripts import Scripts
 
-try:
-    from shared.storage import script_calls
-except ImportError:  # a revision before it (bench_worker --at)
-    script_calls = None  # type: ignore[assignment]
+# Revisions before named script calls (`bench_worker --at`) took KEYS and ARGV as two lists.
+NAMED_CALLS = hasattr(scripts_module, "Signature")
 
 # The product code the workers run: this checkout, or a revision exported by bench_worker --at.
 CODE = revision.code_dir()
@@ -118,12 +117,11 @@ class Bench:
         tk = self.tk
         pipe.sadd(self.keys.tenants, TENANT)
         seen, data = [tk.seen(dedupe_id(event))], [encode(event)]
-        if script_calls is None:
-            # Revisions before shared/storage/script_calls.py (`bench_worker --at`): the same call.
-            call: tuple[Any, Any] = ([tk.inbox, *seen], [DEDUPE_TTL_S, *data])
+        if NAMED_CALLS:
+            self.scripts.ingest.queue(pipe, tk, seen=seen, dedupe_ttl_s=DEDUPE_TTL_S, events=data)
         else:
-            call = script_calls.ingest(tk, seen=seen, dedupe_ttl_s=DEDUPE_TTL_S, events=data)
-        self.scripts.ingest.queue(pipe, *call)
+            old_queue: Any = self.scripts.ingest.queue
+            old_queue(pipe, [tk.inbox, *seen], [DEDUPE_TTL_S, *data])
         if publish:
             pipe.execute_command(*wake_command(self.keys, [TENANT], now_ms()))
             # Revisions before the wake-up queues (`bench_worker --at`) listened on a pub/sub

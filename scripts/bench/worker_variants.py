@@ -20,7 +20,8 @@ Variants:
                       turn (record_part.lua's body ahead of finish.lua's), so a one-part reply
                       costs claim + save_reply + finish instead of four script calls. Only
                       valid for one-part replies (the benchmark's), as a measurement.
-                      Obsolete from ee2bffc on: finish.lua records the last part itself.
+                      Obsolete from ee2bffc on: finish.lua records the last part itself (and
+                      its patch of Script.queue fits only revisions before named script calls).
     claim_chunk=N     Claim at most N batches per claim call (default: all free slots).
 """
 
@@ -90,7 +91,8 @@ def _cached_keys() -> None:
         def __getattr__(self, name: str) -> Any:
             return getattr(self._real, name)
 
-    original_timing = cls._timing
+    # Revisions from shared/storage/script_settings.py on work the window out once already.
+    original_timing: Any = getattr(cls, "_timing", None)
     original_init = cls.__init__
 
     def _timing(self: Any, tenant: str) -> tuple[int, int]:
@@ -104,7 +106,8 @@ def _cached_keys() -> None:
         self.keys = _CachedKeys(self.keys)
 
     cls.__init__ = __init__  # type: ignore[method-assign]
-    cls._timing = _timing  # type: ignore[method-assign]
+    if original_timing is not None:
+        cls._timing = _timing  # type: ignore[attr-defined]
 
 
 def _record_with_finish() -> None:
@@ -178,7 +181,7 @@ def _merged_finish() -> None:
         await original_load(self, redis)
         await redis.script_load(source)
 
-    original_queue = scripts.Script.queue
+    original_queue: Any = scripts.Script.queue
 
     def queue(self: Any, pipe: Any, keys: Any, args: Any) -> None:
         extra = stash.pop(str(args[2]), None) if self.name == "finish" else None
@@ -194,7 +197,7 @@ def _merged_finish() -> None:
         return True
 
     scripts.Scripts.load = load  # type: ignore[method-assign]
-    scripts.Script.queue = queue  # type: ignore[method-assign]
+    scripts.Script.queue = queue  # type: ignore[method-assign, assignment]
     store.ConversationStore.record_part = record_part  # type: ignore[method-assign]
 
 

@@ -38,7 +38,6 @@ import orjson
 
 from shared.keys import BATCH, CONVERSATION_KINDS, LOCK, KeyError_, Keys, TenantKeys
 from shared.ops import audit
-from shared.storage import script_calls
 from shared.storage.scripts import Scripts
 
 SCAN_COUNT = 1000  # keys, fields or entries looked at per SCAN/HSCAN round trip
@@ -104,10 +103,7 @@ async def forget_person(
     await _refuse_if_busy(redis, k, person)
     user_ids = await _users_of(redis, k, person)
     state, conversation_keys, queue_entries, users_fields = await (scripts or Scripts()).forget(
-        redis,
-        *script_calls.forget(
-            k, person=person, kinds=",".join(CONVERSATION_KINDS), user_ids=user_ids
-        ),
+        redis, k, person=person, kinds=",".join(CONVERSATION_KINDS), user_ids=user_ids
     )
     _refuse(int(state), person, "started meanwhile")
     report = ForgetReport(

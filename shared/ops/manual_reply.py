@@ -47,9 +47,9 @@ from shared.keys import OUTBOUND_TTL_S, KeyError_, Keys, TenantKeys
 from shared.senders.loading import load_senders
 from shared.senders.split import WHATSAPP_MAX_CHARS
 from shared.settings import Settings
-from shared.storage import script_calls
 from shared.storage.group_commit import GroupCommitter
 from shared.storage.redis_client import explain
+from shared.storage.script_settings import ScriptSettings
 from shared.storage.scripts import Scripts
 
 log = logging.getLogger(__name__)
@@ -60,6 +60,16 @@ TOKEN_PREFIX = "manual:"  # a reply by hand's lock token; a worker's is its clai
 # A send may take this share of the lease at most, so the lock outlives every send.
 SEND_SHARE_OF_LEASE = 0.8
 BUSY = "a turn is running for this person; try again in a moment"
+# What manual_end.lua gets for the values a "release" does not use (shared/lua/manual_end.lua).
+_END_UNUSED: dict[str, Any] = {
+    "remember": b"",
+    "memory_turns": 0,
+    "memory_ttl_ms": 0,
+    "answered": b"[]",
+    "pause_ms": 0,
+    "by": "",
+    "provider_ids": [],
+}
 
 
 class ManualReplyError(Exception):
@@ -106,7 +116,7 @@ class ManualReplies:
         self._keys = keys
         self._scripts = scripts
         self._settings = settings
-        self._lease_ms = int(settings.lease_s * 1000)
+        self._units = ScriptSettings.of(settings)
         self._send_bound_s = settings.lease_s * SEND_SHARE_OF_LEASE
         # The outbox sender writes through a committer; the provider senders use their own
         # HTTP clients, as a worker's do (per-tenant tokens from TENANTS_FILE included).
@@ -155,11 +165,14 @@ class ManualReplies:
 
     async def _take(self, k: TenantKeys, tenant: str, person: str) -> _Hold:
         token = f"{TOKEN_PREFIX}{uuid.uuid4().hex}"
-        call = script_calls.manual_begin(k, person=person, token=token, lease_ms=self._lease_ms)
+        lease_ms = self._units.lease_ms
         try:
-            row = [_s(x) for x in await self._scripts.manual_begin(self._redis, *call)]
+            reply = await self._scripts.manual_begin(
+                self._redis, k, person=person, token=token, lease_ms=lease_ms
+            )
         except (RedisError, OSError) as exc:
             raise ManualReplyError(f"Redis did not answer: {explain(exc)}") from exc
+        row = [_s(x) for x in reply]
         if row[0] == "busy":
             if row[1].startswith(TOKEN_PREFIX):
                 raise ManualReplyError(
@@ -227,9 +240,10 @@ class ManualReplies:
 
     async def _renew(self, hold: _Hold, sent: _Sent) -> None:
         k, person = hold.k, hold.batch.person
-        call = script_calls.renew(k, lease_ms=self._lease_ms, turns=[(person, hold.token)])
         try:
-            (held,) = await self._scripts.renew(self._redis, *call)
+            (held,) = await self._scripts.renew(
+                self._redis, k, lease_ms=self._units.lease_ms, turns=[(person, hold.token)]
+            )
         except (RedisError, OSError) as exc:
             raise _SendFailed(f"Redis did not answer: {explain(exc)}", sent) from exc
         if not int(held):
@@ -274,28 +288,21 @@ class ManualReplies:
             "who": by,
             **({"template": own.template} if sent.template else {}),
         }
-        call = script_calls.manual_end(
-            hold.k,
-            person=batch.person,
-            token=hold.token,
-            outcome="sent",
-            reply_id=batch.id,
-            remember=orjson.dumps(remember),
-            memory_turns=own.memory_turns,
-            memory_ttl_ms=int(s.memory_ttl_s * 1000),
-            outbound_ttl_s=OUTBOUND_TTL_S,
-            window_ms=int(own.debounce_window_s * 1000),
-            max_wait_ms=int(own.max_wait_s * 1000),
-            since_ms=hold.since_ms,
-            answered=orjson.dumps(hold.answered),
-            provider_ids=sent.provider_ids,
-            # A person is talking with the customer on WhatsApp: the bot waits (takeover);
-            # Chatwoot has its own silence, set by the agent's message coming back.
-            pause_ms=int(own.human_pause_s * 1000) if hold.channel == "whatsapp" else 0,
-            by=by,
-        )
+        t = self._units.tenant(tenant)
         try:
-            held, taken = await self._scripts.manual_end(self._redis, *call)
+            held, taken = await self._manual_end(
+                hold,
+                "sent",
+                remember=orjson.dumps(remember),
+                memory_turns=t.memory_turns,
+                memory_ttl_ms=self._units.memory_ttl_ms,
+                answered=orjson.dumps(hold.answered),
+                # A person is talking with the customer on WhatsApp: the bot waits (takeover);
+                # Chatwoot has its own silence, set by the agent's message coming back.
+                pause_ms=t.human_pause_ms if hold.channel == "whatsapp" else 0,
+                by=by,
+                provider_ids=sent.provider_ids,
+            )
             await self._wake(tenant)
         except (RedisError, OSError) as exc:
             raise ManualReplyError(
@@ -310,28 +317,28 @@ class ManualReplies:
     async def _release(self, hold: _Hold) -> None:
         """Unlock, as if nothing happened (only this reply's token); best effort: else the
         lease ends it."""
-        batch, own = hold.batch, self._settings.tenant(hold.batch.tenant)
-        call = script_calls.manual_end(
-            hold.k,
-            person=batch.person,
-            token=hold.token,
-            outcome="release",
-            reply_id=batch.id,
-            remember=b"",
-            memory_turns=0,
-            memory_ttl_ms=0,
-            outbound_ttl_s=OUTBOUND_TTL_S,
-            window_ms=int(own.debounce_window_s * 1000),
-            max_wait_ms=int(own.max_wait_s * 1000),
-            since_ms=hold.since_ms,
-            answered=b"[]",
-            provider_ids=[],
-        )
         try:
-            await self._scripts.manual_end(self._redis, *call)
-            await self._wake(batch.tenant)
+            await self._manual_end(hold, "release")
+            await self._wake(hold.batch.tenant)
         except (RedisError, OSError) as exc:
             log.warning("could not release a reply by hand's lock (its lease ends it): %r", exc)
+
+    async def _manual_end(self, hold: _Hold, outcome: str, **used: Any) -> Any:
+        """manual_end.lua for `outcome` with the values it uses (`used`); the others blank."""
+        t = self._units.tenant(hold.batch.tenant)
+        return await self._scripts.manual_end(
+            self._redis,
+            hold.k,
+            person=hold.batch.person,
+            token=hold.token,
+            outcome=outcome,
+            reply_id=hold.batch.id,
+            outbound_ttl_s=OUTBOUND_TTL_S,
+            window_ms=t.window_ms,
+            max_wait_ms=t.max_wait_ms,
+            since_ms=hold.since_ms,
+            **{**_END_UNUSED, **used},
+        )
 
     async def _wake(self, tenant: str) -> None:
         """A worker claims the tenant again: what is still waiting gets its due time served

@@ -15,7 +15,6 @@ from shared.conversation.review_journal import current_names
 from shared.fleet import wake
 from shared.keys import Keys
 from shared.ops import takeover
-from shared.storage import script_calls
 from shared.storage.scripts import Scripts
 
 
@@ -49,14 +48,12 @@ class ReviewList:
         k = self._keys.tenant(tenant)
         result = await self._scripts.requeue(
             self._redis,
-            *script_calls.requeue(
-                k,
-                item_id=item_id,
-                person=item["person"],
-                messages=orjson.dumps(item["messages"]),
-                # The reactions, edits, ... the parked batch had taken, for the fresh one.
-                context=orjson.dumps(item["context"]) if item.get("context") else b"",
-            ),
+            k,
+            item_id=item_id,
+            person=item["person"],
+            messages=orjson.dumps(item["messages"]),
+            # The reactions, edits, ... the parked batch had taken, for the fresh one.
+            context=orjson.dumps(item["context"]) if item.get("context") else b"",
         )
         if int(result) == 0:
             raise ReviewError(f"review item {item_id!r} was removed meanwhile")

@@ -30,7 +30,6 @@ import orjson
 from shared.conversation import late_failure_codes
 from shared.fleet import wake
 from shared.keys import Keys
-from shared.storage import script_calls
 from shared.storage.scripts import Scripts
 
 # Review reasons after which the bot does NOT pause for the person: they say nothing about this
@@ -83,9 +82,7 @@ async def pause(
     pause_ms = max(1, int(seconds * 1000))
     k = keys.tenant(tenant)
     k.human(person)  # checks the person id before anything is written
-    raw = await _scripts().pause_human(
-        redis, *script_calls.pause_human(k, person=person, by=by, why=why, pause_ms=pause_ms)
-    )
+    raw = await _scripts().pause_human(redis, k, person=person, by=by, why=why, pause_ms=pause_ms)
     return _decode(raw)
 
 
@@ -96,7 +93,7 @@ async def resume(redis: Any, keys: Keys, tenant: str, person: str, *, by: str) -
     it (for the caller's audit log; the pause itself is deleted)."""
     k = keys.tenant(tenant)
     k.human(person)
-    paused, due = await _scripts().resume_human(redis, *script_calls.resume_human(k, person=person))
+    paused, due = await _scripts().resume_human(redis, k, person=person)
     if int(due):
         await wake.add(redis, keys.relay_queue, [tenant])
     return bool(int(paused))

@@ -9,11 +9,13 @@ A script opens with a header of comment lines naming its contract, one entry a l
     -- Returns ...
     -- uses: lib/keys.lua (conv_key, LOCK), lib/clock.lua (now_ms)
 
-Names are the Python names that shared/storage/script_calls.py builds them from (tests hold the two
-together). `uses:` (one line or several; `-- uses: none` for nothing) names the helper files
-under `lib/` and what the script takes from each. The chunk sent to Redis is those helpers,
-each once, a helper's own `uses:` before it, then the script: only what a script declares is
-in it, so a script calling an undeclared helper fails on Redis (and in tests/test_lua_headers.py).
+Names are the names a call gives its values by (shared/storage/scripts.py), in the order
+listed here and nowhere else; a KEYS or ARGV name that is a `TenantKeys` property is taken
+from the tenant's keys. `uses:` (one line or several; `-- uses: none` for nothing) names the
+helper files under `lib/` and what the script takes from each. The chunk sent to Redis is
+those helpers, each once, a helper's own `uses:` before it, then the script: only what a
+script declares is in it, so a script calling an undeclared helper fails on Redis (and in
+tests/test_lua_headers.py).
 
 Constants Python also needs are spelled in Python only (shared/keys.py,
 shared/fleet/dispatch_lag.py)

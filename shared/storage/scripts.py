@@ -1,11 +1,25 @@
-"""Loads the Lua scripts in `shared/lua/` once and calls them by SHA.
+"""Loads the Lua scripts in `shared/lua/` once and calls them by SHA, with named values.
 
 Each script is sent as one chunk: the helpers its header declares (`-- uses: lib/...`), then
-the script, with the constants Python also needs written in (shared/storage/lua_source.py). Calls go
-through EVALSHA; if Redis answers NOSCRIPT (it restarted, or a failover lost its script
-cache) the script is loaded again and the call repeated, which is safe because a NOSCRIPT call
-did nothing. Scripts can also be queued on a pipeline (`queue`), the building block of group
-commit. shared/storage/script_calls.py builds each script's KEYS and ARGV.
+the script, with the constants Python also needs written in (shared/storage/lua_source.py).
+
+A call names its values as the script's header names its KEYS and ARGV; the order comes from
+the header alone, read once at load (`Signature`):
+
+    await scripts.forget(redis, tenant_keys, person=p, kinds=k, user_ids=[...])
+    scripts.claim.queue(pipe, tenant_keys, max_claim=8, lease_ms=30000, ...)
+    command = scripts.finish.command(tenant_keys, person=p, token=t, ...)
+
+A KEYS entry, or an ARGV entry, whose name is a `TenantKeys` property (`due`, `stats`,
+`conversation_prefix`, ...) is taken from the tenant's keys unless the call gives it; every
+other name must be given. A missing or unknown name raises `ScriptCallError` naming the script
+and the name before anything is sent. A repeated entry (`KEYS[2..] seen`) takes a sequence,
+a repeated group (`ARGV[3..] turns[person, token]`) a sequence of tuples.
+
+Calls go through EVALSHA; if Redis answers NOSCRIPT (it restarted, or a failover lost its
+script cache) the script is loaded again and the call repeated, which is safe because a
+NOSCRIPT call did nothing. A call can also be queued on a pipeline (`queue`) or built as a
+command (`command`), the building blocks of group commit, whose committer reloads on NOSCRIPT.
 
 To see or run the chunk Redis gets for a script (e.g. with `redis-cli --eval`):
 
@@ -19,59 +33,181 @@ from __future__ import annotations
 import argparse
 import hashlib
 import sys
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import Any
 
 from redis.exceptions import NoScriptError
 
-from shared.storage.lua_source import LUA_DIR, script_names, script_source
+from shared.keys import TenantKeys
+from shared.storage.lua_source import (
+    LUA_DIR,
+    Header,
+    Slot,
+    read_header,
+    script_names,
+    script_source,
+)
 
-__all__ = ["LUA_DIR", "Script", "ScriptArg", "Scripts", "is_noscript"]
+__all__ = [
+    "LUA_DIR",
+    "Command",
+    "Script",
+    "ScriptArg",
+    "ScriptCallError",
+    "Scripts",
+    "Signature",
+    "is_noscript",
+]
 
 ScriptArg = str | bytes | int | float
+Command = tuple[ScriptArg, ...]  # "EVALSHA", sha, how many keys, the keys, the arguments
+
+# Header names a call may leave out: the tenant's keys hold them.
+TENANT_KEY_NAMES = frozenset(
+    name for name, attr in vars(TenantKeys).items() if isinstance(attr, property)
+)
+
+
+class ScriptCallError(TypeError):
+    """A script called without a value its header names, or with one it does not."""
+
+
+def _getter(
+    make: Callable[..., Callable[[Any], Any]], names: tuple[str, ...]
+) -> Callable[[Any], tuple[Any, ...]]:
+    """`itemgetter(*names)` or `attrgetter(*names)` (lookups in C, in order), always giving a
+    tuple: for one name those give the value itself, for none they cannot be made."""
+    if len(names) > 1:
+        return make(*names)
+    if names:
+        one = make(names[0])
+        return lambda source: (one(source),)
+    return lambda source: ()
+
+
+class _Entries:
+    """One side of a header (its KEYS or its ARGV), in order, as a call fills it."""
+
+    def __init__(self, script: str, slots: tuple[Slot, ...]) -> None:
+        self._script = script
+        self._fixed = _getter(itemgetter, tuple(s.name for s in slots if not s.repeats))
+        rest = slots[-1] if slots and slots[-1].repeats else None
+        self._rest = rest.name if rest else ""
+        self._width = len(rest.fields) if rest else 0
+
+    def take(self, values: Mapping[str, Any]) -> tuple[Any, ...]:
+        """The entries in order; KeyError names a missing one."""
+        fixed = self._fixed(values)
+        if not self._rest:
+            return fixed
+        items = values[self._rest]
+        if not self._width:
+            return (*fixed, *items)
+        for item in items:
+            if len(item) != self._width:
+                raise ScriptCallError(
+                    f"{self._script}.lua: each {self._rest} item has {self._width}"
+                    f" values, not {len(item)}: {item!r}"
+                )
+        return (*fixed, *(value for item in items for value in item))
+
+
+class Signature:
+    """How a script's KEYS and ARGV are built from named values, in its header's order.
+
+    Worked out once per script; a call only looks its names up."""
+
+    def __init__(self, script: str, header: Header) -> None:
+        self.script = script
+        self._keys = _Entries(script, header.keys)
+        self._argv = _Entries(script, header.argv)
+        slots = (*header.keys, *header.argv)
+        self.names = frozenset(s.name for s in slots)
+        self._from_tenant = tuple(sorted(self.names & TENANT_KEY_NAMES))
+        self._tenant_values = _getter(attrgetter, self._from_tenant)
+        self._label = {
+            s.name: f"{kind}[{s.index}{'..' if s.repeats else ''}] {s.name}"
+            for kind, side in (("ARGV", header.argv), ("KEYS", header.keys))
+            for s in side
+        }
+
+    def build(
+        self, tenant_keys: TenantKeys | None, values: Mapping[str, Any]
+    ) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+        """KEYS and ARGV for these values; raises `ScriptCallError` for a missing or unknown
+        name. `tenant_keys` gives the names a call leaves out (None: every name is given)."""
+        if not values.keys() <= self.names:
+            unknown = ", ".join(sorted(set(values) - self.names))
+            raise ScriptCallError(f"{self.script}.lua has no KEYS or ARGV named {unknown}")
+        named = (
+            {}
+            if tenant_keys is None
+            else dict(zip(self._from_tenant, self._tenant_values(tenant_keys), strict=True))
+        )
+        named.update(values)  # a value given wins over the tenant's
+        try:
+            return self._keys.take(named), self._argv.take(named)
+        except KeyError as missing:
+            name = missing.args[0]
+            raise ScriptCallError(f"{self.script}.lua: no value for {self._label[name]}") from None
 
 
 @dataclass(frozen=True)
 class Script:
     name: str
-    source: str
+    source: str  # the chunk Redis runs
     sha: str
+    signature: Signature = field(compare=False, repr=False)
 
     @classmethod
-    def from_source(cls, name: str, source: str) -> Script:
-        return cls(name, source, hashlib.sha1(source.encode()).hexdigest())
+    def from_file(cls, name: str, directory: Path = LUA_DIR) -> Script:
+        """`<directory>/<name>.lua`, assembled, with the signature its header declares."""
+        source = script_source(name, directory)  # refuses a missing file or a bad header
+        header = read_header((directory / f"{name}.lua").read_text(), f"{name}.lua")
+        return cls(name, source, hashlib.sha1(source.encode()).hexdigest(), Signature(name, header))
 
-    async def __call__(self, redis: Any, keys: Sequence[str], args: Sequence[ScriptArg]) -> Any:
-        try:
-            return await redis.evalsha(self.sha, len(keys), *keys, *args)
-        except NoScriptError:
-            await redis.script_load(self.source)
-            return await redis.evalsha(self.sha, len(keys), *keys, *args)
+    def command(self, tenant_keys: TenantKeys | None = None, /, **values: Any) -> Command:
+        """The EVALSHA command calling this script with these values (see the module doc)."""
+        keys, argv = self.signature.build(tenant_keys, values)
+        return ("EVALSHA", self.sha, len(keys), *keys, *argv)
 
-    def queue(self, pipe: Any, keys: Sequence[str], args: Sequence[ScriptArg]) -> None:
+    def queue(self, pipe: Any, tenant_keys: TenantKeys | None = None, /, **values: Any) -> None:
         """Add a call to a pipeline; `Scripts.load` must have run on that server.
 
         Through `execute_command` because redis-py's cluster pipeline blocks its `evalsha`
         method, yet routes a queued EVALSHA by its keys' slot; on one server it is the same
         command `evalsha` would queue.
         """
-        pipe.execute_command(*self.command(keys, args))
+        pipe.execute_command(*self.command(tenant_keys, **values))
 
-    def command(self, keys: Sequence[str], args: Sequence[ScriptArg]) -> tuple[ScriptArg, ...]:
-        """The EVALSHA command calling this script, as a tuple of its name and arguments."""
-        return ("EVALSHA", self.sha, len(keys), *keys, *args)
+    async def __call__(
+        self, redis: Any, tenant_keys: TenantKeys | None = None, /, **values: Any
+    ) -> Any:
+        """Run the script now with these values; its reply."""
+        return await self.run(redis, self.command(tenant_keys, **values))
+
+    async def run(self, redis: Any, command: Command) -> Any:
+        """Send a call `command` built; on NOSCRIPT load the script and send it again.
+
+        `execute_command` is what redis-py's `evalsha` calls (a cluster client routes it by
+        the keys' slot)."""
+        try:
+            return await redis.execute_command(*command)
+        except NoScriptError:
+            await redis.script_load(self.source)
+            return await redis.execute_command(*command)
 
 
 class Scripts:
-    """All scripts of the product, by name: `scripts.ingest(redis, keys, args)`."""
+    """All scripts of the product, by name: `await scripts.ingest(redis, tenant_keys, ...)`."""
 
     def __init__(self, directory: Path = LUA_DIR) -> None:
         self._directory = directory
         self._by_name = {
-            name: Script.from_source(name, script_source(name, directory))
-            for name in script_names(directory)
+            name: Script.from_file(name, directory) for name in script_names(directory)
         }
 
     def __getattr__(self, name: str) -> Script:

@@ -52,7 +52,11 @@ async def push(redis: Redis, prefix: str, payload: dict[str, Any]) -> None:
     k = Keys(prefix).tenant(TENANT)
     for event in parsed.events[TENANT]:
         (stored,) = await _SCRIPTS.ingest(
-            redis, [k.inbox, k.seen(events.dedupe_id(event))], [3600, events.encode(event)]
+            redis,
+            k,
+            seen=[k.seen(events.dedupe_id(event))],
+            dedupe_ttl_s=3600,
+            events=[events.encode(event)],
         )
         assert int(stored) == 1
 

@@ -167,7 +167,11 @@ async def push_failed_status(
     k = keys.tenant(tenant)
     await redis.sadd(keys.tenants, tenant)
     await Scripts().ingest(
-        redis, [k.inbox, k.seen(events.dedupe_id(event))], [60, events.encode(event)]
+        redis,
+        k,
+        seen=[k.seen(events.dedupe_id(event))],
+        dedupe_ttl_s=60,
+        events=[events.encode(event)],
     )
     await wake_up(redis, prefix, tenant)
 

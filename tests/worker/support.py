@@ -116,7 +116,11 @@ async def _store(
     k = keys.tenant(tenant)
     await redis.sadd(keys.tenants, tenant)
     (stored,) = await _SCRIPTS.ingest(
-        redis, [k.inbox, k.seen(events.dedupe_id(event))], [dedupe_ttl_s, events.encode(event)]
+        redis,
+        k,
+        seen=[k.seen(events.dedupe_id(event))],
+        dedupe_ttl_s=dedupe_ttl_s,
+        events=[events.encode(event)],
     )
     if wake:
         await wake_up(redis, prefix, tenant)

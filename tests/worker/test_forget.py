@@ -24,7 +24,6 @@ from shared.ops import audit, takeover
 from shared.ops.forget import ForgetError, ForgetReport, forget_person
 from shared.senders.loading import OutboxSender
 from shared.settings import Settings
-from shared.storage import script_calls
 from shared.storage.group_commit import GroupCommitter
 from shared.storage.scripts import Scripts
 from worker.conversation_store import ConversationStore
@@ -68,7 +67,11 @@ class Conversations:
             ev["from_user_id"] = user_id
         k = self.keys.tenant(tenant)
         await self.scripts.ingest(
-            self.redis, [k.inbox, k.seen(events.dedupe_id(ev))], [60, events.encode(ev)]
+            self.redis,
+            k,
+            seen=[k.seen(events.dedupe_id(ev))],
+            dedupe_ttl_s=60,
+            events=[events.encode(ev)],
         )
         await self.redis.sadd(self.keys.tenants, tenant)  # as the receiver does
         await self.store.claim(tenant, 0, "t")  # intake only
@@ -294,8 +297,9 @@ async def test_the_script_checks_the_lock_itself(redis: Redis, settings: Setting
     k = made.keys.tenant(TENANT)
     await redis.set(k.lock(PERSON), "tok", px=60_000)
     before = await snapshot(redis)
-    call = script_calls.forget(k, person=PERSON, kinds=",".join(CONVERSATION_KINDS), user_ids=[])
-    assert await made.scripts.forget(redis, *call) == [-1, 0, 0, 0]
+    kinds = ",".join(CONVERSATION_KINDS)
+    refused = await made.scripts.forget(redis, k, person=PERSON, kinds=kinds, user_ids=[])
+    assert refused == [-1, 0, 0, 0]
     assert await snapshot(redis) == before
 
 
@@ -346,7 +350,7 @@ async def test_the_report_says_when_to_forget_again(redis: Redis, settings: Sett
     await made.everything((TENANT, PERSON, ""))
     k = made.keys.tenant(TENANT)
     ev = events.encode({"v": 1, "kind": "message", "person": PERSON, "id": "x"})
-    await made.scripts.ingest(redis, [k.inbox, k.seen("whatsapp:x")], [60, ev])
+    await made.scripts.ingest(redis, k, seen=[k.seen("whatsapp:x")], dedupe_ttl_s=60, events=[ev])
 
     report = await forget_person(
         redis, made.keys, TENANT, PERSON, by="ana", retention_s=RETENTION_S

@@ -106,7 +106,9 @@ async def test_statuses_are_consumed_and_counted(
     # An event kind the worker does not know is kept whole for an operator, not dropped.
     k = Keys(prefix).tenant(TENANT)
     odd = events.encode({"v": 1, "kind": "typing", "person": recipient, "id": "x"})
-    await Scripts().ingest(redis, [k.inbox, k.seen("whatsapp:typing:x")], [60, odd])
+    await Scripts().ingest(
+        redis, k, seen=[k.seen("whatsapp:typing:x")], dedupe_ttl_s=60, events=[odd]
+    )
     await wake_up(redis, prefix)
 
     async def counted() -> dict[str, int] | None:

@@ -10,7 +10,6 @@ import orjson
 from redis.asyncio import Redis
 
 from shared.keys import Keys
-from shared.storage import script_calls
 from shared.storage.scripts import Scripts
 
 SCRIPTS = Scripts()
@@ -20,14 +19,13 @@ EVENT = orjson.dumps({"v": 1, "kind": "message", "person": PERSON, "id": "wamid.
 
 
 async def begin(redis: Redis, token: str) -> list[Any]:
-    call = script_calls.manual_begin(K, person=PERSON, token=token, lease_ms=5000)
-    return [
-        x.decode() if isinstance(x, bytes) else x for x in await SCRIPTS.manual_begin(redis, *call)
-    ]
+    row = await SCRIPTS.manual_begin(redis, K, person=PERSON, token=token, lease_ms=5000)
+    return [x.decode() if isinstance(x, bytes) else x for x in row]
 
 
 async def end(redis: Redis, token: str, outcome: str, ids: list[str] | None = None) -> list[int]:
-    call = script_calls.manual_end(
+    row = await SCRIPTS.manual_end(
+        redis,
         K,
         person=PERSON,
         token=token,
@@ -41,9 +39,11 @@ async def end(redis: Redis, token: str, outcome: str, ids: list[str] | None = No
         max_wait_ms=5000,
         since_ms=0,
         answered=orjson.dumps(["wamid.1"]),
+        pause_ms=0,
+        by="",
         provider_ids=ids or [],
     )
-    return [int(x) for x in await SCRIPTS.manual_end(redis, *call)]
+    return [int(x) for x in row]
 
 
 async def test_the_lock_is_refused_beside_a_turn_or_a_batch_and_for_no_conversation(

@@ -53,8 +53,10 @@ async def push(redis: Redis, prefix: str, name: str, **message_changes: Any) -> 
     for event in fixture_events(name, **message_changes):
         (stored,) = await _SCRIPTS.ingest(
             redis,
-            [k.inbox, k.seen(events.dedupe_id(event))],
-            [3600, events.encode(event)],
+            k,
+            seen=[k.seen(events.dedupe_id(event))],
+            dedupe_ttl_s=3600,
+            events=[events.encode(event)],
         )
         assert int(stored) == 1
     await redis.sadd(keys.tenants, TENANT)

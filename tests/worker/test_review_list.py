@@ -51,7 +51,11 @@ async def _parked_item(
             raw={},
         )
         await scripts.ingest(
-            redis, [k.inbox, k.seen(events.dedupe_id(ev))], [60, events.encode(ev)]
+            redis,
+            k,
+            seen=[k.seen(events.dedupe_id(ev))],
+            dedupe_ttl_s=60,
+            events=[events.encode(ev)],
         )
     store = ConversationStore(
         settings.with_overrides(debounce_window_s=0.01, max_wait_s=0.01),

@@ -21,7 +21,6 @@ from scripts.standins.server import free_port
 from shared.keys import Keys
 from shared.ops import review_webhook
 from shared.settings import Settings
-from shared.storage import script_calls
 from shared.storage.group_commit import GroupCommitter
 from shared.storage.scripts import Scripts
 from tests.delivery.support import push_failed_status
@@ -286,16 +285,15 @@ async def test_a_notification_taken_by_a_dead_worker_goes_to_the_next_taker_only
 
     async def take(token: str, lease_ms: int) -> list[Any]:
         return list(
-            await scripts.review_notify_take(
-                redis, *script_calls.review_notify_take(k, most=8, lease_ms=lease_ms, token=token)
-            )
+            await scripts.review_notify_take(redis, k, most=8, lease_ms=lease_ms, token=token)
         )
 
     async def settle(token: str, outcome: str) -> int:
-        call = script_calls.review_notify_settle(
-            k, item_id="b1", token=token, outcome=outcome, delay_ms=0, error=""
+        return int(
+            await scripts.review_notify_settle(
+                redis, k, item_id="b1", token=token, outcome=outcome, delay_ms=0, error=""
+            )
         )
-        return int(await scripts.review_notify_settle(redis, *call))
 
     first = await take("dead", 50)
     assert _text(first[2]) == "b1" and orjson.loads(first[3])["attempts"] == 1

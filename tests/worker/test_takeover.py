@@ -49,7 +49,11 @@ def store(redis: Redis, settings: Settings, prefix: str) -> ConversationStore:
 async def ingest(redis: Redis, prefix: str, event: dict[str, Any]) -> None:
     k = Keys(prefix).tenant(TENANT)
     (stored,) = await _SCRIPTS.ingest(
-        redis, [k.inbox, k.seen(events.dedupe_id(event))], [3600, events.encode(event)]
+        redis,
+        k,
+        seen=[k.seen(events.dedupe_id(event))],
+        dedupe_ttl_s=3600,
+        events=[events.encode(event)],
     )
     assert int(stored) == 1
 

@@ -41,7 +41,6 @@ from shared.fleet import wake
 from shared.keys import KeyError_, Keys
 from shared.ops import review_webhook
 from shared.settings import Settings
-from shared.storage import script_calls
 from shared.storage.scripts import Scripts
 
 log = logging.getLogger(__name__)
@@ -219,14 +218,14 @@ class ReviewNotifier:
 
     async def _take(self, tenant: str) -> tuple[int, int, list[tuple[str, bytes]]]:
         self._seq += 1
-        keys, args = script_calls.review_notify_take(
-            self._keys.tenant(tenant),
-            most=MAX_SENDS,
-            lease_ms=int(self._lease_s * 1000),
-            token=f"{self._token_prefix}:{self._seq}",
-        )
         async with asyncio.timeout(self._settings.redis_timeout_s):
-            row = await self._scripts.review_notify_take(self._redis, keys, args)
+            row = await self._scripts.review_notify_take(
+                self._redis,
+                self._keys.tenant(tenant),
+                most=MAX_SENDS,
+                lease_ms=int(self._lease_s * 1000),
+                token=f"{self._token_prefix}:{self._seq}",
+            )
         flat = row[2:]
         taken = [(_text(flat[i]), _bytes(flat[i + 1])) for i in range(0, len(flat), 2)]
         return int(row[0]), int(row[1]), taken
@@ -297,16 +296,16 @@ class ReviewNotifier:
     async def _settle(
         self, tenant: str, item_id: str, note: dict[str, Any], outcome: str, delay: int, error: str
     ) -> None:
-        keys, args = script_calls.review_notify_settle(
-            self._keys.tenant(tenant),
-            item_id=item_id,
-            token=str(note["token"]),
-            outcome=outcome,
-            delay_ms=delay,
-            error=error[:500],
-        )
         async with asyncio.timeout(self._settings.redis_timeout_s):
-            settled = await self._scripts.review_notify_settle(self._redis, keys, args)
+            settled = await self._scripts.review_notify_settle(
+                self._redis,
+                self._keys.tenant(tenant),
+                item_id=item_id,
+                token=str(note["token"]),
+                outcome=outcome,
+                delay_ms=delay,
+                error=error[:500],
+            )
         if not int(settled):
             log.info("review event tenant=%s item=%s was taken over meanwhile", tenant, item_id)
 
