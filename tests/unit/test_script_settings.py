@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from shared.settings import Settings
-from shared.settings.tenants import TenantConfig
 from shared.storage.script_settings import ScriptSettings
 
 TENANT = "106540352242922"
@@ -17,7 +16,7 @@ def test_seconds_become_the_scripts_units_once() -> None:
         max_wait_s=4,
         human_pause_s=60,
         welcome_text="",
-        tenants={TENANT: TenantConfig(debounce_window_s=0.25, memory_turns=3, welcome_text="hola")},
+        tenants={TENANT: {"debounce_window_s": 0.25, "memory_turns": 3, "welcome_text": "hola"}},
     )
     units = ScriptSettings.of(settings)
     assert (units.lease_ms, units.memory_ttl_ms, units.memory_ttl_s) == (90_000, 400, 1)
