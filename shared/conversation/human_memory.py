@@ -5,10 +5,9 @@ The intake keeps those lines in the memory as one entry (shared/lua/lib/silence.
 `{"human": true, "lines": [{"by": "customer" | "agent", "name", "text", "id", "ts"}, ...],
 "ids": [...]}`. Here each such entry gets the fields every remembered exchange has, so the
 prompt (worker/brains/prompt.py), the quotes (shared/conversation/presentation.py) and custom
-brains read it like
-any other: `header` says what this part of the conversation was, `user` is the transcript, one
-line per message, each agent's line marked as a person of the business and not the bot, and
-`assistant` says the bot did not answer. The same lines always give the same text (the
+brains read it like any other: `header` says what this part of the conversation was, `user` is the
+transcript, one line per message, each agent's line marked as a person of the business and not the
+bot, and `assistant` says the bot did not answer. The same lines always give the same text (the
 prompt cache compares bytes).
 """
 

@@ -51,8 +51,7 @@ class TurnState:
     unrecorded_part: tuple[int, str] | None = None
     # This attempt's figures, added to the tenant's stats when the turn ends
     # (shared/fleet/turn_figures.py) and logged: the AI's token usage, each AI call's and each
-    # send's
-    # latency.
+    # send's latency.
     usage: Usage = field(default_factory=lambda: Usage())
     # What the AI read of the batch's files as text (transcribed voice notes, captions, "could
     # not be downloaded"): the memory keeps it beside the batch's text

@@ -1,8 +1,7 @@
 """Worker heartbeats: each worker's entry in `wa:workers`, and which workers are alive.
 
 Every worker writes its entry every `HEARTBEAT_INTERVAL_S` (worker/fleet/heartbeat_loop.py): JSON
-with
-`started_ms` and `seen_ms` (Redis's clock, `TIME`), `interval_ms` (its own interval),
+with `started_ms` and `seen_ms` (Redis's clock, `TIME`), `interval_ms` (its own interval),
 `running` (turns running now), `concurrency`, `host` and `pid`. An entry not refreshed for
 `DEAD_AFTER_INTERVALS` of its own intervals belongs to a dead worker (SIGKILLed, its machine
 gone): readers leave it out and the live workers delete it. A worker that stops cleanly

@@ -19,8 +19,7 @@ client at a time (the one waiting longest): each wake-up reaches one worker, not
 **Rolling deploy of the rename** (`wa:handoff` -> `wa:relay`; remove after one release).
 Workers of the previous release relay to `wa:handoff` and read only it. New workers relay to
 `wa:relay` and listen on both (worker/fleet/listeners.py), so a tenant an old worker relayed is
-served
-by a new worker as soon as one has a free slot. The other way round, a tenant a new worker
+served by a new worker as soon as one has a free slot. The other way round, a tenant a new worker
 relayed while only old workers have free slots waits on `wa:relay` for the first new worker
 with a free slot, or for the safety sweep (which old workers run too) to find it due: late by
 an interval or two during the deploy, never lost, since the queue is kept in Redis. A tenant

@@ -75,8 +75,7 @@ async def fleet(redis: Any, keys: Keys) -> dict[str, Any]:
 
 async def workers(redis: Any, keys: Keys) -> dict[str, Any]:
     """The workers alive by their heartbeats (shared/fleet/heartbeats.py), oldest first, and how
-    many
-    dead workers' entries are still there (the live workers delete them)."""
+    many dead workers' entries are still there (the live workers delete them)."""
     state = await heartbeats.read(redis, keys.workers)
     return {
         "live": [

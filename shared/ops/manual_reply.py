@@ -16,8 +16,7 @@ The ops page calls `ManualReplies.reply` and the CLI above does the same. A repl
   statuses apply), takes the pending messages it answered out of the pending list (those that
   arrived meanwhile stay, due as their own burst says), and appends the exchange to the
   person's memory marked `"by": "human"` (shared/conversation/presentation.py shows it to the AI as
-  written
-  by a person of the business).
+  written by a person of the business).
 
 Whatever refuses the reply (bad input, an unknown tenant or person, a turn running, the
 provider refusing or not answering) raises `ManualReplyError` with a sentence for a person and

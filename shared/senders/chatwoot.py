@@ -11,8 +11,7 @@
   review item (the review item itself is never at risk). At most one note per batch, even
   across a worker's death: the note's step is journaled on the batch before its request and
   after its answer (shared/conversation/review_journal.py); a note whose request got no answer is
-  never posted
-  again (recorded as unknown). Setting `open` is idempotent, so it is always (re)done.
+  never posted again (recorded as unknown). Setting `open` is idempotent, so it is always (re)done.
 - Errors: 429, 5xx and failures to connect are retried with backoff (`RetryLater`); 401,
   403, 404 and 422 go to review with the status and Chatwoot's message (`NeedsReview`);
   anything else is retried, then reviewed after MAX_ATTEMPTS. A reply part Chatwoot may have

@@ -18,9 +18,8 @@
 - A send Meta may have taken without our hearing of it (a read timeout, a connection dropped
   after the request was written, a 200 without a wamid) is never repeated: `DeliveryUnknown`,
   the batch goes to review as "delivery_unknown" (shared/conversation/unknowns.py). So is a
-  template that a
-  resumed turn finds noted but not recorded: the worker sending it died waiting for Meta.
-  Failures before the request was complete (no connection) are retried.
+  template that a resumed turn finds noted but not recorded: the worker sending it died waiting for
+  Meta. Failures before the request was complete (no connection) are retried.
 """
 
 from __future__ import annotations

@@ -1,6 +1,5 @@
 """worker/brains/media.py on its own: Chatwoot attachments fetched from their `data_url` (no token
-sent),
-a WhatsApp webhook's own `url` used directly, what is never downloaded (a video, an animated
+sent), a WhatsApp webhook's own `url` used directly, what is never downloaded (a video, an animated
 sticker), and the files past a request's 32 MB kept out of it. A small HTTP server stands in for
 where the files live."""
 

@@ -1,6 +1,5 @@
 """What the model is shown of a batch (shared/conversation/presentation.py), from webhooks shaped
-as Meta's
-reference shows them (tests/fixtures/whatsapp/), parsed by the real receiver code: every
+as Meta's reference shows them (tests/fixtures/whatsapp/), parsed by the real receiver code: every
 message type in full, the date and time in the tenant's time zone, quoted replies found in the
 burst or the memory, and the built-in request carrying it (header and body blocks, the same
 bytes when the memory renders it next turn). Pure functions: no Redis."""

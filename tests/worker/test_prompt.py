@@ -1,6 +1,5 @@
 """The Messages API request of a turn (worker/brains/prompt.py): the tenant's AI settings, the
-history
-rendered the same way every turn, and cache marks only where a prefix can be cached, at most
+history rendered the same way every turn, and cache marks only where a prefix can be cached, at most
 four. Pure functions: no Redis, no stand-in (tests/standins/test_prompt_cache.py checks the
 arithmetic of the cache itself, tests/delivery/test_caching.py both together)."""
 

@@ -10,8 +10,7 @@ worker/brains/prompt.py. Each call's latency and token usage is reported to the 
 
 The SDK's own retries are off: the worker retries the whole turn, under the lease. What an error
 means is decided in worker/brains/ai_errors.py: an outage of the API waits for it without using up
-the
-batch's attempts, an error that retrying cannot fix (bad request, authentication) goes to review
+the batch's attempts, an error that retrying cannot fix (bad request, authentication) goes to review
 with the reason.
 
 Each answer's `stop_reason` is read, in a loop bounded by `AI_TURN_TIMEOUT_S`:

@@ -3,9 +3,8 @@
 A brain is any object with `async def reply(self, batch: Batch) -> str | None` (None: no
 reply). It runs inside the turn, under the person's lease, so it may take its time and call
 tools; raise `shared.conversation.errors.NeedsReview` for what a human must see, `RetryLater` (or
-any other
-exception) for what a retry can fix (counted against `MAX_ATTEMPTS`), `AIUnavailable` when the
-AI provider fails as a whole (the fleet pauses, the batch waits uncounted:
+any other exception) for what a retry can fix (counted against `MAX_ATTEMPTS`), `AIUnavailable` when
+the AI provider fails as a whole (the fleet pauses, the batch waits uncounted:
 worker/brains/ai_pause.py).
 `attr` may be the brain itself, or a class/factory that takes the `Settings` and returns one.
 """

@@ -85,8 +85,7 @@ def build_request(
     and system prompt (with its language hint), its remembered exchanges, the batch as the last
     user message, `tools` as given; cache marks unless `cache` is False. `media`: the batch's
     files as content blocks (worker/brains/media.py), after the batch's text in the last user
-    message,
-    past its cache mark (memory keeps the text only, so the next turn's prefix ends there).
+    message, past its cache mark (memory keeps the text only, so the next turn's prefix ends there).
     Nothing given is changed (the tools are copied before a mark goes on the last one)."""
     model = tenant.model
     tool_list = [dict(tool) for tool in tools]
@@ -131,8 +130,7 @@ def render_messages(
 ) -> list[dict[str, Any]]:
     """The last `memory_turns` exchanges, then the batch as `current` (its presentation's
     header and body, shared/conversation/presentation.py; `batch.user_text` when not given): a user
-    turn is
-    its header block (if it has one) and its text block, an answer one text block, the same
+    turn is its header block (if it has one) and its text block, an answer one text block, the same
     bytes for the same exchange every turn (so the prefix matches the cache; the memory keeps
     a turn's header and body as they were sent)."""
     history = batch.history[-memory_turns:] if memory_turns > 0 else []
