@@ -166,7 +166,7 @@ def test_redis_floor_covers_the_apis_the_code_calls() -> None:
     """aclose() needs redis 5.0.1; RawPipeline's get_connection() without a command name, 5.3."""
     (redis,) = [r for r in project_requirements(PYPROJECT.read_text()) if r.name == "redis"]
     assert not redis.specifier.contains("5.2.1") and redis.specifier.contains("5.3.0")
-    source = (REPO / "shared" / "raw_pipeline.py").read_text()
+    source = (REPO / "shared" / "storage" / "raw_pipeline.py").read_text()
     assert "self._pool.get_connection()" in source  # the call that needs 5.3
 
 

@@ -20,7 +20,7 @@ from scripts.standins import BackgroundServer
 from shared.chatwoot import CHANNEL as CHATWOOT
 from shared.conversation.batch import Batch, Message
 from shared.settings import Settings
-from worker.brains.loading import media
+from worker.brains import media
 from worker.brains.media import MediaLoader
 
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(64))
