@@ -20,7 +20,7 @@ from shared.keys import Keys
 from tests.chatwoot.brains import parts_of
 from tests.chatwoot.support import ended, post_message
 from tests.delivery.support import hash_of
-from tests.worker.support import WorkerFleet, review_items, stats, wait_exit, wait_for
+from tests.worker.support import WorkerFleet, in_review, review_items, stats, wait_exit, wait_for
 
 pytestmark = pytest.mark.slow
 LEASE = {"LEASE_S": "1.5", "LEASE_RENEW_S": "0.3", "BRAIN": "tests.chatwoot.brains:TwoPartBrain"}
@@ -91,7 +91,7 @@ async def test_a_worker_killed_after_the_note_does_not_hand_over_twice(
     assert journal["reason"] == "too_old" and journal["steps"] == {"note": "done"}
 
     await fleet.start(1, **{**env, **TOO_OLD})
-    (item,) = await wait_for(lambda: review_items(redis, prefix, "cw-1-3"), "the review item")
+    (item,) = await in_review(redis, prefix, "cw-1-3", what="the review item")
     assert item["reason"] == "too_old" and item["hand_over"] == "done"
     assert item["hand_over_steps"] == {"note": "done", "status": "open"}
     assert len(chatwoot.notes(42)) == 1, "one note, whatever the crashes"
@@ -118,7 +118,7 @@ async def test_a_worker_killed_while_posting_the_note_leaves_it_unknown_not_repe
     await _kill_while(fleet, chatwoot, "note")
 
     await fleet.start(1, **{**env, **TOO_OLD})
-    (item,) = await wait_for(lambda: review_items(redis, prefix, "cw-1-3"), "the review item")
+    (item,) = await in_review(redis, prefix, "cw-1-3", what="the review item")
     assert item["reason"] == "too_old"
     assert item["hand_over"] == (
         "unknown: the worker posting it stopped before Chatwoot answered; status set to open"

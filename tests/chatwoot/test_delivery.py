@@ -15,16 +15,13 @@ from shared.keys import Keys
 from tests.chatwoot import brains
 from tests.chatwoot.support import CONVERSATION, TENANT, ended, post_message
 from tests.delivery.support import InProcessWorkers, hash_of
-from tests.worker.support import outbox, push_message, review_items, stats, wait_for
+from tests.worker.support import in_review, outbox, push_message, review_items, stats, wait_for
 
 WA_TENANT = "106540352242922"
 
 
 async def reviewed(redis: Redis, prefix: str) -> dict[str, Any]:
-    async def parked() -> list[dict[str, Any]]:
-        return await review_items(redis, prefix, TENANT)
-
-    (item,) = await wait_for(parked, "the batch in review")
+    (item,) = await in_review(redis, prefix, TENANT)
     return item
 
 

@@ -17,7 +17,7 @@ from redis.asyncio import Redis
 
 from scripts.standins import GraphApiStandIn, MessagesApiStandIn
 from tests.delivery.ai_tools import CALENDAR_ANSWER, record_key
-from tests.worker.support import WorkerFleet, push_message, review_items, stats, wait_for
+from tests.worker.support import WorkerFleet, in_review, push_message, stats, wait_for
 from worker.brains.tools import HAND_OVER_TOOL
 
 pytestmark = pytest.mark.slow
@@ -33,10 +33,7 @@ async def records(redis: Redis, prefix: str) -> list[dict[str, Any]]:
 
 
 async def reviewed(redis: Redis, prefix: str) -> dict[str, Any]:
-    async def one() -> list[dict[str, Any]]:
-        return await review_items(redis, prefix)
-
-    (item,) = await wait_for(one, "the batch in review", timeout_s=20)
+    (item,) = await in_review(redis, prefix, timeout_s=20)
     return item
 
 

@@ -46,6 +46,7 @@ from tests.support.helpers import (
     TOKEN,
     VERIFY_TOKEN,
     RedisTarget,
+    standin_fixtures,
 )
 from tests.worker.support import WorkerFleet
 
@@ -143,30 +144,10 @@ def settings(redis_target: RedisTarget) -> Settings:
     )
 
 
-@pytest.fixture(scope="module")
-def graph_server() -> Iterator[GraphApiStandIn]:
-    with GraphApiStandIn(access_tokens=[TOKEN, TENANT_TOKEN]) as standin:
-        yield standin
-
-
-@pytest.fixture
-def graph(graph_server: GraphApiStandIn) -> Iterator[GraphApiStandIn]:
-    graph_server.reset()
-    yield graph_server
-    graph_server.reset()
-
-
-@pytest.fixture(scope="module")
-def ai_server() -> Iterator[MessagesApiStandIn]:
-    with MessagesApiStandIn(api_keys=API_KEY) as standin:
-        yield standin
-
-
-@pytest.fixture
-def ai(ai_server: MessagesApiStandIn) -> Iterator[MessagesApiStandIn]:
-    ai_server.reset()
-    yield ai_server
-    ai_server.reset()
+graph_server, graph = standin_fixtures(
+    "graph", lambda: GraphApiStandIn(access_tokens=[TOKEN, TENANT_TOKEN])
+)
+ai_server, ai = standin_fixtures("ai", lambda: MessagesApiStandIn(api_keys=API_KEY))
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ import asyncio
 import inspect
 import os
 import subprocess
-import sys
 import time
 from typing import Any
 
@@ -27,6 +26,7 @@ from shared.settings import Settings
 from shared.storage import script_calls
 from shared.storage.group_commit import GroupCommitter
 from shared.storage.scripts import Scripts
+from tests.worker.support import run_module
 from worker.conversation_store import ConversationStore
 
 TENANT, OTHER_TENANT = "106500000000021", "106500000000022"
@@ -362,14 +362,7 @@ async def test_cli_end_to_end(redis: Redis, settings: Settings) -> None:
     env = {**os.environ, "REDIS_URL": settings.redis_url, "REDIS_CLUSTER": "false"}
 
     def cli(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "worker.forget", *args],
-            env=env,
-            input=stdin,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        return run_module("worker.forget", *args, env=env, stdin=stdin, timeout_s=60)
 
     who = ["--tenant", TENANT, "--person", PERSON, "--by", "ana"]
     declined = cli(*who, stdin="no\n")

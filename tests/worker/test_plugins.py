@@ -3,9 +3,6 @@ errors that name the variable (in-process, and a worker process that refuses to 
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
 from shared.conversation.batch import Batch, Message
@@ -15,7 +12,7 @@ from shared.settings import ConfigError, Settings
 from shared.storage.group_commit import GroupCommitter
 from shared.storage.scripts import Scripts
 from tests.worker.brains import STATIC_BRAIN, RecordingBrain
-from tests.worker.support import REPO, WorkerFleet
+from tests.worker.support import WorkerFleet, run_module
 from worker.brains.loading import EchoBrain, load_brain
 
 
@@ -84,13 +81,6 @@ def test_senders_load_like_brains_and_name_sender() -> None:
 def test_a_worker_with_a_bad_configuration_exits_2_naming_it(
     fleet: WorkerFleet, env: dict[str, str], message: str
 ) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "worker"],
-        cwd=REPO,
-        env=fleet.env(**env),
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    done = run_module("worker", env=fleet.env(**env))
     assert done.returncode == 2, done.stdout + done.stderr
     assert done.stderr.startswith("configuration error: ") and message in done.stderr

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import orjson
@@ -25,9 +24,11 @@ from shared.storage import script_calls
 from shared.storage.group_commit import GroupCommitter
 from shared.storage.scripts import Scripts
 from tests.delivery.support import push_failed_status
+from tests.support.helpers import standin_fixtures
 from tests.worker.support import (
     TENANT,
     WorkerFleet,
+    in_review,
     push_message,
     review_items,
     scan_keys,
@@ -40,17 +41,7 @@ from worker.conversation_store import ConversationStore
 SECRET = "review-secret"
 
 
-@pytest.fixture(scope="module")
-def hook_server() -> Iterator[ReviewHookStandIn]:
-    with ReviewHookStandIn(secret=SECRET) as standin:
-        yield standin
-
-
-@pytest.fixture
-def hook(hook_server: ReviewHookStandIn) -> Iterator[ReviewHookStandIn]:
-    hook_server.reset()
-    yield hook_server
-    hook_server.reset()
+hook_server, hook = standin_fixtures("hook", lambda: ReviewHookStandIn(secret=SECRET))
 
 
 def webhook_env(url: str, **more: object) -> dict[str, object]:
@@ -266,10 +257,7 @@ async def test_without_a_url_nothing_is_queued(
     await fleet.start(1)
     await push_message(redis, prefix, "5491155550080", "wamid.in.80", "ayuda !review=human")
 
-    async def parked() -> list[dict[str, Any]]:
-        return await review_items(redis, prefix)
-
-    await wait_for(parked, "the review item")
+    await in_review(redis, prefix, what="the review item")
     assert not [k for k in await scan_keys(redis, prefix) if ":review:notify" in k]
     assert await redis.exists(Keys(prefix).review_notify_queue) == 0
 
