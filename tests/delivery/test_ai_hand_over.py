@@ -64,7 +64,6 @@ async def test_the_hand_over_sends_the_text_once_and_parks_the_batch_with_the_re
     )
 
     both = await in_review(redis, prefix, TENANT, PLAIN_TENANT, count=2, what="both batches")
-    assert len(both) == 2, both
     items = {item["person"]: item for item in both}
     assert [m.body for m in graph.sent_texts(own)] == [TENANT_TEXT], "not the preamble either"
     assert [m.body for m in graph.sent_texts(plain)] == [GLOBAL_TEXT]

@@ -209,7 +209,6 @@ async def test_a_batch_that_waited_past_review_after_s_goes_to_review_as_too_old
     await push_message(redis, prefix, second, "wamid.a1", "¿hay alguien?")
 
     items = await in_review(redis, prefix, count=2, what="both batches in review", timeout_s=20)
-    assert len(items) == 2, items
     for item in items:
         assert item["reason"] == "too_old" and item["attempts"] == 0, item
         oldest_ms = min(m["ts"] for m in item["messages"]) * 1000
@@ -246,7 +245,6 @@ async def test_a_request_the_api_rejects_is_the_batchs_own_failure_not_an_outage
     ai.fail_next(4, "invalid_request", status=409)
     await push_message(redis, prefix, conflicted, "wamid.r1", "otra vez")
     items = await in_review(redis, prefix, count=2, what="the conflicted batch in review")
-    assert len(items) == 2, items
     (item,) = [i for i in items if i["person"] == conflicted]
     assert item["reason"] == "max_attempts" and item["attempts"] == 4
     assert str(item["error"]).startswith("RetryLater: Anthropic 409")

@@ -39,6 +39,7 @@ from tests.delivery.support import (
 )
 from tests.worker.support import (
     WorkerFleet,
+    claim_due_now,
     in_review,
     push_message,
     run_module,
@@ -80,6 +81,18 @@ ERRORS = {
 def texts_to(graph: GraphApiStandIn, person: str) -> list[Any]:
     """Every text request to `person`, answered or not."""
     return [r for r in graph.requests if r.kind == "text" and r.extra.get("to") == person]
+
+
+async def claimed_by_a_dying_worker(
+    redis: Redis, prefix: str, workers: InProcessWorkers, message_id: str
+) -> tuple[ConversationStore, Batch]:
+    """PERSON's "hola" claimed, by the product's own scripts, as a worker on a short lease
+    (0.5 s) would claim it before dying: the store it claimed with, and the batch."""
+    settings = workers.settings(LEASE_S=0.5, LEASE_RENEW_S=0.1)
+    scripts = Scripts()
+    store = ConversationStore(settings, scripts, GroupCommitter(redis, scripts))
+    await push_message(redis, prefix, PERSON, message_id, "hola", wake=False)
+    return store, await claim_due_now(redis, store, prefix, PERSON, "dead", limit=1)
 
 
 async def test_a_part_meta_may_have_taken_is_never_sent_again_and_a_person_is_told(
@@ -254,13 +267,7 @@ async def test_a_resumed_review_of_an_unknown_delivery_sends_nothing(
     the part's outcome is unknown) and dies before the finish; the worker that resumes the
     batch finishes that review and sends nothing, where running the turn again would send
     the stored reply a second time. The dead worker's steps are the product's own scripts."""
-    settings = workers.settings(LEASE_S=0.5, LEASE_RENEW_S=0.1)
-    scripts = Scripts()
-    store = ConversationStore(settings, scripts, GroupCommitter(redis, scripts))
-    await push_message(redis, prefix, PERSON, "wamid.u5", "hola", wake=False)
-    await store.claim(TENANT, 0, "intake")
-    await redis.zadd(Keys(prefix).tenant(TENANT).due, {PERSON: 0})
-    (batch,) = (await store.claim(TENANT, 1, "dead")).batches
+    store, batch = await claimed_by_a_dying_worker(redis, prefix, workers, "wamid.u5")
     assert await store.save_reply(batch, REPLY) == REPLY
     unknown = UnknownDelivery("part", 0, 1, 1_700_000_000_000, "ReadTimeout('timed out')", REPLY)
     journal = ReviewJournal("delivery_unknown", unknown.sentence(), 1_700_000_000_000, unknown)
@@ -337,13 +344,7 @@ async def test_a_hand_over_that_cannot_resume_is_not_called_twice(
     """A sender without `resumes_hand_over`: its worker died after journaling the review, so
     it may have told someone already. The worker that resumes the batch does not call it
     again; the item says the hand-over's outcome is unknown, and it is counted."""
-    settings = workers.settings(LEASE_S=0.5, LEASE_RENEW_S=0.1)
-    scripts = Scripts()
-    store = ConversationStore(settings, scripts, GroupCommitter(redis, scripts))
-    await push_message(redis, prefix, PERSON, "wamid.u7", "hola", wake=False)
-    await store.claim(TENANT, 0, "intake")
-    await redis.zadd(Keys(prefix).tenant(TENANT).due, {PERSON: 0})
-    (batch,) = (await store.claim(TENANT, 1, "dead")).batches
+    store, batch = await claimed_by_a_dying_worker(redis, prefix, workers, "wamid.u7")
     journal = ReviewJournal("too_old", "oldest message 1000s old", 1_700_000_000_000)
     assert await store.save_journal(batch, journal)
 

@@ -60,20 +60,14 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[RedisServer]:
-    server = RedisServer().start()
-    try:
+    with RedisServer() as server:
         yield server
-    finally:
-        server.close()
 
 
 @pytest.fixture(scope="session")
 def redis_cluster() -> Iterator[RedisCluster]:
-    cluster = RedisCluster(masters=3).start()
-    try:
+    with RedisCluster(masters=3) as cluster:
         yield cluster
-    finally:
-        cluster.close()
 
 
 TLS_PASSWORD = "tls-test-password"

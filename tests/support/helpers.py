@@ -1,10 +1,12 @@
 """Plain helpers every test directory uses: fixture files, webhook signatures, the credentials the
-stand-ins accept, the Redis a test's processes are pointed at, tenants on every cluster node, and
-`standin_fixtures`, the one way a test directory declares a stand-in server's fixtures."""
+stand-ins accept, the Redis a test's processes are pointed at, tenants on every cluster node,
+processes (alive? stopped), and `standin_fixtures`, the one way a test directory declares a
+stand-in server's fixtures."""
 
 from __future__ import annotations
 
 import json
+import subprocess
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -69,6 +71,25 @@ def tenants_on_every_node(cluster: RedisCluster) -> list[str]:
         found.setdefault(cluster.node_for_slot(key_slot(tenant.encode())), tenant)
         candidate += 1
     return [found[i] for i in sorted(found)]
+
+
+def alive(pid: int) -> bool:
+    """Whether `pid` runs: a zombie (exited, not yet reaped) or a dead process does not."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def stop_process(proc: subprocess.Popen[Any], grace_s: float) -> None:
+    """SIGTERM, then SIGKILL if `proc` has not exited within `grace_s`; reaped either way."""
+    proc.terminate()
+    try:
+        proc.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 class _Resettable(Protocol):

@@ -66,16 +66,34 @@ async def push_message(
     text: str,
     *,
     tenant: str = TENANT,
+    dedupe_ttl_s: int = 3600,
+    wake: bool = True,
+    **fields: Any,
+) -> bool:
+    """Store one inbound message like the receiver, received now; True if stored, False if a
+    duplicate. `fields`: `message_event`'s `type`, `ts` and `channel`.
+
+    `wake=False` leaves out the wake-up: a lost one, which only the sweep can catch."""
+    raw = {"id": message_id, "type": fields.get("type", "text")}
+    event = message_event(tenant, person, message_id, text, received_ms=now_ms(), raw=raw, **fields)
+    return await _store(redis, prefix, tenant, event, dedupe_ttl_s, wake)
+
+
+def message_event(
+    tenant: str,
+    person: str,
+    message_id: str,
+    text: str,
+    *,
     type: str = "text",
     ts: int | None = None,
     channel: str = "whatsapp",
-    dedupe_ttl_s: int = 3600,
-    wake: bool = True,
-) -> bool:
-    """Store one inbound message like the receiver; True if stored, False if a duplicate.
-
-    `wake=False` leaves out the wake-up: a lost one, which only the sweep can catch."""
-    event = events.message_event(
+    received_ms: int = 0,
+    raw: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """An inbound message's event as the receiver writes it (shared/events.py), sent at `ts`
+    (now when None); by default one made up whole, received at 0 with nothing raw."""
+    return events.message_event(
         channel=channel,
         tenant=tenant,
         person=person,
@@ -83,10 +101,9 @@ async def push_message(
         type=type,
         text=text,
         ts=int(time.time()) if ts is None else ts,
-        received_ms=now_ms(),
-        raw={"id": message_id, "type": type},
+        received_ms=received_ms,
+        raw={} if raw is None else raw,
     )
-    return await _store(redis, prefix, tenant, event, dedupe_ttl_s, wake)
 
 
 async def push_status(
@@ -264,15 +281,35 @@ async def in_review(
     what: str = "the batch in review",
     timeout_s: float = 15.0,
 ) -> list[dict[str, Any]]:
-    """Wait until the review lists of `tenants` (TENANT when none) hold `count` items or more
-    between them; all of them. Fails naming `what` at the deadline; a caller that wants an exact
-    number unpacks or counts what it gets."""
+    """Wait until the review lists of `tenants` (TENANT when none) hold `count` items between
+    them, and return those. Fails naming `what` at the deadline, and at once if more than
+    `count` are there."""
 
     async def found() -> list[dict[str, Any]] | None:
         items = [i for t in tenants or (TENANT,) for i in await review_items(redis, prefix, t)]
         return items if len(items) >= count else None
 
-    return await wait_for(found, what, timeout_s)
+    items = await wait_for(found, what, timeout_s)
+    assert len(items) == count, f"{len(items)} review items, not {count}, for {what}: {items}"
+    return items
+
+
+async def claim_due_now(
+    redis: Redis,
+    store: ConversationStore,
+    prefix: str,
+    person: str,
+    token: str,
+    *,
+    limit: int = 5,
+    tenant: str = TENANT,
+) -> Batch:
+    """Take in what waits in the inbox, make `person`'s batch due now (not after the debounce)
+    and claim as a worker whose lock tokens start with `token`; the one batch claimed."""
+    await store.claim(tenant, 0, "intake")
+    await redis.zadd(Keys(prefix).tenant(tenant).due, {person: 0})
+    (batch,) = (await store.claim(tenant, limit, token)).batches
+    return batch
 
 
 def quick_store(redis: Redis, settings: Settings, **overrides: Any) -> ConversationStore:
@@ -310,17 +347,7 @@ async def park(
     for item in context:
         await redis.rpush(k.context(person), orjson.dumps(item))
     for i, text in enumerate(texts):
-        event = events.message_event(
-            channel="whatsapp",
-            tenant=tenant,
-            person=person,
-            message_id=f"wamid.{person}.{i}.{time.monotonic_ns()}",
-            type="text",
-            text=text,
-            ts=int(time.time()),
-            received_ms=0,
-            raw={},
-        )
+        event = message_event(tenant, person, f"wamid.{person}.{i}.{time.monotonic_ns()}", text)
         await scripts.ingest(
             redis, [k.inbox, k.seen(events.dedupe_id(event))], [60, events.encode(event)]
         )

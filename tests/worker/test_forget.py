@@ -10,7 +10,6 @@ import asyncio
 import inspect
 import os
 import subprocess
-import time
 from typing import Any
 
 import orjson
@@ -26,7 +25,7 @@ from shared.settings import Settings
 from shared.storage import script_calls
 from shared.storage.group_commit import GroupCommitter
 from shared.storage.scripts import Scripts
-from tests.worker.support import run_module
+from tests.worker.support import message_event, run_module
 from worker.conversation_store import ConversationStore
 
 TENANT, OTHER_TENANT = "106500000000021", "106500000000022"
@@ -53,17 +52,7 @@ class Conversations:
 
     async def message(self, tenant: str, person: str, text: str, user_id: str = "") -> None:
         self._seq += 1
-        ev = events.message_event(
-            channel="whatsapp",
-            tenant=tenant,
-            person=person,
-            message_id=f"wamid.in.{person}.{self._seq}",
-            type="text",
-            text=text,
-            ts=int(time.time()),
-            received_ms=0,
-            raw={},
-        )
+        ev = message_event(tenant, person, f"wamid.in.{person}.{self._seq}", text)
         if user_id:
             ev["from_user_id"] = user_id
         k = self.keys.tenant(tenant)

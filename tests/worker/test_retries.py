@@ -38,7 +38,6 @@ async def test_retry_backoff_then_review_after_max_attempts(
     turns = await records.wait_turns(doomed, 4, outcome="error", timeout_s=30)
 
     reviewed = await in_review(redis, prefix, count=2, what="two review items")
-    assert len(reviewed) == 2, reviewed
     items = {str(i["person"]): i for i in reviewed}
     assert [t.start["attempt"] for t in turns] == [0, 1, 2, 3]
     assert len({t.batch for t in turns}) == 1, "a retry is the same batch"
