@@ -32,11 +32,6 @@ async def records(redis: Redis, prefix: str) -> list[dict[str, Any]]:
     return [json.loads(r) for r in await redis.lrange(record_key(prefix), 0, -1)]
 
 
-async def reviewed(redis: Redis, prefix: str) -> dict[str, Any]:
-    (item,) = await in_review(redis, prefix, timeout_s=20)
-    return item
-
-
 async def test_a_plugin_tool_gets_the_input_and_its_result_reaches_the_next_request(
     redis: Redis,
     prefix: str,
@@ -113,7 +108,7 @@ async def test_a_tool_loop_past_the_bound_goes_to_review(
     await fleet.start(1, **{**env, **TOOLS, "AI_MAX_TOOL_ROUNDS": "2"})
     await push_message(redis, prefix, person, "wamid.u2", "¿hay turno?")
 
-    item = await reviewed(redis, prefix)
+    (item,) = await in_review(redis, prefix, timeout_s=20)
     assert item["reason"] == "ai_tool_rounds"
     assert "AI_MAX_TOOL_ROUNDS=2" in item["error"]
     assert len(ai.bodies()) == 3, "two rounds answered, the third tool call is not run"
@@ -173,7 +168,7 @@ async def test_the_turn_deadline_cuts_a_slow_tool_and_parks_the_batch(
     await push_message(redis, prefix, person, "wamid.u4", "¿y el pedido?")
 
     started = time.monotonic()
-    item = await reviewed(redis, prefix)
+    (item,) = await in_review(redis, prefix, timeout_s=20)
     # The turn ended a margin after its 2 s deadline, not after the tool's 60 s (generous
     # margin for a loaded machine).
     assert time.monotonic() - started < 20

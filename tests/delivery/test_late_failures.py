@@ -29,7 +29,6 @@ from shared.conversation.turn_state import TurnState
 from shared.keys import Keys
 from shared.ops.review import ReviewList
 from shared.settings import Settings
-from shared.storage.group_commit import GroupCommitter
 from shared.storage.scripts import Scripts
 from tests.delivery.support import (
     PLAIN_TENANT,
@@ -44,7 +43,15 @@ from tests.delivery.support import (
     said,
 )
 from tests.support.helpers import APP_SECRET
-from tests.worker.support import in_review, push_message, review_items, stats, wait_for, wake_up
+from tests.worker.support import (
+    in_review,
+    push_message,
+    quick_store,
+    review_items,
+    stats,
+    wait_for,
+    wake_up,
+)
 from worker.conversation_store import ConversationStore
 
 PERSON = "5491155550071"
@@ -54,14 +61,7 @@ REPLY = "Hola, ¿en qué te ayudo?"
 def make_store(
     redis: Redis, settings: Settings, prefix: str, **overrides: Any
 ) -> ConversationStore:
-    scripts = Scripts()
-    return ConversationStore(
-        settings.with_overrides(
-            key_prefix=prefix, debounce_window_s=0.01, max_wait_s=0.01, **overrides
-        ),
-        scripts,
-        GroupCommitter(redis, scripts),
-    )
+    return quick_store(redis, settings, key_prefix=prefix, **overrides)
 
 
 async def answered(

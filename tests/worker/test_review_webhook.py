@@ -21,7 +21,6 @@ from shared.keys import Keys
 from shared.ops import review_webhook
 from shared.settings import Settings
 from shared.storage import script_calls
-from shared.storage.group_commit import GroupCommitter
 from shared.storage.scripts import Scripts
 from tests.delivery.support import push_failed_status
 from tests.support.helpers import standin_fixtures
@@ -30,13 +29,13 @@ from tests.worker.support import (
     WorkerFleet,
     in_review,
     push_message,
+    quick_store,
     review_items,
     scan_keys,
     stats,
     wait_exit,
     wait_for,
 )
-from worker.conversation_store import ConversationStore
 
 SECRET = "review-secret"
 
@@ -85,18 +84,9 @@ async def test_every_way_to_review_posts_one_signed_event(
     # the intake queues them as late delivery failures of the answered batch, driven on the
     # scripts before any worker runs; a worker then makes them one review item (finish.lua,
     # like every item) with the batch's messages.
-    scripts = Scripts()
-    await scripts.load(redis)
-    store = ConversationStore(
-        settings.with_overrides(
-            key_prefix=prefix,
-            debounce_window_s=0.01,
-            max_wait_s=0.01,
-            review_webhook_url=url,
-            review_webhook_secret=SECRET,
-        ),
-        scripts,
-        GroupCommitter(redis, scripts),
+    await Scripts().load(redis)
+    store = quick_store(
+        redis, settings, key_prefix=prefix, review_webhook_url=url, review_webhook_secret=SECRET
     )
     undelivered = "5491155550071"
     await push_message(redis, prefix, undelivered, "wamid.in.71", "hola, ¿abren hoy?")

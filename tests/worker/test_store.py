@@ -13,7 +13,7 @@ from shared.keys import Keys
 from shared.settings import Settings
 from shared.storage.group_commit import GroupCommitter
 from shared.storage.scripts import Scripts
-from tests.worker.support import TENANT, claim_due_now, push_message
+from tests.worker.support import TENANT, claim_due_now, push_message, quick_store
 from worker.conversation_store import ConversationStore
 
 PERSON = "5491155550001"
@@ -156,11 +156,7 @@ async def test_renew_extends_only_the_holders_lease(
 async def test_an_expired_lease_makes_the_same_batch_claimable_again(
     redis: Redis, settings: Settings, prefix: str
 ) -> None:
-    s = settings.with_overrides(
-        key_prefix=prefix, debounce_window_s=0.01, max_wait_s=0.01, lease_s=1.5, lease_renew_s=0.5
-    )
-    scripts = Scripts()
-    store = ConversationStore(s, scripts, GroupCommitter(redis, scripts))
+    store = quick_store(redis, settings, key_prefix=prefix, lease_s=1.5, lease_renew_s=0.5)
     await push_message(redis, prefix, PERSON, "m1", "hola")
     await store.claim(TENANT, 0, "t")
     await asyncio.sleep(0.05)
