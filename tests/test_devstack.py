@@ -28,6 +28,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from scripts.dev.redis_server import RedisServer, free_port
 from shared.keys import Keys
 from shared.settings import env_names
+from tests.support.helpers import alive, stop_process
 
 REPO = Path(__file__).resolve().parent.parent
 VENV_PYTHON = REPO / ".venv" / "bin" / "python"
@@ -35,6 +36,9 @@ PYTHON = str(VENV_PYTHON) if VENV_PYTHON.exists() else sys.executable
 DEVSTACK = REPO / "scripts" / "devstack.py"
 # Every setting the product reads, so a developer's own values never reach the stack.
 PRODUCT_VARIABLES = env_names() | {"ANTHROPIC_BASE_URL", "ANTHROPIC_AUTH_TOKEN"}
+
+# What `--no-demo --workers 2` runs: the embedded Redis and each Procfile line's processes.
+TWO_WORKERS_STACK = {"redis", "graph.1", "chatwoot.1", "stt.1", "web.1", "worker.1", "worker.2"}
 
 
 def load_devstack() -> ModuleType:
@@ -109,12 +113,17 @@ class Stack:
     def stop(self) -> None:
         """SIGTERM (the stack stops its children and Redis), then SIGKILL as a last resort."""
         if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+            stop_process(self.process, 20)
+
+    def run_demo(self, timeout_s: float = 90) -> str:
+        """Until the stack exits by itself (`--exit-after-demo`), which must be with 0; all it
+        printed. Stopped whatever happens."""
+        try:
+            code = self.wait(timeout_s)
+        finally:
+            self.stop()
+        assert code == 0, self.output
+        return self.output
 
     def pids(self) -> dict[str, int]:
         """Every process the stack said it started, by name ("redis", "web.1", ...)."""
@@ -202,24 +211,11 @@ def check_chatwoot_against_redis(output: str, data_dir: Path) -> None:
     assert outbound[b"batch"].decode() == turn and outbound[b"person"].decode() == conversation
 
 
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, IndexError):
-        return False
-    return state not in ("Z", "X")
-
-
 @pytest.mark.slow
 def test_each_demo_burst_becomes_one_reply_through_the_graph_standin(tmp_path: Path) -> None:
     """worker -> Graph API stand-in -> signed statuses -> receiver -> worker, as in production."""
     stack = Stack(tmp_path, "--bursts", "2", "--exit-after-demo")
-    try:
-        code = stack.wait(timeout_s=90)
-    finally:
-        stack.stop()
-    output = stack.output
-    assert code == 0, output
+    output = stack.run_demo()
     assert re.search(r"devstack +\| graph +http://127\.0\.0\.1:\d+ ", output), output
     assert "sender whatsapp" in output, output
     # The reply line is printed once the worker recorded the stand-in's statuses in Redis
@@ -257,12 +253,7 @@ def test_each_demo_burst_becomes_one_reply_in_the_outbox(tmp_path: Path) -> None
     stack = Stack(
         tmp_path, "--bursts", "2", "--exit-after-demo", "--sender", "outbox", "--no-chatwoot"
     )
-    try:
-        code = stack.wait(timeout_s=90)
-    finally:
-        stack.stop()
-    output = stack.output
-    assert code == 0, output
+    output = stack.run_demo()
     assert "started graph.1" not in output and "sender outbox" in output, output
     assert "started chatwoot.1" not in output and "[sim] chatwoot" not in output, output
     replies = re.findall(r"\[sim\] (\d+) sent (\d) messages -> turn \d+-\d+ -> 1 reply", output)
@@ -282,15 +273,7 @@ def test_sigint_stops_children_then_redis(tmp_path: Path) -> None:
     try:
         stack.wait_for(r"Ctrl-C to stop")
         pids = stack.pids()
-        assert set(pids) == {
-            "redis",
-            "graph.1",
-            "chatwoot.1",
-            "stt.1",
-            "web.1",
-            "worker.1",
-            "worker.2",
-        }
+        assert set(pids) == TWO_WORKERS_STACK
         stack.process.send_signal(signal.SIGINT)
         code = stack.wait(timeout_s=30)
     finally:
@@ -327,15 +310,7 @@ def test_the_stack_runs_the_procfiles_lines_and_its_children_die_with_it(tmp_pat
         port = stack.wait_for(r"receiver +http://127\.0\.0\.1:(\d+) ").group(1)
         stack.wait_for(r"Ctrl-C to stop")
         pids = stack.pids()
-        assert set(pids) == {
-            "redis",
-            "graph.1",
-            "chatwoot.1",
-            "stt.1",
-            "web.1",
-            "worker.1",
-            "worker.2",
-        }
+        assert set(pids) == TWO_WORKERS_STACK
         procfile = load_devstack().read_procfile(REPO / "Procfile")
         web = procfile["web"].replace("${PORT:-8000}", port)
         web = web.replace("${WEB_HOST:-0.0.0.0}", "127.0.0.1").split()

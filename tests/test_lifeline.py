@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from scripts.dev import lifeline
+from tests.support.helpers import alive
 
 REPO = Path(__file__).resolve().parents[1]
 TRAMPOLINE = lifeline.__file__
@@ -68,11 +69,3 @@ def test_a_child_whose_parent_is_already_gone_does_not_run() -> None:
 def test_bad_usage_is_refused() -> None:
     done = subprocess.run([sys.executable, TRAMPOLINE, "1", "15", "echo"], capture_output=True)
     assert done.returncode == 1 and b"usage: python scripts/dev/lifeline.py" in done.stderr
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, IndexError):
-        return False
-    return state not in ("Z", "X")

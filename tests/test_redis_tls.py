@@ -30,8 +30,8 @@ from shared.settings import Settings
 from shared.storage.redis_client import explain, make_redis
 from tests.receiver.support import TENANT, dumps, payload, text_message
 from tests.support.fixtures import TLS_PASSWORD, TlsRedis
-from tests.support.helpers import APP_SECRET, sign
-from tests.worker.support import WorkerFleet, outbox, wait_for
+from tests.support.helpers import APP_SECRET, sign, stop_process
+from tests.worker.support import WorkerFleet, outbox, run_module, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -144,12 +144,7 @@ def web(env: dict[str, str], log: Path) -> Iterator[str]:
             time.sleep(0.1)
         yield url
     finally:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process, 10)
 
 
 def webhook(message_id: str, person: str = "5491155550070") -> bytes:
@@ -242,14 +237,7 @@ async def test_a_worker_refuses_an_untrusted_certificate_and_keeps_retrying(
 
 # --- the CLIs -----------------------------------------------------------------------------------
 def cli(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", *args],
-        cwd=REPO,
-        env={"PATH": os.environ.get("PATH", ""), **env},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return run_module(*args, env={"PATH": os.environ.get("PATH", ""), **env}, timeout_s=60)
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,7 @@ is stopped here."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import pytest
 from redis.asyncio import Redis
@@ -16,20 +16,11 @@ from scripts.dev.redis_server import RedisServer
 from scripts.standins import BackgroundServer, ChatwootApiStandIn
 from shared.settings import Settings
 from tests.chatwoot.support import API_TOKEN, TENANT_API_TOKEN, WEBHOOK_SECRET
-from tests.support.helpers import APP_SECRET
+from tests.support.helpers import APP_SECRET, standin_fixtures
 
-
-@pytest.fixture(scope="module")
-def chatwoot_server() -> Iterator[ChatwootApiStandIn]:
-    with ChatwootApiStandIn(access_tokens=[API_TOKEN, TENANT_API_TOKEN]) as standin:
-        yield standin
-
-
-@pytest.fixture
-def chatwoot(chatwoot_server: ChatwootApiStandIn) -> Iterator[ChatwootApiStandIn]:
-    chatwoot_server.reset()
-    yield chatwoot_server
-    chatwoot_server.reset()
+chatwoot_server, chatwoot = standin_fixtures(
+    "chatwoot", lambda: ChatwootApiStandIn(access_tokens=[API_TOKEN, TENANT_API_TOKEN])
+)
 
 
 @pytest.fixture

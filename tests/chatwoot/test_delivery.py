@@ -15,17 +15,9 @@ from shared.keys import Keys
 from tests.chatwoot import brains
 from tests.chatwoot.support import CONVERSATION, TENANT, ended, post_message
 from tests.delivery.support import InProcessWorkers, hash_of
-from tests.worker.support import outbox, push_message, review_items, stats, wait_for
+from tests.worker.support import in_review, outbox, push_message, review_items, stats, wait_for
 
 WA_TENANT = "106540352242922"
-
-
-async def reviewed(redis: Redis, prefix: str) -> dict[str, Any]:
-    async def parked() -> list[dict[str, Any]]:
-        return await review_items(redis, prefix, TENANT)
-
-    (item,) = await wait_for(parked, "the batch in review")
-    return item
 
 
 async def echoes_answered(chatwoot: ChatwootApiStandIn, count: int) -> None:
@@ -110,7 +102,7 @@ async def test_a_batch_chatwoot_rejects_is_handed_to_a_person_with_a_private_not
     chatwoot.fail_next(1, 422, message="Conversation is locked", kinds=["reply"])
     await post_message(receiver_url, 301, "hola")
 
-    item = await reviewed(redis, prefix)
+    (item,) = await in_review(redis, prefix, TENANT)
     assert item["reason"] == "invalid_request" and item["attempts"] == 0
     assert item["error"] == "HTTP 422: Conversation is locked"
     assert item["hand_over"] == "done"
@@ -137,7 +129,7 @@ async def test_a_batch_too_old_to_answer_is_handed_over_without_typing_or_reply(
     await workers.start(REVIEW_AFTER_S=600)
     await post_message(receiver_url, 401, "hola", created_at=time.time() - 3600)
 
-    item = await reviewed(redis, prefix)
+    (item,) = await in_review(redis, prefix, TENANT)
     assert item["reason"] == "too_old" and item["hand_over"] == "done"
     (note,) = chatwoot.notes(CONVERSATION)
     assert "too_old" in note.content
@@ -175,7 +167,7 @@ async def test_a_batch_that_keeps_failing_is_handed_over_after_max_attempts(
     chatwoot.fail_always(503, kinds=["reply"])
     await post_message(receiver_url, 601, "hola")
 
-    item = await reviewed(redis, prefix)
+    (item,) = await in_review(redis, prefix, TENANT)
     assert item["reason"] == "max_attempts" and item["attempts"] == 3
     assert "Chatwoot HTTP 503" in item["error"] and item["hand_over"] == "done"
     assert len(chatwoot.calls("reply")) == 3
@@ -194,7 +186,7 @@ async def test_a_failed_hand_over_keeps_the_review_item_and_says_so(
     chatwoot.fail_always(503, kinds=["note", "status"])
     await post_message(receiver_url, 701, "hola")
 
-    item = await reviewed(redis, prefix)
+    (item,) = await in_review(redis, prefix, TENANT)
     assert item["reason"] == "not_found"
     assert item["hand_over"].startswith("failed: RetryLater: Chatwoot HTTP 503")
     assert [m["text"] for m in item["messages"]] == ["hola"]
@@ -239,7 +231,7 @@ async def test_without_a_chatwoot_token_a_whatsapp_only_worker_parks_chatwoot_ba
     )
     await post_message(receiver_url, 901, "hola")
 
-    item = await reviewed(redis, prefix)
+    (item,) = await in_review(redis, prefix, TENANT)
     assert item["reason"] == "no_sender" and "chatwoot" in item["error"]
     assert "hand_over" not in item
     assert chatwoot.requests == []
@@ -329,7 +321,7 @@ async def test_a_hand_over_note_chatwoot_did_not_answer_is_not_posted_again(
     chatwoot.hang_next(1, 3.0, kinds=["note"])
     await post_message(receiver_url, 1301, "hola", created_at=time.time() - 3600)
 
-    item = await reviewed(redis, prefix)
+    (item,) = await in_review(redis, prefix, TENANT)
     assert item["reason"] == "too_old"
     assert item["hand_over"].startswith("unknown: Chatwoot did not answer: ReadTimeout")
     assert item["hand_over"].endswith("; status set to open")

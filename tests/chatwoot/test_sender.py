@@ -17,6 +17,7 @@ from shared.conversation.unknowns import UnknownDelivery
 from shared.senders.chatwoot import ChatwootError, ChatwootSender
 from shared.settings import Settings
 from tests.chatwoot.support import API_TOKEN, TENANT_API_TOKEN
+from tests.worker.support import batch_of
 
 TENANT = "cw-1-3"
 OTHER_TENANT = "cw-7-9"
@@ -24,17 +25,7 @@ OTHER_TENANT = "cw-7-9"
 
 def batch(tenant: str = TENANT, conversation: int = 42) -> Batch:
     message = Message(id="9001", type="text", text="hola", ts=0, channel="chatwoot")
-    return Batch(
-        tenant=tenant,
-        person=str(conversation),
-        id="b-1",
-        token="t",
-        attempt=0,
-        claimed_ms=0,
-        due_ms=0,
-        requeued=False,
-        messages=[message],
-    )
+    return batch_of([message], tenant=tenant, person=str(conversation), id="b-1")
 
 
 @pytest.fixture

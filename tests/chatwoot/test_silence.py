@@ -28,7 +28,7 @@ from shared.keys import Keys
 from tests.chatwoot.support import CONVERSATION, TENANT, post_message
 from tests.delivery.support import InProcessWorkers, ai_requests
 from tests.support.helpers import API_KEY
-from tests.worker.support import review_items, stats, wait_for
+from tests.worker.support import in_review, stats, wait_for
 from worker.brains.tools import HAND_OVER_TOOL
 
 LAURA = agent_user(12, "Laura Gómez")
@@ -82,10 +82,7 @@ class Conversation:
         return orjson.loads(raw) if raw else None
 
     async def reviewed(self) -> list[dict[str, Any]]:
-        async def parked() -> list[dict[str, Any]]:
-            return await review_items(self.redis, self.prefix, TENANT)
-
-        return await wait_for(parked, "the batch in review")
+        return await in_review(self.redis, self.prefix, TENANT)
 
     async def nothing_waits(self) -> bool:
         k = Keys(self.prefix).tenant(TENANT)

@@ -86,6 +86,16 @@ async def claim(store: ConversationStore, redis: Redis, prefix: str, due_now: bo
     return await store.claim(TENANT, 5, "tok")
 
 
+async def claimed(
+    store: ConversationStore, redis: Redis, prefix: str, text: str, **fields: Any
+) -> Batch:
+    """The customer writes `text` (`fields`: the rest of `customer`'s), and it is claimed at
+    once: the one batch."""
+    await push(redis, prefix, customer(text, **fields))
+    (batch,) = (await claim(store, redis, prefix)).batches
+    return batch
+
+
 async def memory(redis: Redis, prefix: str) -> list[dict[str, Any]]:
     k = Keys(prefix).tenant(TENANT)
     return [orjson.loads(x) for x in await redis.lrange(k.memory(PERSON), 0, -1)]
@@ -94,6 +104,19 @@ async def memory(redis: Redis, prefix: str) -> list[dict[str, Any]]:
 async def stats(redis: Redis, prefix: str) -> dict[str, int]:
     raw = await redis.hgetall(Keys(prefix).tenant(TENANT).stats)
     return {k.decode(): int(v) for k, v in raw.items()}
+
+
+async def back_to_the_bot(redis: Redis, prefix: str) -> None:
+    """Conversation 42 moved from open (with an agent) back to pending (the bot's)."""
+    await push(
+        redis,
+        prefix,
+        conversation_webhook(
+            "conversation_status_changed",
+            conversation=42,
+            changed_attributes={"status": ("open", "pending")},
+        ),
+    )
 
 
 def lines(entry: dict[str, Any]) -> list[tuple[str, str]]:
@@ -131,17 +154,8 @@ async def test_what_waits_when_an_agent_writes_goes_to_the_memory_first_and_no_t
     assert counts["messages"] == 3, "the customer's messages are counted as messages"
 
     # The next claim reads the stretch back as an exchange (shared/conversation/human_memory.py).
-    await push(
-        redis,
-        prefix,
-        conversation_webhook(
-            "conversation_status_changed",
-            conversation=42,
-            changed_attributes={"status": ("open", "pending")},
-        ),
-    )
-    await push(redis, prefix, customer("¿y el domingo?", status="pending"))
-    (batch,) = (await claim(store, redis, prefix)).batches
+    await back_to_the_bot(redis, prefix)
+    batch = await claimed(store, redis, prefix, "¿y el domingo?", status="pending")
     (exchange,) = batch.history
     assert exchange["header"] == HEADER and exchange["assistant"] == SILENT_ANSWER
     assert exchange["user"].splitlines() == [
@@ -157,8 +171,7 @@ async def test_a_batch_waiting_for_a_retry_is_folded_in_one_with_a_reply_is_not(
     redis: Redis, store: ConversationStore, prefix: str
 ) -> None:
     k = Keys(prefix).tenant(TENANT)
-    await push(redis, prefix, customer("hola"))
-    (batch,) = (await claim(store, redis, prefix)).batches
+    batch = await claimed(store, redis, prefix, "hola")
     assert await store.finish_retry(batch, 60, "AI unavailable", count_attempt=False)
     await push(redis, prefix, agent("Te atiendo yo."))
     await claim(store, redis, prefix)
@@ -168,17 +181,8 @@ async def test_a_batch_waiting_for_a_retry_is_folded_in_one_with_a_reply_is_not(
     ]
 
     # Back with the bot; a batch whose reply is stored is not folded: its parts still go out.
-    await push(
-        redis,
-        prefix,
-        conversation_webhook(
-            "conversation_status_changed",
-            conversation=42,
-            changed_attributes={"status": ("open", "pending")},
-        ),
-    )
-    await push(redis, prefix, customer("otra", status="pending"))
-    (batch,) = (await claim(store, redis, prefix)).batches
+    await back_to_the_bot(redis, prefix)
+    batch = await claimed(store, redis, prefix, "otra", status="pending")
     assert await store.save_reply(batch, "respuesta") == "respuesta"
     assert await store.finish_retry(batch, 0.001, "send failed")
     await push(redis, prefix, agent("Ya te respondo yo."))
@@ -191,8 +195,7 @@ async def test_the_bots_own_reply_coming_back_from_a_users_token_is_not_an_agent
 ) -> None:
     k = Keys(prefix).tenant(TENANT)
     bot = agent_user(5, "Cuenta API")
-    await push(redis, prefix, customer("hola"))
-    (batch,) = (await claim(store, redis, prefix)).batches
+    batch = await claimed(store, redis, prefix, "hola")
     assert await store.save_reply(batch, "Primera parte.\n\nSegunda parte.") is not None
     # The echo of part 0 overtakes its record: the stored reply holds its text.
     echo = message_created(
@@ -239,8 +242,7 @@ async def test_a_pending_message_ends_the_silence_only_once_the_conversation_mov
     assert (await claim(store, redis, prefix)).batches == [], "assigned: still silent"
     await push(redis, prefix, customer("hola?", status="open", at=later + 2))  # it moved
     assert (await claim(store, redis, prefix)).batches == []
-    await push(redis, prefix, customer("¿me ayudás?", status="pending", at=later + 3))
-    (batch,) = (await claim(store, redis, prefix)).batches
+    batch = await claimed(store, redis, prefix, "¿me ayudás?", status="pending", at=later + 3)
     assert [m.text for m in batch.messages] == ["¿me ayudás?"]
     assert await redis.exists(k.silent(PERSON)) == 0
     counts = await stats(redis, prefix)
@@ -251,8 +253,7 @@ async def test_the_hand_over_silences_and_folds_in_what_waits_and_a_memory_entry
     redis: Redis, store: ConversationStore, prefix: str
 ) -> None:
     k = Keys(prefix).tenant(TENANT)
-    await push(redis, prefix, customer("uno"))
-    (batch,) = (await claim(store, redis, prefix)).batches
+    batch = await claimed(store, redis, prefix, "uno")
     await push(redis, prefix, customer("dos"))
     await claim(store, redis, prefix, due_now=False)
     await store.silence(batch, "hand_over")

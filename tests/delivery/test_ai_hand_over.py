@@ -14,7 +14,13 @@ from redis.asyncio import Redis
 from scripts.standins import GraphApiStandIn, MessagesApiStandIn
 from shared.keys import Keys
 from tests.delivery.support import PLAIN_TENANT, TENANT, add_to_tenant, batch_hash
-from tests.worker.support import WorkerFleet, push_message, review_items, stats, wait_exit, wait_for
+from tests.worker.support import (
+    WorkerFleet,
+    in_review,
+    push_message,
+    stats,
+    wait_exit,
+)
 from worker.brains.tools import HAND_OVER_TOOL
 
 pytestmark = pytest.mark.slow
@@ -57,11 +63,8 @@ async def test_the_hand_over_sends_the_text_once_and_parks_the_batch_with_the_re
         redis, prefix, plain, "wamid.h2", "quiero hablar con alguien", tenant=PLAIN_TENANT
     )
 
-    async def both() -> list[dict[str, Any]]:
-        items = await review_items(redis, prefix) + await review_items(redis, prefix, PLAIN_TENANT)
-        return items if len(items) == 2 else []
-
-    items = {item["person"]: item for item in await wait_for(both, "both batches in review")}
+    both = await in_review(redis, prefix, TENANT, PLAIN_TENANT, count=2, what="both batches")
+    items = {item["person"]: item for item in both}
     assert [m.body for m in graph.sent_texts(own)] == [TENANT_TEXT], "not the preamble either"
     assert [m.body for m in graph.sent_texts(plain)] == [GLOBAL_TEXT]
     for person, item in items.items():
@@ -101,10 +104,7 @@ async def test_a_worker_killed_while_sending_the_hand_over_text_never_sends_it_t
 
     await fleet.start(1, **{**env, **LEASE, "AI_HAND_OVER_TEXT": GLOBAL_TEXT})
 
-    async def parked() -> list[dict[str, Any]]:
-        return await review_items(redis, prefix)
-
-    (item,) = await wait_for(parked, "the resumed batch in review", timeout_s=20)
+    (item,) = await in_review(redis, prefix, what="the resumed batch in review", timeout_s=20)
     assert len(text_requests(graph, GLOBAL_TEXT)) == 1, "the text went out once, never again"
     assert item["reason"] == "ai_hand_over" and item["error"] == REASON
     assert item["hand_over_steps"]["hand_over_text"].startswith("unknown:")

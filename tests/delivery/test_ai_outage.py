@@ -26,7 +26,7 @@ from shared.fleet.ai_pause import Pause
 from shared.keys import Keys
 from shared.settings import Settings
 from tests.delivery.support import ai_requests
-from tests.worker.support import WorkerFleet, push_message, review_items, stats, wait_for
+from tests.worker.support import WorkerFleet, in_review, push_message, review_items, stats, wait_for
 from worker.brains.ai_errors import retry_after
 from worker.brains.ai_pause import GO, REFRESH_S, AIPause
 
@@ -208,11 +208,7 @@ async def test_a_batch_that_waited_past_review_after_s_goes_to_review_as_too_old
     await fleet_paused(redis, prefix)
     await push_message(redis, prefix, second, "wamid.a1", "¿hay alguien?")
 
-    async def both_reviewed() -> list[dict[str, Any]]:
-        items = await review_items(redis, prefix)
-        return items if len(items) == 2 else []
-
-    items = await wait_for(both_reviewed, "both batches in review", timeout_s=20)
+    items = await in_review(redis, prefix, count=2, what="both batches in review", timeout_s=20)
     for item in items:
         assert item["reason"] == "too_old" and item["attempts"] == 0, item
         oldest_ms = min(m["ts"] for m in item["messages"]) * 1000
@@ -242,17 +238,13 @@ async def test_a_request_the_api_rejects_is_the_batchs_own_failure_not_an_outage
     ai.fail_next(1, "invalid_request", message="messages: bad")
     await push_message(redis, prefix, rejected, "wamid.r0", "hola")
 
-    async def reviewed(n: int) -> list[dict[str, Any]]:
-        items = await review_items(redis, prefix)
-        return items if len(items) == n else []
-
-    (item,) = await wait_for(lambda: reviewed(1), "the rejected batch in review")
+    (item,) = await in_review(redis, prefix, what="the rejected batch in review")
     assert item["reason"] == "ai_rejected" and item["attempts"] == 0
     assert str(item["error"]).startswith("Anthropic 400: ") and "messages: bad" in item["error"]
 
     ai.fail_next(4, "invalid_request", status=409)
     await push_message(redis, prefix, conflicted, "wamid.r1", "otra vez")
-    items = await wait_for(lambda: reviewed(2), "the conflicted batch in review")
+    items = await in_review(redis, prefix, count=2, what="the conflicted batch in review")
     (item,) = [i for i in items if i["person"] == conflicted]
     assert item["reason"] == "max_attempts" and item["attempts"] == 4
     assert str(item["error"]).startswith("RetryLater: Anthropic 409")

@@ -17,7 +17,7 @@ from redis.asyncio import Redis
 
 from scripts.standins import GraphApiStandIn, MessagesApiStandIn
 from tests.delivery.ai_tools import CALENDAR_ANSWER, record_key
-from tests.worker.support import WorkerFleet, push_message, review_items, stats, wait_for
+from tests.worker.support import WorkerFleet, in_review, push_message, stats, wait_for
 from worker.brains.tools import HAND_OVER_TOOL
 
 pytestmark = pytest.mark.slow
@@ -30,14 +30,6 @@ def tool_use(name: str, tool_id: str, **args: Any) -> dict[str, Any]:
 
 async def records(redis: Redis, prefix: str) -> list[dict[str, Any]]:
     return [json.loads(r) for r in await redis.lrange(record_key(prefix), 0, -1)]
-
-
-async def reviewed(redis: Redis, prefix: str) -> dict[str, Any]:
-    async def one() -> list[dict[str, Any]]:
-        return await review_items(redis, prefix)
-
-    (item,) = await wait_for(one, "the batch in review", timeout_s=20)
-    return item
 
 
 async def test_a_plugin_tool_gets_the_input_and_its_result_reaches_the_next_request(
@@ -116,7 +108,7 @@ async def test_a_tool_loop_past_the_bound_goes_to_review(
     await fleet.start(1, **{**env, **TOOLS, "AI_MAX_TOOL_ROUNDS": "2"})
     await push_message(redis, prefix, person, "wamid.u2", "¿hay turno?")
 
-    item = await reviewed(redis, prefix)
+    (item,) = await in_review(redis, prefix, timeout_s=20)
     assert item["reason"] == "ai_tool_rounds"
     assert "AI_MAX_TOOL_ROUNDS=2" in item["error"]
     assert len(ai.bodies()) == 3, "two rounds answered, the third tool call is not run"
@@ -176,7 +168,7 @@ async def test_the_turn_deadline_cuts_a_slow_tool_and_parks_the_batch(
     await push_message(redis, prefix, person, "wamid.u4", "¿y el pedido?")
 
     started = time.monotonic()
-    item = await reviewed(redis, prefix)
+    (item,) = await in_review(redis, prefix, timeout_s=20)
     # The turn ended a margin after its 2 s deadline, not after the tool's 60 s (generous
     # margin for a loaded machine).
     assert time.monotonic() - started < 20

@@ -29,7 +29,6 @@ from shared.conversation.turn_state import TurnState
 from shared.keys import Keys
 from shared.ops.review import ReviewList
 from shared.settings import Settings
-from shared.storage.group_commit import GroupCommitter
 from shared.storage.scripts import Scripts
 from tests.delivery.support import (
     PLAIN_TENANT,
@@ -44,7 +43,15 @@ from tests.delivery.support import (
     said,
 )
 from tests.support.helpers import APP_SECRET
-from tests.worker.support import push_message, review_items, stats, wait_for, wake_up
+from tests.worker.support import (
+    in_review,
+    push_message,
+    quick_store,
+    review_items,
+    stats,
+    wait_for,
+    wake_up,
+)
 from worker.conversation_store import ConversationStore
 
 PERSON = "5491155550071"
@@ -54,14 +61,7 @@ REPLY = "Hola, ¿en qué te ayudo?"
 def make_store(
     redis: Redis, settings: Settings, prefix: str, **overrides: Any
 ) -> ConversationStore:
-    scripts = Scripts()
-    return ConversationStore(
-        settings.with_overrides(
-            key_prefix=prefix, debounce_window_s=0.01, max_wait_s=0.01, **overrides
-        ),
-        scripts,
-        GroupCommitter(redis, scripts),
-    )
+    return quick_store(redis, settings, key_prefix=prefix, **overrides)
 
 
 async def answered(
@@ -262,10 +262,7 @@ async def test_other_codes_park_the_part_and_the_error_and_mark_the_memory(
     ai.queue_reply(REPLY)
     await push_message(redis, prefix, PERSON, "wamid.in", "hola")
 
-    async def parked() -> list[dict[str, Any]]:
-        return await review_items(redis, prefix)
-
-    (item,) = await wait_for(parked, f"the {code} failure in review")
+    (item,) = await in_review(redis, prefix, what=f"the {code} failure in review")
     (failed,) = graph.sent_texts(PERSON)
     assert item["reason"] == reason and [m["id"] for m in item["messages"]] == ["wamid.in"]
     (part,) = item["late_failure"]["parts"]
@@ -301,10 +298,7 @@ async def test_a_tenant_without_a_template_parks_the_batch_and_sends_nothing(
     (sent,) = await graph.await_for(lambda: graph.sent_texts(PERSON), timeout=10)
     await push_failed_status(redis, prefix, PERSON, sent.wamid, 131047, tenant=PLAIN_TENANT)
 
-    async def parked() -> list[dict[str, Any]]:
-        return await review_items(redis, prefix, PLAIN_TENANT)
-
-    (item,) = await wait_for(parked, "the undelivered reply in review")
+    (item,) = await in_review(redis, prefix, PLAIN_TENANT, what="the undelivered reply in review")
     assert item["reason"] == "window_closed"
     assert item["late_failure"]["template"] == "not sent: the tenant has no template"
     assert graph.sent_templates() == []
@@ -336,10 +330,7 @@ async def test_no_template_when_the_person_wrote_after_the_failed_send(
     ai.queue_reply("Sí, acá estoy.")
     await workers.start()
 
-    async def parked() -> list[dict[str, Any]]:
-        return await review_items(redis, prefix)
-
-    (item,) = await wait_for(parked, "the late failure in review")
+    (item,) = await in_review(redis, prefix, what="the late failure in review")
     assert item["late_failure"]["template"].startswith("not sent: the person wrote since")
     (text,) = await graph.await_for(lambda: graph.sent_texts(PERSON), timeout=10)
     assert text.body == "Sí, acá estoy." and graph.sent_templates() == []
@@ -359,10 +350,7 @@ async def test_a_late_template_whose_answer_never_came_is_not_sent_again(
     (sent,) = await graph.await_for(lambda: graph.sent_texts(PERSON), timeout=10)
     await push_failed_status(redis, prefix, PERSON, sent.wamid, 131047)
 
-    async def parked() -> list[dict[str, Any]]:
-        return await review_items(redis, prefix)
-
-    (item,) = await wait_for(parked, "the late failure in review")
+    (item,) = await in_review(redis, prefix, what="the late failure in review")
     assert item["reason"] == "window_closed"
     assert item["late_failure"]["template"].startswith("unknown: ")
     unknown = item["delivery_unknown"]
@@ -393,10 +381,7 @@ async def test_a_worker_that_died_sending_the_late_template_never_sends_it_again
     await workers.start()
     await wake_up(redis, prefix, TENANT)
 
-    async def parked() -> list[dict[str, Any]]:
-        return await review_items(redis, prefix)
-
-    (item,) = await wait_for(parked, "the resumed late failure in review")
+    (item,) = await in_review(redis, prefix, what="the resumed late failure in review")
     assert item["id"] == job.id and item["reason"] == "window_closed"
     assert item["late_failure"]["template"].startswith("unknown: the worker that sent it stopped")
     assert item["delivery_unknown"]["what"] == "template"

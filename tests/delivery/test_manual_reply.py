@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -39,7 +38,7 @@ from tests.delivery.support import (
     said,
 )
 from tests.support.helpers import TENANT_TOKEN
-from tests.worker.support import REPO, push_message, push_status, wait_for
+from tests.worker.support import push_message, push_status, run_module, wait_for
 from worker.conversation_store import ConversationStore
 
 PERSON = "5491155550071"
@@ -519,14 +518,7 @@ async def _requests(ai: MessagesApiStandIn, count: int = 1) -> list[dict[str, An
 
 # --- the CLI ------------------------------------------------------------------------------------
 def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "worker.manual_reply", *args],
-        cwd=REPO,
-        env={**os.environ, **env},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return run_module("worker.manual_reply", *args, env={**os.environ, **env}, timeout_s=60)
 
 
 async def test_the_cli_sends_prints_the_ids_and_audits(

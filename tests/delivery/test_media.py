@@ -13,14 +13,11 @@ from __future__ import annotations
 
 import base64
 import time
-from collections.abc import Iterator
 from typing import Any
-
-import pytest
 
 from scripts.standins import GraphApiStandIn, MessagesApiStandIn, TranscribeApiStandIn
 from tests.delivery.support import TENANT, InProcessWorkers, ai_requests, inbound, post_webhook
-from tests.support.helpers import TENANT_TOKEN
+from tests.support.helpers import TENANT_TOKEN, standin_fixtures
 from tests.worker.support import WorkerFleet
 
 PERSON = "5491155550071"
@@ -31,17 +28,7 @@ PDF = b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\n1 0 obj << /Type /Catalog >> endobj\n%%EOF\
 OGG = b"OggS\x00\x02" + bytes(range(200)) * 3
 
 
-@pytest.fixture(scope="module")
-def stt_server() -> Iterator[TranscribeApiStandIn]:
-    with TranscribeApiStandIn(api_keys=STT_KEY) as standin:
-        yield standin
-
-
-@pytest.fixture
-def stt(stt_server: TranscribeApiStandIn) -> Iterator[TranscribeApiStandIn]:
-    stt_server.reset()
-    yield stt_server
-    stt_server.reset()
+stt_server, stt = standin_fixtures("stt", lambda: TranscribeApiStandIn(api_keys=STT_KEY))
 
 
 def _transcriber(stt: TranscribeApiStandIn) -> dict[str, str]:

@@ -11,9 +11,7 @@ import asyncio
 import copy
 import os
 import subprocess
-import sys
 import time
-from typing import Any
 
 import orjson
 import pytest
@@ -26,7 +24,13 @@ from shared.keys import Keys
 from shared.ops import takeover
 from tests.delivery.support import TENANT, inbound, post_webhook, said
 from tests.support.helpers import fixture_json
-from tests.worker.support import REPO, WorkerFleet, push_message, review_items, wait_for
+from tests.worker.support import (
+    WorkerFleet,
+    in_review,
+    push_message,
+    run_module,
+    wait_for,
+)
 from worker.brains.tools import HAND_OVER_TOOL
 
 pytestmark = pytest.mark.slow
@@ -44,14 +48,7 @@ def echo(person: str, wamid: str, text: str) -> bytes:
 
 
 def takeover_cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "worker.takeover", *args],
-        cwd=REPO,
-        env={**os.environ, **env},
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    return run_module("worker.takeover", *args, env={**os.environ, **env})
 
 
 async def test_an_echo_silences_the_bot_for_the_person_until_resumed(
@@ -115,10 +112,7 @@ async def test_the_ai_hand_over_pauses_the_person_and_their_next_message_waits(
     )
     await push_message(redis, prefix, person, "wamid.h1", "quiero hablar con alguien")
 
-    async def parked() -> list[dict[str, Any]]:
-        return await review_items(redis, prefix)
-
-    (item,) = await wait_for(parked, "the hand-over in review")
+    (item,) = await in_review(redis, prefix, what="the hand-over in review")
     assert item["reason"] == "ai_hand_over" and item["human_pause_ms"] == 30_000
     assert item["hand_over"].startswith("bot paused for this person for 30 s")
     pause = await takeover.pause_state(redis, Keys(prefix), TENANT, person)

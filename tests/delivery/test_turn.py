@@ -30,7 +30,7 @@ from tests.delivery.support import (
     post_webhook,
     said,
 )
-from tests.worker.support import push_message, review_items, stats, wait_for
+from tests.worker.support import in_review, push_message, stats, wait_for
 
 PERSON = "5491155550001"
 
@@ -132,10 +132,7 @@ async def test_a_batch_too_old_for_a_reply_gets_no_read_typing_ai_or_send(
     await push_message(redis, prefix, late, "wamid.old", "hola", ts=int(time.time()) - 3600)
     await push_message(redis, prefix, fresh, "wamid.new", "hola")
 
-    async def parked() -> list[dict[str, object]]:
-        return await review_items(redis, prefix)
-
-    (item,) = await wait_for(parked, "the old batch in review")
+    (item,) = await in_review(redis, prefix, what="the old batch in review")
     assert item["person"] == late and item["reason"] == "too_old"
     await graph.await_for(lambda: graph.sent_texts(to=fresh), timeout=10)
     assert [r.message_id for r in graph.read_receipts()] == ["wamid.new"]

@@ -12,8 +12,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import subprocess
-import sys
 import time
 from typing import Any
 
@@ -40,13 +38,13 @@ from tests.delivery.support import (
     batch_hash,
 )
 from tests.worker.support import (
-    REPO,
     WorkerFleet,
+    claim_due_now,
+    in_review,
     push_message,
-    review_items,
+    run_module,
     stats,
     wait_exit,
-    wait_for,
 )
 from worker.conversation_store import ConversationStore
 from worker.inspect import render_person, render_tenant
@@ -85,12 +83,16 @@ def texts_to(graph: GraphApiStandIn, person: str) -> list[Any]:
     return [r for r in graph.requests if r.kind == "text" and r.extra.get("to") == person]
 
 
-async def parked(redis: Redis, prefix: str, count: int = 1) -> list[dict[str, Any]]:
-    async def items() -> list[dict[str, Any]] | None:
-        found = await review_items(redis, prefix)
-        return found if len(found) >= count else None
-
-    return await wait_for(items, f"{count} review item(s)")
+async def claimed_by_a_dying_worker(
+    redis: Redis, prefix: str, workers: InProcessWorkers, message_id: str
+) -> tuple[ConversationStore, Batch]:
+    """PERSON's "hola" claimed, by the product's own scripts, as a worker on a short lease
+    (0.5 s) would claim it before dying: the store it claimed with, and the batch."""
+    settings = workers.settings(LEASE_S=0.5, LEASE_RENEW_S=0.1)
+    scripts = Scripts()
+    store = ConversationStore(settings, scripts, GroupCommitter(redis, scripts))
+    await push_message(redis, prefix, PERSON, message_id, "hola", wake=False)
+    return store, await claim_due_now(redis, store, prefix, PERSON, "dead", limit=1)
 
 
 async def test_a_part_meta_may_have_taken_is_never_sent_again_and_a_person_is_told(
@@ -108,7 +110,12 @@ async def test_a_part_meta_may_have_taken_is_never_sent_again_and_a_person_is_to
         graph.add_fault(UNKNOWN[case](person))
         await push_message(redis, prefix, person, f"wamid.u{person}", "¿hay turno?")
 
-    items = {i["person"]: i for i in await parked(redis, prefix, len(people))}
+    items = {
+        i["person"]: i
+        for i in await in_review(
+            redis, prefix, count=len(people), what=f"{len(people)} review items"
+        )
+    }
     for case, person in people.items():
         item = items[person]
         assert item["reason"] == "delivery_unknown" and item["attempts"] == 0, case
@@ -152,7 +159,7 @@ async def test_a_later_part_with_an_unknown_outcome_ends_the_reply_there(
     graph.add_fault(GraphFault(delay=3.0, to=PERSON, kinds=frozenset({"text"})))
     await push_message(redis, prefix, PERSON, "wamid.u2", "contame todo")
 
-    (item,) = await parked(redis, prefix)
+    (item,) = await in_review(redis, prefix, what="1 review item(s)")
     (first, _) = texts_to(graph, PERSON)
     assert item["reason"] == "delivery_unknown"
     assert item["parts_sent"] == {"0": first.response["messages"][0]["id"]}
@@ -179,7 +186,7 @@ async def test_a_graph_api_that_cannot_be_reached_is_retried_not_reviewed_as_unk
     ai.queue_reply(REPLY)
     await push_message(redis, prefix, PERSON, "wamid.u3", "hola")
 
-    (item,) = await parked(redis, prefix)
+    (item,) = await in_review(redis, prefix, what="1 review item(s)")
     assert item["reason"] == "max_attempts" and item["attempts"] == 2
     assert "Graph API unreachable" in item["error"] and "delivery_unknown" not in item
     counts = await stats(redis, prefix)
@@ -198,7 +205,7 @@ async def test_inspect_and_the_review_list_show_what_may_be_missing(
     ai.queue_reply(REPLY)
     graph.add_fault(UNKNOWN["dropped"](PERSON))
     await push_message(redis, prefix, PERSON, "wamid.u4", "hola")
-    await parked(redis, prefix)
+    await in_review(redis, prefix, what="1 review item(s)")
 
     state = await live_state.tenant(redis, Keys(prefix), TENANT)
     assert state["deliveries_unknown"] == {"part": 1}
@@ -213,13 +220,7 @@ async def test_inspect_and_the_review_list_show_what_may_be_missing(
     assert [t["unknown"] for t in fleet["tenants"]] == [1]
     env = {**os.environ, "REDIS_URL": workers.env["REDIS_URL"], "KEY_PREFIX": prefix}
     listed = await asyncio.to_thread(
-        subprocess.run,
-        [sys.executable, "-m", "worker.review", "list", "--tenant", TENANT],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=30,
+        run_module, "worker.review", "list", "--tenant", TENANT, env=env
     )
     assert listed.returncode == 0, listed.stderr
     assert "reason=delivery_unknown" in listed.stdout
@@ -266,20 +267,14 @@ async def test_a_resumed_review_of_an_unknown_delivery_sends_nothing(
     the part's outcome is unknown) and dies before the finish; the worker that resumes the
     batch finishes that review and sends nothing, where running the turn again would send
     the stored reply a second time. The dead worker's steps are the product's own scripts."""
-    settings = workers.settings(LEASE_S=0.5, LEASE_RENEW_S=0.1)
-    scripts = Scripts()
-    store = ConversationStore(settings, scripts, GroupCommitter(redis, scripts))
-    await push_message(redis, prefix, PERSON, "wamid.u5", "hola", wake=False)
-    await store.claim(TENANT, 0, "intake")
-    await redis.zadd(Keys(prefix).tenant(TENANT).due, {PERSON: 0})
-    (batch,) = (await store.claim(TENANT, 1, "dead")).batches
+    store, batch = await claimed_by_a_dying_worker(redis, prefix, workers, "wamid.u5")
     assert await store.save_reply(batch, REPLY) == REPLY
     unknown = UnknownDelivery("part", 0, 1, 1_700_000_000_000, "ReadTimeout('timed out')", REPLY)
     journal = ReviewJournal("delivery_unknown", unknown.sentence(), 1_700_000_000_000, unknown)
     assert await store.save_journal(batch, journal)
 
     await workers.start(LEASE_S=0.5, LEASE_RENEW_S=0.1)
-    (item,) = await parked(redis, prefix)
+    (item,) = await in_review(redis, prefix, what="1 review item(s)")
     assert item["reason"] == "delivery_unknown" and item["error"] == unknown.sentence()
     assert item["delivery_unknown"] == unknown.to_json()
     assert graph.requests == [], "nothing sent: not the reply, not a read receipt"
@@ -313,7 +308,7 @@ async def test_a_template_in_flight_at_a_crash_is_not_sent_again_and_a_person_is
     await wait_exit(victim, 5)
 
     await fleet.start(1, **{**env, **lease})
-    (item,) = await parked(redis, prefix)
+    (item,) = await in_review(redis, prefix, what="1 review item(s)")
     assert item["reason"] == "delivery_unknown"
     unknown = item["delivery_unknown"]
     assert (unknown["what"], unknown["text"]) == ("template", TEMPLATE)
@@ -349,19 +344,13 @@ async def test_a_hand_over_that_cannot_resume_is_not_called_twice(
     """A sender without `resumes_hand_over`: its worker died after journaling the review, so
     it may have told someone already. The worker that resumes the batch does not call it
     again; the item says the hand-over's outcome is unknown, and it is counted."""
-    settings = workers.settings(LEASE_S=0.5, LEASE_RENEW_S=0.1)
-    scripts = Scripts()
-    store = ConversationStore(settings, scripts, GroupCommitter(redis, scripts))
-    await push_message(redis, prefix, PERSON, "wamid.u7", "hola", wake=False)
-    await store.claim(TENANT, 0, "intake")
-    await redis.zadd(Keys(prefix).tenant(TENANT).due, {PERSON: 0})
-    (batch,) = (await store.claim(TENANT, 1, "dead")).batches
+    store, batch = await claimed_by_a_dying_worker(redis, prefix, workers, "wamid.u7")
     journal = ReviewJournal("too_old", "oldest message 1000s old", 1_700_000_000_000)
     assert await store.save_journal(batch, journal)
 
     sender = CountingHandOver()
     await workers.start(sender=sender, LEASE_S=0.5, LEASE_RENEW_S=0.1)
-    (item,) = await parked(redis, prefix)
+    (item,) = await in_review(redis, prefix, what="1 review item(s)")
     assert item["reason"] == "too_old" and sender.hand_overs == []
     assert item["hand_over"].startswith("unknown: a worker stopped during the hand-over begun at ")
     assert item["hand_over_steps"] == {"hand_over": item["hand_over"]}

@@ -25,7 +25,7 @@ from tests.delivery.support import (
     ai_requests,
     said,
 )
-from tests.worker.support import push_message, review_items, stats, wait_for
+from tests.worker.support import in_review, push_message, review_items, stats, wait_for
 
 PERSON = "5491155550031"
 # Larger than a day, so a message older than the window is still answered rather than parked
@@ -76,10 +76,7 @@ async def test_outside_the_window_without_a_template_the_batch_goes_to_review(
     old = int(time.time()) - DAY_S - 600
     await push_message(redis, prefix, PERSON, "wamid.w2", "hola", ts=old, tenant=PLAIN_TENANT)
 
-    async def parked() -> list[dict[str, object]]:
-        return await review_items(redis, prefix, PLAIN_TENANT)
-
-    (item,) = await wait_for(parked, "the batch in review")
+    (item,) = await in_review(redis, prefix, PLAIN_TENANT)
     assert item["reason"] == "window_closed" and item["person"] == PERSON
     assert graph.sent_messages() == []
     assert graph.read_receipts() == [], "no typing indicator when no reply can follow"
@@ -119,10 +116,7 @@ async def test_meta_answering_131047_without_a_template_parks_the_batch(
     graph.fail_recipient(PERSON, 131047, message="Re-engagement message")
     await push_message(redis, prefix, PERSON, "wamid.w4", "hola", tenant=PLAIN_TENANT)
 
-    async def parked() -> list[dict[str, object]]:
-        return await review_items(redis, prefix, PLAIN_TENANT)
-
-    (item,) = await wait_for(parked, "the batch in review")
+    (item,) = await in_review(redis, prefix, PLAIN_TENANT)
     assert item["reason"] == "window_closed"
     assert item["error"] == "131047: Re-engagement message"
     assert graph.sent_messages() == []
@@ -185,10 +179,7 @@ async def test_a_day_old_batch_requeued_from_review_gets_the_template(
     await workers.start()  # REVIEW_AFTER_S at its default: a day-old batch is too old
     await push_message(redis, prefix, PERSON, "wamid.w7", "hola", ts=int(time.time()) - DAY_S - 600)
 
-    async def parked() -> list[dict[str, object]]:
-        return await review_items(redis, prefix)
-
-    (item,) = await wait_for(parked, "the old batch in review")
+    (item,) = await in_review(redis, prefix, what="the old batch in review")
     assert item["reason"] == "too_old" and graph.requests == []
     await ReviewList(redis, Keys(prefix), Scripts()).requeue(TENANT, str(item["id"]))
 
@@ -285,10 +276,7 @@ async def test_131047_on_a_later_part_without_a_template_parks_what_was_sent(
     _first_text_then_131047(graph, PERSON)
     await push_message(redis, prefix, PERSON, "wamid.w10", "hola", tenant=PLAIN_TENANT)
 
-    async def parked() -> list[dict[str, Any]]:
-        return await review_items(redis, prefix, PLAIN_TENANT)
-
-    (item,) = await wait_for(parked, "the batch in review")
+    (item,) = await in_review(redis, prefix, PLAIN_TENANT)
     (first,) = graph.sent_texts(PERSON)
     assert item["reason"] == "window_closed"
     assert item["error"] == "131047: Re-engagement message"

@@ -3,19 +3,13 @@ worker parks them, signing in, and the CSRF token read from a page as a browser 
 
 from __future__ import annotations
 
-import asyncio
+import functools
 import re
-import time
 
 import httpx
-from redis.asyncio import Redis
 
-from shared import events
-from shared.keys import Keys
 from shared.settings import Settings
-from shared.storage.group_commit import GroupCommitter
-from shared.storage.scripts import Scripts
-from worker.conversation_store import ConversationStore
+from tests.worker.support import park as park_batch
 
 OPS_TOKEN = "ops-test-token-0123456789"
 TENANT = "106500000000001"
@@ -26,53 +20,8 @@ def ops_settings(settings: Settings, **overrides: object) -> Settings:
     return settings.with_overrides(ops_token=OPS_TOKEN, **overrides)
 
 
-async def park(
-    redis: Redis,
-    settings: Settings,
-    texts: list[str],
-    *,
-    tenant: str = TENANT,
-    person: str = PERSON,
-    reason: str = "max_attempts",
-    error: str = "boom",
-) -> str:
-    """Store messages, claim them as a batch and park it in review as the worker would; the
-    review item's id (the batch id). The tenant is registered as the receiver registers it."""
-    scripts = Scripts()
-    await scripts.load(redis)
-    keys = Keys(settings.key_prefix)
-    k = keys.tenant(tenant)
-    await redis.sadd(keys.tenants, tenant)
-    for i, text in enumerate(texts):
-        ev = events.message_event(
-            channel="whatsapp",
-            tenant=tenant,
-            person=person,
-            message_id=f"wamid.{person}.{i}.{time.monotonic_ns()}",
-            type="text",
-            text=text,
-            ts=int(time.time()),
-            received_ms=0,
-            raw={},
-        )
-        await scripts.ingest(
-            redis,
-            k,
-            seen=[k.seen(events.dedupe_id(ev))],
-            dedupe_ttl_s=60,
-            events=[events.encode(ev)],
-        )
-    store = ConversationStore(
-        settings.with_overrides(debounce_window_s=0.01, max_wait_s=0.01),
-        scripts,
-        GroupCommitter(redis, scripts),
-    )
-    await store.claim(tenant, 0, "t")  # intake
-    await asyncio.sleep(0.05)
-    claim = await store.claim(tenant, 5, "t")
-    (batch,) = claim.batches
-    assert await store.finish_review(batch, reason, error, claim.now_ms)
-    return batch.id
+# Review items parked for the ops page's tenant and person unless a test names others.
+park = functools.partial(park_batch, tenant=TENANT, person=PERSON)
 
 
 async def sign_in(client: httpx.AsyncClient, name: str = "Ana") -> str:

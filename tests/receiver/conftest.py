@@ -1,9 +1,10 @@
-"""Receiver fixtures: the app with its lifespan running and an httpx client on it, and a Redis
-client without timeouts (helpers are in tests/receiver/support.py)."""
+"""Receiver fixtures: the app with its lifespan running and an httpx client on it, a Redis
+client without timeouts, and a Redis server of the test's own, to stop and restart (helpers are
+in tests/receiver/support.py)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import httpx
 import pytest
@@ -22,6 +23,13 @@ async def untimed(redis_server: RedisServer, redis: Redis) -> AsyncIterator[Redi
         yield client
     finally:
         await client.aclose()
+
+
+@pytest.fixture
+def own_server() -> Iterator[RedisServer]:
+    """A Redis of this test alone, stopped after it: the one a test may take down."""
+    with RedisServer() as server:
+        yield server
 
 
 @pytest.fixture

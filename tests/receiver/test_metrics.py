@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import httpx
 import pytest
@@ -78,15 +78,6 @@ def value(samples: Samples, name: str, **labels: str) -> float:
 def mine(samples: Samples, name: str, **labels: str) -> float:
     """A sample of this receiver's own figures (they carry its dyno)."""
     return value(samples, name, dyno=DYNO, **labels)
-
-
-@pytest.fixture
-def own_server() -> Iterator[RedisServer]:
-    server = RedisServer().start()
-    try:
-        yield server
-    finally:
-        server.close()
 
 
 async def test_receiver_figures_move_as_traffic_flows(client: httpx.AsyncClient) -> None:

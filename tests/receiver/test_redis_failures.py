@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import httpx
 import orjson
@@ -31,15 +31,6 @@ CHATWOOT_SECRET = "cw-hold-secret"
 CHATWOOT_TENANT = "cw-1-3"
 PAUSE_MS = 3000
 CHATWOOT_GIVES_UP_S = 5.0  # Chatwoot's webhook timeout
-
-
-@pytest.fixture
-def own_server() -> Iterator[RedisServer]:
-    server = RedisServer().start()
-    try:
-        yield server
-    finally:
-        server.close()
 
 
 @pytest.fixture

@@ -1,4 +1,5 @@
-"""Helpers of the stand-in tests: a stand-in started by its executable launcher."""
+"""Helpers of the stand-in tests: a stand-in started by its executable launcher, the real
+anthropic SDK pointed at the Messages API stand-in, and a process stopped politely."""
 
 from __future__ import annotations
 
@@ -6,9 +7,11 @@ import subprocess
 import time
 from pathlib import Path
 
+import anthropic
 import httpx
 
-from scripts.standins import free_port
+from scripts.standins import MessagesApiStandIn, free_port
+from tests.support.helpers import API_KEY
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -33,3 +36,8 @@ def launch(name: str, *args: str) -> tuple[subprocess.Popen[bytes], str]:
             _, err = proc.communicate()
             raise AssertionError(f"{name} did not start: {err.decode()[-2000:]}")
         time.sleep(0.05)
+
+
+def sdk_client(ai: MessagesApiStandIn) -> anthropic.AsyncAnthropic:
+    """The real SDK on the stand-in, without retries of its own: a test sees every answer."""
+    return anthropic.AsyncAnthropic(base_url=ai.url, api_key=API_KEY, max_retries=0, timeout=5.0)

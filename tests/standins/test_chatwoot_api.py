@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import httpx
@@ -20,6 +20,7 @@ from receiver.chatwoot import ChatwootInbound, parse_body
 from receiver.provider import WebhookRequest
 from scripts.standins import BackgroundServer, ChatwootApiStandIn
 from tests.standins.support import launch
+from tests.support.helpers import stop_process
 
 TOKEN = "cw-token"
 PATH = "/api/v1/accounts/1/conversations/42"
@@ -82,6 +83,21 @@ def test_faults_by_kind_and_conversation_over_http_too(chatwoot: ChatwootApiStan
     assert httpx.post(f"{chatwoot.url}/_control", json={"op": "nope"}).status_code == 400
 
 
+@contextmanager
+def posting_webhooks_to(
+    hook: Callable[[Request], Awaitable[Response]],
+) -> Iterator[ChatwootApiStandIn]:
+    """A stand-in whose webhooks (secret "s") go to `hook`, served on a port of its own."""
+    receiver = BackgroundServer(Starlette(routes=[Route("/hook", hook, methods=["POST"])]))
+    with (
+        receiver,
+        ChatwootApiStandIn(
+            access_tokens=TOKEN, webhook_url=f"{receiver.url}/hook", webhook_secret="s"
+        ) as chatwoot,
+    ):
+        yield chatwoot
+
+
 def test_created_messages_come_back_as_signed_outgoing_webhooks() -> None:
     got: list[WebhookRequest] = []
 
@@ -90,13 +106,7 @@ def test_created_messages_come_back_as_signed_outgoing_webhooks() -> None:
         got.append(WebhookRequest(headers, request.url.query.encode(), await request.body()))
         return Response("")
 
-    receiver = BackgroundServer(Starlette(routes=[Route("/hook", hook, methods=["POST"])]))
-    with (
-        receiver,
-        ChatwootApiStandIn(
-            access_tokens=TOKEN, webhook_url=f"{receiver.url}/hook", webhook_secret="s"
-        ) as chatwoot,
-    ):
+    with posting_webhooks_to(hook) as chatwoot:
         created = call(chatwoot, "messages", {"content": "hola"}).json()
         chatwoot.wait_for(lambda: chatwoot.webhook_deliveries, timeout=15)
         # Over HTTP too (what scripts/simulate reads): the delivery and the receiver's answer.
@@ -122,13 +132,7 @@ def test_people_in_chatwoot_over_http_post_the_events_each_webhook_gets(mode: st
         got.append(orjson.loads(await request.body()))
         return Response("")
 
-    receiver = BackgroundServer(Starlette(routes=[Route("/hook", hook, methods=["POST"])]))
-    with (
-        receiver,
-        ChatwootApiStandIn(
-            access_tokens=TOKEN, webhook_url=f"{receiver.url}/hook", webhook_secret="s"
-        ) as chatwoot,
-    ):
+    with posting_webhooks_to(hook) as chatwoot:
         control = f"{chatwoot.url}/_control"
         httpx.post(control, json={"op": "conversation_events", "mode": mode}).raise_for_status()
         for op in [
@@ -176,9 +180,4 @@ def test_chatwoot_standin_launcher() -> None:
         records = httpx.get(f"{url}/_requests").json()["requests"]
         assert [r["status"] for r in records] == [200, 422]
     finally:
-        proc.terminate()
-        try:
-            proc.wait(5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc, 5)

@@ -326,12 +326,20 @@ async def test_latency(graph: GraphApiStandIn, client: httpx.AsyncClient) -> Non
     assert time.monotonic() - started < 1.5
 
 
+async def _send_given_up(
+    graph: GraphApiStandIn, client: httpx.AsyncClient, body: str, hang_s: float
+) -> None:
+    """A text send the stand-in holds for `hang_s`, longer than the client waits: the client
+    gives up (ReadTimeout) while the stand-in still has it."""
+    graph.hang_next(1, seconds=hang_s)
+    with pytest.raises(httpx.ReadTimeout):
+        await client.post(PATH, json=text(body), timeout=READ_TIMEOUT)
+
+
 async def test_hang_times_out_but_the_message_is_accepted(
     graph: GraphApiStandIn, client: httpx.AsyncClient
 ) -> None:
-    graph.hang_next(1, seconds=0.5)
-    with pytest.raises(httpx.ReadTimeout):
-        await client.post(PATH, json=text("slow"), timeout=READ_TIMEOUT)
+    await _send_given_up(graph, client, "slow", hang_s=0.5)
     assert graph.sent_texts() == []  # still "in flight" at Meta
     record = graph.requests[0]
     assert record.status is None
@@ -438,9 +446,7 @@ async def test_control_over_http(graph: GraphApiStandIn, client: httpx.AsyncClie
 async def test_a_send_hung_across_reset_is_dropped(
     graph: GraphApiStandIn, client: httpx.AsyncClient
 ) -> None:
-    graph.hang_next(1, seconds=0.3)
-    with pytest.raises(httpx.ReadTimeout):
-        await client.post(PATH, json=text("old"), timeout=READ_TIMEOUT)
+    await _send_given_up(graph, client, "old", hang_s=0.3)
     graph.reset()
     await asyncio.sleep(0.4)
     assert graph.requests == [] and graph.sent_texts() == []

@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from scripts.standins import MessagesApiStandIn, MessagesFault, last_user_text, system_text
+from tests.standins.support import sdk_client
 from tests.support.helpers import API_KEY
 
 MODEL = "claude-test-model"
@@ -28,11 +29,8 @@ MESSAGES = [
 
 @pytest.fixture
 async def client(ai: MessagesApiStandIn) -> AsyncIterator[anthropic.AsyncAnthropic]:
-    c = anthropic.AsyncAnthropic(base_url=ai.url, api_key=API_KEY, max_retries=0, timeout=5.0)
-    try:
+    async with sdk_client(ai) as c:
         yield c
-    finally:
-        await c.close()
 
 
 async def create(client: anthropic.AsyncAnthropic, **overrides: Any) -> anthropic.types.Message:

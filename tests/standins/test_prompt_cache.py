@@ -11,7 +11,7 @@ import anthropic
 import pytest
 
 from scripts.standins import MessagesApiStandIn
-from tests.support.helpers import API_KEY
+from tests.standins.support import sdk_client
 
 SONNET, HAIKU = "claude-sonnet-5-5", "claude-haiku-5-5"
 MARK = {"type": "ephemeral"}
@@ -20,11 +20,8 @@ SYSTEM = "s" * 4400  # 1 100 tokens: over Sonnet's minimum (1 024), under Haiku'
 
 @pytest.fixture
 async def client(ai: MessagesApiStandIn) -> AsyncIterator[anthropic.AsyncAnthropic]:
-    c = anthropic.AsyncAnthropic(base_url=ai.url, api_key=API_KEY, max_retries=0, timeout=5.0)
-    try:
+    async with sdk_client(ai) as c:
         yield c
-    finally:
-        await c.close()
 
 
 def text(value: str, marked: bool = False, ttl: str | None = None) -> dict[str, Any]:

@@ -46,6 +46,7 @@ from tests.support.helpers import (
     TOKEN,
     VERIFY_TOKEN,
     RedisTarget,
+    standin_fixtures,
 )
 from tests.worker.support import WorkerFleet
 
@@ -59,20 +60,14 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[RedisServer]:
-    server = RedisServer().start()
-    try:
+    with RedisServer() as server:
         yield server
-    finally:
-        server.close()
 
 
 @pytest.fixture(scope="session")
 def redis_cluster() -> Iterator[RedisCluster]:
-    cluster = RedisCluster(masters=3).start()
-    try:
+    with RedisCluster(masters=3) as cluster:
         yield cluster
-    finally:
-        cluster.close()
 
 
 TLS_PASSWORD = "tls-test-password"
@@ -143,30 +138,10 @@ def settings(redis_target: RedisTarget) -> Settings:
     )
 
 
-@pytest.fixture(scope="module")
-def graph_server() -> Iterator[GraphApiStandIn]:
-    with GraphApiStandIn(access_tokens=[TOKEN, TENANT_TOKEN]) as standin:
-        yield standin
-
-
-@pytest.fixture
-def graph(graph_server: GraphApiStandIn) -> Iterator[GraphApiStandIn]:
-    graph_server.reset()
-    yield graph_server
-    graph_server.reset()
-
-
-@pytest.fixture(scope="module")
-def ai_server() -> Iterator[MessagesApiStandIn]:
-    with MessagesApiStandIn(api_keys=API_KEY) as standin:
-        yield standin
-
-
-@pytest.fixture
-def ai(ai_server: MessagesApiStandIn) -> Iterator[MessagesApiStandIn]:
-    ai_server.reset()
-    yield ai_server
-    ai_server.reset()
+graph_server, graph = standin_fixtures(
+    "graph", lambda: GraphApiStandIn(access_tokens=[TOKEN, TENANT_TOKEN])
+)
+ai_server, ai = standin_fixtures("ai", lambda: MessagesApiStandIn(api_keys=API_KEY))
 
 
 @pytest.fixture

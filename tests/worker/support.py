@@ -4,6 +4,10 @@
 (SADD the tenant into the registry, the `ingest` script's atomic dedupe + LPUSH, the tenant
 added to the new-work wake-up queue). `WorkerFleet` starts real `python -m worker` processes and
 always kills them.
+The review list, as every directory's tests reach it: `park` puts a batch in review as a worker
+would, `in_review` waits for items to land there, `review_items` reads them. `quick_store` is
+a ConversationStore whose batches are due at once, for tests that claim by hand; `batch_of`
+is a claimed batch built in memory, for code that only reads one.
 The recording brain (tests/worker/brains.py) writes one JSON record per turn event to
 `record_key(prefix)`; `Records` reads them back.
 """
@@ -16,18 +20,22 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+import orjson
 from redis.asyncio import Redis
 
 from shared import events
+from shared.conversation.batch import Batch, Message
 from shared.fleet import wake as shared_wake
 from shared.keys import Keys
-from shared.settings import env_names
+from shared.settings import Settings, env_names
+from shared.storage.group_commit import GroupCommitter
 from shared.storage.scripts import Scripts
+from worker.conversation_store import ConversationStore
 
 T = TypeVar("T")
 REPO = Path(__file__).resolve().parents[2]
@@ -58,16 +66,34 @@ async def push_message(
     text: str,
     *,
     tenant: str = TENANT,
+    dedupe_ttl_s: int = 3600,
+    wake: bool = True,
+    **fields: Any,
+) -> bool:
+    """Store one inbound message like the receiver, received now; True if stored, False if a
+    duplicate. `fields`: `message_event`'s `type`, `ts` and `channel`.
+
+    `wake=False` leaves out the wake-up: a lost one, which only the sweep can catch."""
+    raw = {"id": message_id, "type": fields.get("type", "text")}
+    event = message_event(tenant, person, message_id, text, received_ms=now_ms(), raw=raw, **fields)
+    return await _store(redis, prefix, tenant, event, dedupe_ttl_s, wake)
+
+
+def message_event(
+    tenant: str,
+    person: str,
+    message_id: str,
+    text: str,
+    *,
     type: str = "text",
     ts: int | None = None,
     channel: str = "whatsapp",
-    dedupe_ttl_s: int = 3600,
-    wake: bool = True,
-) -> bool:
-    """Store one inbound message like the receiver; True if stored, False if a duplicate.
-
-    `wake=False` leaves out the wake-up: a lost one, which only the sweep can catch."""
-    event = events.message_event(
+    received_ms: int = 0,
+    raw: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """An inbound message's event as the receiver writes it (shared/events.py), sent at `ts`
+    (now when None); by default one made up whole, received at 0 with nothing raw."""
+    return events.message_event(
         channel=channel,
         tenant=tenant,
         person=person,
@@ -75,10 +101,9 @@ async def push_message(
         type=type,
         text=text,
         ts=int(time.time()) if ts is None else ts,
-        received_ms=now_ms(),
-        raw={"id": message_id, "type": type},
+        received_ms=received_ms,
+        raw={} if raw is None else raw,
     )
-    return await _store(redis, prefix, tenant, event, dedupe_ttl_s, wake)
 
 
 async def push_status(
@@ -148,6 +173,26 @@ async def wait_for(
         if time.monotonic() >= deadline:
             raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
         await asyncio.sleep(every_s)
+
+
+def run_module(
+    module: str,
+    *args: str,
+    env: dict[str, str],
+    timeout_s: float = 30,
+    stdin: str | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """`python -m <module> <args>` from the repository's root with exactly `env`, `stdin` as
+    its input; what it wrote, as text. A CLI that outlives `timeout_s` fails the test."""
+    return subprocess.run(
+        [sys.executable, "-m", module, *args],
+        cwd=REPO,
+        env=env,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
 
 
 async def wait_exit(proc: subprocess.Popen[bytes], timeout_s: float) -> int:
@@ -230,6 +275,118 @@ async def outbox(redis: Redis, prefix: str, tenant: str = TENANT) -> list[dict[s
 async def review_items(redis: Redis, prefix: str, tenant: str = TENANT) -> list[dict[str, Any]]:
     raw = await redis.hgetall(Keys(prefix).tenant(tenant).review)
     return [json.loads(v) for v in raw.values()]
+
+
+async def in_review(
+    redis: Redis,
+    prefix: str,
+    *tenants: str,
+    count: int = 1,
+    what: str = "the batch in review",
+    timeout_s: float = 15.0,
+) -> list[dict[str, Any]]:
+    """Wait until the review lists of `tenants` (TENANT when none) hold `count` items between
+    them, and return those. Fails naming `what` at the deadline, and at once if more than
+    `count` are there."""
+
+    async def found() -> list[dict[str, Any]] | None:
+        items = [i for t in tenants or (TENANT,) for i in await review_items(redis, prefix, t)]
+        return items if len(items) >= count else None
+
+    items = await wait_for(found, what, timeout_s)
+    assert len(items) == count, f"{len(items)} review items, not {count}, for {what}: {items}"
+    return items
+
+
+async def claim_due_now(
+    redis: Redis,
+    store: ConversationStore,
+    prefix: str,
+    person: str,
+    token: str,
+    *,
+    limit: int = 5,
+    tenant: str = TENANT,
+) -> Batch:
+    """Take in what waits in the inbox, make `person`'s batch due now (not after the debounce)
+    and claim as a worker whose lock tokens start with `token`; the one batch claimed."""
+    await store.claim(tenant, 0, "intake")
+    await redis.zadd(Keys(prefix).tenant(tenant).due, {person: 0})
+    (batch,) = (await store.claim(tenant, limit, token)).batches
+    return batch
+
+
+def quick_store(redis: Redis, settings: Settings, **overrides: Any) -> ConversationStore:
+    """A ConversationStore whose batches are due at once (a 10 ms debounce and wait), for the
+    tests that claim batches by hand; `overrides` are more Settings fields."""
+    scripts = Scripts()
+    return ConversationStore(
+        settings.with_overrides(debounce_window_s=0.01, max_wait_s=0.01, **overrides),
+        scripts,
+        GroupCommitter(redis, scripts),
+    )
+
+
+async def park(
+    redis: Redis,
+    settings: Settings,
+    texts: list[str],
+    *,
+    tenant: str,
+    person: str,
+    reason: str = "max_attempts",
+    error: str = "boom",
+    context: Sequence[dict[str, Any]] = (),
+) -> str:
+    """Store `texts` from `person` (the tenant registered as the receiver registers it), claim
+    them as one batch and park it in review as the worker would; the review item's id (the
+    batch id). `context`: events the batch takes along, as claim.lua keeps a reaction to an
+    answered message. `max_attempts` also pauses the bot for the person
+    (shared/ops/takeover.py)."""
+    scripts = Scripts()
+    await scripts.load(redis)
+    keys = Keys(settings.key_prefix)
+    k = keys.tenant(tenant)
+    await redis.sadd(keys.tenants, tenant)
+    for item in context:
+        await redis.rpush(k.context(person), orjson.dumps(item))
+    for i, text in enumerate(texts):
+        event = message_event(tenant, person, f"wamid.{person}.{i}.{time.monotonic_ns()}", text)
+        await scripts.ingest(
+            redis, [k.inbox, k.seen(events.dedupe_id(event))], [60, events.encode(event)]
+        )
+    store = quick_store(redis, settings)
+    await store.claim(tenant, 0, "t")  # intake
+    await asyncio.sleep(0.05)  # past the debounce
+    claim = await store.claim(tenant, 5, "t")
+    (batch,) = claim.batches
+    assert await store.finish_review(batch, reason, error, claim.now_ms)
+    return batch.id
+
+
+def batch_of(
+    messages: list[Message],
+    *,
+    tenant: str = TENANT,
+    person: str = "5491155550001",
+    id: str = "b1",
+    claimed_ms: int = 0,
+    history: list[dict[str, Any]] | None = None,
+) -> Batch:
+    """A batch as a first claim hands it over (attempt 0, not requeued), built in memory for
+    the code that only reads one: a brain's request, the presentation, a sender."""
+    return Batch(
+        tenant=tenant,
+        person=person,
+        id=id,
+        token="t",
+        attempt=0,
+        claimed_ms=claimed_ms,
+        due_ms=0,
+        requeued=False,
+        messages=messages,
+        history=history or [],
+    )
 
 
 async def stats(redis: Redis, prefix: str, tenant: str = TENANT) -> dict[str, int]:

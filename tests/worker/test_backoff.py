@@ -15,9 +15,9 @@ from shared.keys import Keys
 from shared.settings import Settings
 from tests.worker.support import (
     TENANT,
+    in_review,
     listening,
     push_message,
-    review_items,
     wait_for,
     wake_up,
 )
@@ -88,10 +88,7 @@ async def test_delays_double_from_the_base_then_review(
         await redis.zadd(k.due, {PERSON: 0})
         await wake_up(redis, prefix)
 
-    async def parked() -> list[dict[str, object]]:
-        return await review_items(redis, prefix)
-
-    (item,) = await wait_for(parked, "review after the fourth failure")
+    (item,) = await in_review(redis, prefix, what="review after the fourth failure")
     assert item["reason"] == "max_attempts" and item["attempts"] == 4
     assert item["error"] == "ConnectionError: provider down (3)"
     assert brain.attempts == [0, 1, 2, 3]

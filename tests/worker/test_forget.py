@@ -10,8 +10,6 @@ import asyncio
 import inspect
 import os
 import subprocess
-import sys
-import time
 from typing import Any
 
 import orjson
@@ -26,6 +24,7 @@ from shared.senders.loading import OutboxSender
 from shared.settings import Settings
 from shared.storage.group_commit import GroupCommitter
 from shared.storage.scripts import Scripts
+from tests.worker.support import message_event, run_module
 from worker.conversation_store import ConversationStore
 
 TENANT, OTHER_TENANT = "106500000000021", "106500000000022"
@@ -52,17 +51,7 @@ class Conversations:
 
     async def message(self, tenant: str, person: str, text: str, user_id: str = "") -> None:
         self._seq += 1
-        ev = events.message_event(
-            channel="whatsapp",
-            tenant=tenant,
-            person=person,
-            message_id=f"wamid.in.{person}.{self._seq}",
-            type="text",
-            text=text,
-            ts=int(time.time()),
-            received_ms=0,
-            raw={},
-        )
+        ev = message_event(tenant, person, f"wamid.in.{person}.{self._seq}", text)
         if user_id:
             ev["from_user_id"] = user_id
         k = self.keys.tenant(tenant)
@@ -366,14 +355,7 @@ async def test_cli_end_to_end(redis: Redis, settings: Settings) -> None:
     env = {**os.environ, "REDIS_URL": settings.redis_url, "REDIS_CLUSTER": "false"}
 
     def cli(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "worker.forget", *args],
-            env=env,
-            input=stdin,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        return run_module("worker.forget", *args, env=env, stdin=stdin, timeout_s=60)
 
     who = ["--tenant", TENANT, "--person", PERSON, "--by", "ana"]
     declined = cli(*who, stdin="no\n")

@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
@@ -21,7 +20,7 @@ from shared.keys import Keys
 from shared.settings import Settings, env_names
 from tests.receiver.support import running
 from tests.support.helpers import RedisTarget
-from tests.worker.support import REPO, WorkerFleet, wait_exit, wait_for
+from tests.worker.support import WorkerFleet, run_module, wait_exit, wait_for
 
 pytestmark = pytest.mark.slow
 INTERVAL_S = 1.0
@@ -32,14 +31,7 @@ def run_cli(redis_server: RedisServer, prefix: str) -> subprocess.CompletedProce
     """`python -m worker.inspect` (the fleet view) against the test Redis."""
     env = {k: v for k, v in os.environ.items() if k not in env_names()}
     env.update(REDIS_URL=redis_server.url, KEY_PREFIX=prefix)
-    return subprocess.run(
-        [sys.executable, "-m", "worker.inspect"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    return run_module("worker.inspect", env=env)
 
 
 async def live_workers(redis: Redis, prefix: str) -> Workers:

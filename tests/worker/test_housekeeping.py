@@ -15,10 +15,10 @@ from tests.worker.support import (
     TENANT,
     Records,
     WorkerFleet,
+    in_review,
     outbox,
     push_message,
     push_status,
-    review_items,
     scan_keys,
     stats,
     wait_for,
@@ -46,10 +46,7 @@ async def test_finished_conversations_leave_no_keys_or_entries_behind(
         await records.wait_turns(person, 1)
     await records.wait_turns(chatty, 2)
 
-    async def two_reviews() -> bool:
-        return len(await review_items(redis, prefix)) == 2
-
-    await wait_for(two_reviews, "two review items")
+    await in_review(redis, prefix, count=2, what="two review items")
     keys = Keys(prefix)
     k = keys.tenant(TENANT)
     conversation_keys = (k.inbox, k.due, k.running, k.burst, k.conversation_prefix)

@@ -9,6 +9,7 @@ from typing import Any
 from shared.conversation.batch import Batch, Message
 from shared.conversation.presentation import HUMAN_REPLY_NOTE, NO_NEW_MESSAGE, present
 from shared.settings import Settings
+from tests.worker.support import batch_of
 from worker.brains.prompt import build_request
 
 TENANT = "106500000000001"
@@ -26,18 +27,7 @@ HUMAN_ALONE = {**HUMAN_ANSWER, "user": "", "ids": [], "assistant": "¿Le sirve?"
 
 
 def batch(*messages: Message, history: list[dict[str, Any]]) -> Batch:
-    return Batch(
-        tenant=TENANT,
-        person="5491155550001",
-        id="b1",
-        token="t",
-        attempt=0,
-        claimed_ms=1_764_500_000_000,
-        due_ms=0,
-        requeued=False,
-        messages=list(messages),
-        history=history,
-    )
+    return batch_of(list(messages), tenant=TENANT, claimed_ms=1_764_500_000_000, history=history)
 
 
 def message(text: str, quoting: str = "") -> Message:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from typing import Any
 
 import orjson
@@ -18,7 +17,7 @@ from shared.ops import live_state, takeover
 from shared.settings import Settings
 from shared.storage.group_commit import GroupCommitter
 from shared.storage.scripts import Scripts
-from tests.worker.support import _CONTRACT_VARS, REPO, TENANT, push_message
+from tests.worker.support import _CONTRACT_VARS, TENANT, push_message, run_module
 from worker.conversation_store import ConversationStore
 from worker.inspect import render_person
 
@@ -133,14 +132,7 @@ def run_cli(
 ) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k not in _CONTRACT_VARS}
     env.update({"REDIS_URL": redis_server.url, "KEY_PREFIX": prefix, **variables})
-    return subprocess.run(
-        [sys.executable, "-m", "worker.inspect", *args],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    return run_module("worker.inspect", *args, env=env)
 
 
 @pytest.mark.slow

@@ -85,14 +85,22 @@ async def claim_now(
     return await store.claim(TENANT, 5, "tok")
 
 
+async def nothing_starts(
+    redis: Redis, store: ConversationStore, prefix: str, *names: str, person: str = ANA
+) -> None:
+    """The events of fixtures `names` taken in, then a claim as of `person`: no batch, and
+    nothing due (they are context for the next batch, not work)."""
+    for name in names:
+        await push(redis, prefix, name)
+    claim = await claim_now(redis, store, prefix, person)
+    assert claim.batches == [] and claim.next_ms == -1, "nothing due"
+
+
 async def test_a_reaction_starts_nothing_and_the_next_batch_sees_it(
     redis: Redis, store: ConversationStore, prefix: str
 ) -> None:
     k = Keys(prefix).tenant(TENANT)
-    await push(redis, prefix, "reaction.json")
-    await push(redis, prefix, "reaction_removed.json")
-    claim = await claim_now(redis, store, prefix)
-    assert claim.batches == [] and claim.next_ms == -1, "nothing due"
+    await nothing_starts(redis, store, prefix, "reaction.json", "reaction_removed.json")
     assert await redis.exists(k.pending(ANA), k.batch(ANA)) == 0
     assert await redis.llen(k.context(ANA)) == 2
     assert 0 < await redis.ttl(k.context(ANA)) <= 86400
@@ -192,9 +200,7 @@ async def test_a_number_change_keeps_memory_and_window_under_the_new_id(
     await redis.rpush(k.memory(ANA), exchange)
     await redis.expire(k.memory(ANA), 5000)
     await redis.set(k.last_inbound(ANA), 1_764_421_000, ex=4000)
-    await push(redis, prefix, "system_changed_number.json")
-    claim = await claim_now(redis, store, prefix, NEW_ANA)
-    assert claim.batches == [] and claim.next_ms == -1, "nothing due"
+    await nothing_starts(redis, store, prefix, "system_changed_number.json", person=NEW_ANA)
     assert await redis.exists(k.memory(ANA), k.last_inbound(ANA)) == 0
     assert await redis.lrange(k.memory(NEW_ANA), 0, -1) == [exchange]
     assert 4000 < await redis.ttl(k.memory(NEW_ANA)) <= 5000, "its TTL kept"
@@ -213,11 +219,14 @@ async def test_identity_changes_and_call_permission_replies_start_nothing(
     redis: Redis, store: ConversationStore, prefix: str
 ) -> None:
     k = Keys(prefix).tenant(TENANT)
-    await push(redis, prefix, "system_identity_changed.json")
-    await push(redis, prefix, "call_permission_reply.json")
-    await push(redis, prefix, "request_welcome.json")  # no welcome text: context only
-    claim = await claim_now(redis, store, prefix)
-    assert claim.batches == [] and claim.next_ms == -1
+    await nothing_starts(
+        redis,
+        store,
+        prefix,
+        "system_identity_changed.json",
+        "call_permission_reply.json",
+        "request_welcome.json",  # no welcome text: context only
+    )
     assert await redis.exists(k.pending(ANA)) == 0
     counters = await stats(redis, prefix)
     assert counters.get("event:customer_identity_changed") == 1

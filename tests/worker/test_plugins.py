@@ -5,8 +5,6 @@ worker process that refuses to start)."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 from redis.asyncio import Redis
@@ -20,7 +18,7 @@ from shared.storage.group_commit import GroupCommitter
 from shared.storage.scripts import Scripts
 from tests.worker.brains import STATIC_BRAIN, RecordingBrain
 from tests.worker.senders import LegacySender, sent_key
-from tests.worker.support import REPO, TENANT, WorkerFleet, push_message, wait_for
+from tests.worker.support import TENANT, WorkerFleet, push_message, run_module, wait_for
 from worker.brains.loading import EchoBrain, load_brain
 
 
@@ -144,13 +142,6 @@ async def test_a_plain_object_sender_answers_a_real_turn(
 def test_a_worker_with_a_bad_configuration_exits_2_naming_it(
     fleet: WorkerFleet, env: dict[str, str], message: str
 ) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "worker"],
-        cwd=REPO,
-        env=fleet.env(**env),
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    done = run_module("worker", env=fleet.env(**env))
     assert done.returncode == 2, done.stdout + done.stderr
     assert done.stderr.startswith("configuration error: ") and message in done.stderr

@@ -20,6 +20,7 @@ from shared.settings import Settings
 from shared.settings.spec import ConfigError
 from shared.settings.tenants import load_tenants
 from tests.support.helpers import fixture_bytes
+from tests.worker.support import batch_of
 from worker.brains.prompt import build_request, render_context
 
 TENANT = "106500000000001"
@@ -34,18 +35,7 @@ def messages_of(name: str) -> list[Message]:
 
 
 def batch(*messages: Message, history: list[dict[str, Any]] | None = None) -> Batch:
-    return Batch(
-        tenant=TENANT,
-        person="5491155550001",
-        id="b1",
-        token="t",
-        attempt=0,
-        claimed_ms=1_764_500_000_000,
-        due_ms=0,
-        requeued=False,
-        messages=list(messages),
-        history=history or [],
-    )
+    return batch_of(list(messages), tenant=TENANT, claimed_ms=1_764_500_000_000, history=history)
 
 
 def body_of(name: str) -> str:

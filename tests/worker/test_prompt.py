@@ -15,6 +15,7 @@ import pytest
 from shared.conversation.batch import Batch, Message
 from shared.conversation.presentation import exchange
 from shared.settings import Settings
+from tests.worker.support import batch_of
 from worker.brains.prompt import (
     CHARS_PER_TOKEN,
     EMPTY_TEXT,
@@ -39,17 +40,8 @@ def settings(**tenant: Any) -> Settings:
 
 def batch(text: str = "hola", exchanges: int = 0, tenant: str = TENANT) -> Batch:
     history = [{"user": f"pregunta {i}", "assistant": f"respuesta {i}"} for i in range(exchanges)]
-    return Batch(
-        tenant=tenant,
-        person="5491155550001",
-        id="b1",
-        token="t",
-        attempt=0,
-        claimed_ms=0,
-        due_ms=0,
-        requeued=False,
-        messages=[Message(id="wamid.1", type="text", text=text, ts=0)],
-        history=history,
+    return batch_of(
+        [Message(id="wamid.1", type="text", text=text, ts=0)], tenant=tenant, history=history
     )
 
 

@@ -14,9 +14,9 @@ from tests.worker.support import (
     TENANT,
     Records,
     WorkerFleet,
+    in_review,
     outbox,
     push_message,
-    review_items,
     stats,
     wait_for,
 )
@@ -37,11 +37,8 @@ async def test_retry_backoff_then_review_after_max_attempts(
 
     turns = await records.wait_turns(doomed, 4, outcome="error", timeout_s=30)
 
-    async def reviewed() -> list[dict[str, object]]:
-        items = await review_items(redis, prefix)
-        return items if len(items) == 2 else []
-
-    items = {str(i["person"]): i for i in await wait_for(reviewed, "two review items")}
+    reviewed = await in_review(redis, prefix, count=2, what="two review items")
+    items = {str(i["person"]): i for i in reviewed}
     assert [t.start["attempt"] for t in turns] == [0, 1, 2, 3]
     assert len({t.batch for t in turns}) == 1, "a retry is the same batch"
     gaps = [
@@ -93,10 +90,7 @@ async def test_too_old_batches_go_to_review_without_calling_the_brain(
     await push_message(redis, prefix, old, "wamid.old.2", "sigo acá")  # fresh, same batch
     await push_message(redis, prefix, fresh, "wamid.fresh", "hola")
 
-    async def one_review() -> list[dict[str, object]]:
-        return await review_items(redis, prefix)
-
-    (item,) = await wait_for(one_review, "the old batch in review")
+    (item,) = await in_review(redis, prefix, what="the old batch in review")
     await records.wait_turns(fresh, 1)
     assert item["person"] == old and item["reason"] == "too_old"
     assert "old" in str(item["error"]) and item["attempts"] == 0

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import orjson
@@ -21,35 +20,26 @@ from scripts.standins.server import free_port
 from shared.keys import Keys
 from shared.ops import review_webhook
 from shared.settings import Settings
-from shared.storage.group_commit import GroupCommitter
 from shared.storage.scripts import Scripts
 from tests.delivery.support import push_failed_status
+from tests.support.helpers import standin_fixtures
 from tests.worker.support import (
     TENANT,
     WorkerFleet,
+    in_review,
     push_message,
+    quick_store,
     review_items,
     scan_keys,
     stats,
     wait_exit,
     wait_for,
 )
-from worker.conversation_store import ConversationStore
 
 SECRET = "review-secret"
 
 
-@pytest.fixture(scope="module")
-def hook_server() -> Iterator[ReviewHookStandIn]:
-    with ReviewHookStandIn(secret=SECRET) as standin:
-        yield standin
-
-
-@pytest.fixture
-def hook(hook_server: ReviewHookStandIn) -> Iterator[ReviewHookStandIn]:
-    hook_server.reset()
-    yield hook_server
-    hook_server.reset()
+hook_server, hook = standin_fixtures("hook", lambda: ReviewHookStandIn(secret=SECRET))
 
 
 def webhook_env(url: str, **more: object) -> dict[str, object]:
@@ -93,18 +83,9 @@ async def test_every_way_to_review_posts_one_signed_event(
     # the intake queues them as late delivery failures of the answered batch, driven on the
     # scripts before any worker runs; a worker then makes them one review item (finish.lua,
     # like every item) with the batch's messages.
-    scripts = Scripts()
-    await scripts.load(redis)
-    store = ConversationStore(
-        settings.with_overrides(
-            key_prefix=prefix,
-            debounce_window_s=0.01,
-            max_wait_s=0.01,
-            review_webhook_url=url,
-            review_webhook_secret=SECRET,
-        ),
-        scripts,
-        GroupCommitter(redis, scripts),
+    await Scripts().load(redis)
+    store = quick_store(
+        redis, settings, key_prefix=prefix, review_webhook_url=url, review_webhook_secret=SECRET
     )
     undelivered = "5491155550071"
     await push_message(redis, prefix, undelivered, "wamid.in.71", "hola, ¿abren hoy?")
@@ -265,10 +246,7 @@ async def test_without_a_url_nothing_is_queued(
     await fleet.start(1)
     await push_message(redis, prefix, "5491155550080", "wamid.in.80", "ayuda !review=human")
 
-    async def parked() -> list[dict[str, Any]]:
-        return await review_items(redis, prefix)
-
-    await wait_for(parked, "the review item")
+    await in_review(redis, prefix, what="the review item")
     assert not [k for k in await scan_keys(redis, prefix) if ":review:notify" in k]
     assert await redis.exists(Keys(prefix).review_notify_queue) == 0
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import subprocess
 import time
 
 import pytest
@@ -25,16 +26,29 @@ from tests.worker.support import (
 pytestmark = pytest.mark.slow
 
 
+async def turn_running(
+    fleet: WorkerFleet,
+    records: Records,
+    env: dict[str, str],
+    person: str,
+    message_id: str,
+    text: str,
+) -> tuple[subprocess.Popen[bytes], str]:
+    """One worker started with `env`, running `person`'s turn on `text` (its brain directives
+    say how long the turn lasts): the worker, and the key of the lock the turn holds."""
+    (worker,) = await fleet.start(1, **env)
+    await push_message(fleet.redis, fleet.prefix, person, message_id, text)
+    await records.wait_turns(person, 1, outcome=None)
+    return worker, Keys(fleet.prefix).tenant(TENANT).lock(person)
+
+
 async def test_sigterm_lets_the_running_turn_finish_holding_its_lease(
     redis: Redis, prefix: str, fleet: WorkerFleet, records: Records
 ) -> None:
     # Renewed every 0.4 s, the 2 s lease survives a loaded machine's stalls (up to 1.6 s).
     env = {"LEASE_S": "2", "LEASE_RENEW_S": "0.4", "SHUTDOWN_GRACE_S": "8"}
-    (stopping,) = await fleet.start(1, **env)
     person = "5491100000031"
-    lock = Keys(prefix).tenant(TENANT).lock(person)
-    await push_message(redis, prefix, person, "wamid.term", "hola !sleep=4")
-    await records.wait_turns(person, 1, outcome=None)
+    stopping, lock = await turn_running(fleet, records, env, person, "wamid.term", "hola !sleep=4")
     token = await redis.get(lock)
     assert token
     # Another worker is ready to take the person over the moment the lease lapses.
@@ -64,11 +78,10 @@ async def test_a_turn_outliving_the_grace_keeps_its_lock_and_resumes_after_the_l
     redis: Redis, prefix: str, fleet: WorkerFleet, records: Records
 ) -> None:
     env = {"LEASE_S": "2", "LEASE_RENEW_S": "0.5", "SHUTDOWN_GRACE_S": "1"}
-    (stopping,) = await fleet.start(1, **env)
     person = "5491100000032"
-    lock = Keys(prefix).tenant(TENANT).lock(person)
-    await push_message(redis, prefix, person, "wamid.grace", "hola !sleeponce=30")
-    await records.wait_turns(person, 1, outcome=None)
+    stopping, lock = await turn_running(
+        fleet, records, env, person, "wamid.grace", "hola !sleeponce=30"
+    )
     (rescuer,) = await fleet.start(1, **env)
 
     stopping.send_signal(signal.SIGTERM)
@@ -94,11 +107,11 @@ async def test_a_turn_outliving_the_grace_keeps_its_lock_and_resumes_after_the_l
 async def test_a_second_sigterm_exits_at_once(
     redis: Redis, prefix: str, fleet: WorkerFleet, records: Records
 ) -> None:
-    (stopping,) = await fleet.start(1, SHUTDOWN_GRACE_S="30")
     person = "5491100000033"
-    lock = Keys(prefix).tenant(TENANT).lock(person)
-    await push_message(redis, prefix, person, "wamid.twice", "hola !sleep=30")
-    await records.wait_turns(person, 1, outcome=None)
+    env = {"SHUTDOWN_GRACE_S": "30"}
+    stopping, lock = await turn_running(
+        fleet, records, env, person, "wamid.twice", "hola !sleep=30"
+    )
 
     stopping.send_signal(signal.SIGTERM)
     await asyncio.sleep(0.5)

@@ -13,7 +13,7 @@ from shared.keys import Keys
 from shared.settings import Settings
 from shared.storage.group_commit import GroupCommitter
 from shared.storage.scripts import Scripts
-from tests.worker.support import TENANT, push_message
+from tests.worker.support import TENANT, claim_due_now, push_message, quick_store
 from worker.conversation_store import ConversationStore
 
 PERSON = "5491155550001"
@@ -100,9 +100,7 @@ async def test_retry_keeps_the_batch_and_schedules_it_after_the_delay(
 ) -> None:
     k = Keys(prefix).tenant(TENANT)
     await push_message(redis, prefix, PERSON, "m1", "hola")
-    await store.claim(TENANT, 0, "t")
-    await redis.zadd(k.due, {PERSON: 0})
-    (batch,) = (await store.claim(TENANT, 5, "a")).batches
+    batch = await claim_due_now(redis, store, prefix, PERSON, "a")
     before = await _redis_ms(redis)
     assert await store.finish_retry(batch, 2.5, "RuntimeError: boom")
     after = await _redis_ms(redis)
@@ -123,9 +121,7 @@ async def test_a_wait_for_the_ai_keeps_the_batch_without_counting_the_attempt(
 ) -> None:
     k = Keys(prefix).tenant(TENANT)
     await push_message(redis, prefix, PERSON, "m1", "hola")
-    await store.claim(TENANT, 0, "t")
-    await redis.zadd(k.due, {PERSON: 0})
-    (batch,) = (await store.claim(TENANT, 5, "a")).batches
+    batch = await claim_due_now(redis, store, prefix, PERSON, "a")
     before = await _redis_ms(redis)
     assert await store.finish_retry(batch, 1.5, "waiting for the AI: 529", count_attempt=False)
     due = await redis.zscore(k.due, PERSON)
@@ -145,9 +141,7 @@ async def test_renew_extends_only_the_holders_lease(
 ) -> None:
     k = Keys(prefix).tenant(TENANT)
     await push_message(redis, prefix, PERSON, "m1", "hola")
-    await store.claim(TENANT, 0, "t")
-    await redis.zadd(k.due, {PERSON: 0})
-    (batch,) = (await store.claim(TENANT, 5, "a")).batches
+    batch = await claim_due_now(redis, store, prefix, PERSON, "a")
     await redis.pexpire(k.lock(PERSON), 500)
     assert await store.renew(TENANT, [(PERSON, "not-mine")]) == [False]
     assert await redis.pttl(k.lock(PERSON)) <= 500
@@ -162,11 +156,7 @@ async def test_renew_extends_only_the_holders_lease(
 async def test_an_expired_lease_makes_the_same_batch_claimable_again(
     redis: Redis, settings: Settings, prefix: str
 ) -> None:
-    s = settings.with_overrides(
-        key_prefix=prefix, debounce_window_s=0.01, max_wait_s=0.01, lease_s=1.5, lease_renew_s=0.5
-    )
-    scripts = Scripts()
-    store = ConversationStore(s, scripts, GroupCommitter(redis, scripts))
+    store = quick_store(redis, settings, key_prefix=prefix, lease_s=1.5, lease_renew_s=0.5)
     await push_message(redis, prefix, PERSON, "m1", "hola")
     await store.claim(TENANT, 0, "t")
     await asyncio.sleep(0.05)
@@ -188,9 +178,7 @@ async def test_recording_a_part_again_counts_it_once(
     repeat must not count the part twice nor reset its outbound record."""
     k = Keys(prefix).tenant(TENANT)
     await push_message(redis, prefix, PERSON, "m1", "hola")
-    await store.claim(TENANT, 0, "t")
-    await redis.zadd(k.due, {PERSON: 0})
-    (batch,) = (await store.claim(TENANT, 5, "tok")).batches
+    batch = await claim_due_now(redis, store, prefix, PERSON, "tok")
     assert await store.record_part(batch, 0, "wamid.P0")
     await redis.hset(k.outbound("wamid.P0"), "status", "delivered")  # a status came meanwhile
     assert await store.record_part(batch, 0, "wamid.P0")

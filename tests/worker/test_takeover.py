@@ -10,7 +10,6 @@ import asyncio
 import copy
 import os
 import subprocess
-import sys
 import time
 from typing import Any
 
@@ -29,6 +28,7 @@ from shared.settings import Settings
 from shared.storage.group_commit import GroupCommitter
 from shared.storage.scripts import Scripts
 from tests.support.helpers import fixture_json
+from tests.worker.support import run_module
 from worker.brains.prompt import render_messages
 from worker.conversation_store import ConversationStore
 
@@ -359,13 +359,7 @@ async def test_the_cli_pauses_shows_and_resumes(redis: Redis, settings: Settings
     base = ["--tenant", TENANT, "--person", ANA]
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "worker.takeover", *args],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
+        return run_module("worker.takeover", *args, env=env)
 
     assert cli("status", *base).returncode == 1
     paused = cli("pause", *base, "--why", "llamando", "--by", "alice")
