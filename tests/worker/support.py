@@ -353,7 +353,11 @@ async def park(
     for i, text in enumerate(texts):
         event = message_event(tenant, person, f"wamid.{person}.{i}.{time.monotonic_ns()}", text)
         await scripts.ingest(
-            redis, [k.inbox, k.seen(events.dedupe_id(event))], [60, events.encode(event)]
+            redis,
+            k,
+            seen=[k.seen(events.dedupe_id(event))],
+            dedupe_ttl_s=60,
+            events=[events.encode(event)],
         )
     store = quick_store(redis, settings)
     await store.claim(tenant, 0, "t")  # intake
