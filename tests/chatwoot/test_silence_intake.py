@@ -24,6 +24,7 @@ from shared.ops import live_state
 from shared.settings import Settings
 from shared.storage.group_commit import GroupCommitter
 from shared.storage.scripts import Scripts
+from tests.worker.support import ingest_one
 from worker.conversation_store import SILENCE_TTL_S, Claim, ConversationStore
 from worker.inspect import render_person
 
@@ -51,14 +52,7 @@ async def push(redis: Redis, prefix: str, payload: dict[str, Any]) -> None:
     assert parsed.problems == [] and parsed.ignored_fields == [], parsed
     k = Keys(prefix).tenant(TENANT)
     for event in parsed.events[TENANT]:
-        (stored,) = await _SCRIPTS.ingest(
-            redis,
-            k,
-            seen=[k.seen(events.dedupe_id(event))],
-            dedupe_ttl_s=3600,
-            events=[events.encode(event)],
-        )
-        assert int(stored) == 1
+        assert await ingest_one(redis, k, event)
 
 
 def customer(text: str, status: str = "open", at: float | None = None, **more: Any) -> dict:

@@ -31,7 +31,7 @@ from redis.asyncio import Redis
 from shared import events
 from shared.conversation.batch import Batch, Message
 from shared.fleet import wake as shared_wake
-from shared.keys import Keys
+from shared.keys import Keys, TenantKeys
 from shared.settings import Settings, env_names
 from shared.storage.group_commit import GroupCommitter
 from shared.storage.scripts import Scripts
@@ -129,6 +129,21 @@ async def push_status(
     return await _store(redis, prefix, tenant, event, 3600)
 
 
+async def ingest_one(
+    redis: Redis, k: TenantKeys, event: dict[str, Any], dedupe_ttl_s: int = 3600
+) -> bool:
+    """Store one event as the receiver does (dedupe marker and inbox push in one script call);
+    False if it was a duplicate."""
+    (stored,) = await _SCRIPTS.ingest(
+        redis,
+        k,
+        seen=[k.seen(events.dedupe_id(event))],
+        dedupe_ttl_s=dedupe_ttl_s,
+        events=[events.encode(event)],
+    )
+    return bool(int(stored))
+
+
 async def _store(
     redis: Redis,
     prefix: str,
@@ -140,16 +155,10 @@ async def _store(
     keys = Keys(prefix)
     k = keys.tenant(tenant)
     await redis.sadd(keys.tenants, tenant)
-    (stored,) = await _SCRIPTS.ingest(
-        redis,
-        k,
-        seen=[k.seen(events.dedupe_id(event))],
-        dedupe_ttl_s=dedupe_ttl_s,
-        events=[events.encode(event)],
-    )
+    stored = await ingest_one(redis, k, event, dedupe_ttl_s)
     if wake:
         await wake_up(redis, prefix, tenant)
-    return bool(int(stored))
+    return stored
 
 
 async def wake_up(redis: Redis, prefix: str, tenant: str = TENANT) -> None:
@@ -352,13 +361,7 @@ async def park(
         await redis.rpush(k.context(person), orjson.dumps(item))
     for i, text in enumerate(texts):
         event = message_event(tenant, person, f"wamid.{person}.{i}.{time.monotonic_ns()}", text)
-        await scripts.ingest(
-            redis,
-            k,
-            seen=[k.seen(events.dedupe_id(event))],
-            dedupe_ttl_s=60,
-            events=[events.encode(event)],
-        )
+        await ingest_one(redis, k, event, dedupe_ttl_s=60)
     store = quick_store(redis, settings)
     await store.claim(tenant, 0, "t")  # intake
     await asyncio.sleep(0.05)  # past the debounce

@@ -21,14 +21,13 @@ import pytest
 from redis.asyncio import Redis
 
 from receiver.whatsapp import parse_payload
-from shared import events
 from shared.fleet import wake as shared_wake
 from shared.keys import Keys
 from shared.settings import Settings
 from shared.storage.group_commit import GroupCommitter
 from shared.storage.scripts import Scripts
 from tests.support.helpers import fixture_json
-from tests.worker.support import Records, WorkerFleet, outbox, wait_for
+from tests.worker.support import Records, WorkerFleet, ingest_one, outbox, wait_for
 from worker.brains.prompt import render_context
 from worker.conversation_store import Claim, ConversationStore
 
@@ -51,14 +50,7 @@ async def push(redis: Redis, prefix: str, name: str, **message_changes: Any) -> 
     keys = Keys(prefix)
     k = keys.tenant(TENANT)
     for event in fixture_events(name, **message_changes):
-        (stored,) = await _SCRIPTS.ingest(
-            redis,
-            k,
-            seen=[k.seen(events.dedupe_id(event))],
-            dedupe_ttl_s=3600,
-            events=[events.encode(event)],
-        )
-        assert int(stored) == 1
+        assert await ingest_one(redis, k, event)
     await redis.sadd(keys.tenants, TENANT)
     await shared_wake.add(redis, keys.wake_queue, [TENANT])
 

@@ -28,7 +28,7 @@ from shared.settings import Settings
 from shared.storage.group_commit import GroupCommitter
 from shared.storage.scripts import Scripts
 from tests.support.helpers import fixture_json
-from tests.worker.support import run_module
+from tests.worker.support import ingest_one, run_module
 from worker.brains.prompt import render_messages
 from worker.conversation_store import ConversationStore
 
@@ -48,14 +48,7 @@ def store(redis: Redis, settings: Settings, prefix: str) -> ConversationStore:
 
 async def ingest(redis: Redis, prefix: str, event: dict[str, Any]) -> None:
     k = Keys(prefix).tenant(TENANT)
-    (stored,) = await _SCRIPTS.ingest(
-        redis,
-        k,
-        seen=[k.seen(events.dedupe_id(event))],
-        dedupe_ttl_s=3600,
-        events=[events.encode(event)],
-    )
-    assert int(stored) == 1
+    assert await ingest_one(redis, k, event)
 
 
 async def push(redis: Redis, prefix: str, message_id: str, text: str, ts: int = 0) -> None:
