@@ -9,8 +9,9 @@ voice note (worker/brains/media.py), the way Meta documents it.
 
 Tests register files with `graph.media.add(media_id, data, mime_type, ...)`: a `status` other
 than 200 makes the download fail with it (a 404: the url expired), `delay` holds the download,
-`announce` claims another `file_size`. `graph.media.downloads()` lists the downloads and
-`graph.media.peak` says how many were in flight at once (a turn fetches its files at once).
+`announce` claims another `file_size`, `url` names another download url in the media-id
+answer. `graph.media.downloads()` lists the downloads and `graph.media.peak` says how many were
+in flight at once (a turn fetches its files at once).
 `reset()` of the stand-in forgets the files.
 Over HTTP: `{"op": "media", "media_id": ..., "data_b64": ..., "mime_type": ...}`.
 """
@@ -41,6 +42,7 @@ class StoredMedia:
     status: int = 200  # of the download: 404 (expired url), 500 ...
     delay: float = 0.0  # seconds before the download answers
     announce: int | None = None  # `file_size` in the media info, if not the real one
+    url: str | None = None  # the media info's `url`, if not the stand-in's own download
 
 
 class MediaServer:
@@ -70,8 +72,9 @@ class MediaServer:
         status: int = 200,
         delay: float = 0.0,
         announce: int | None = None,
+        url: str | None = None,
     ) -> StoredMedia:
-        media = StoredMedia(media_id, data, mime_type, status, delay, announce)
+        media = StoredMedia(media_id, data, mime_type, status, delay, announce, url)
         with self._lock:
             self._media[media_id] = media
         return media
@@ -113,10 +116,11 @@ class MediaServer:
             media = self._media.get(media_id)
         if media is None:
             return self._no_media(record, media_id)
+        # Where this request came in (a script's stand-in is served without `start()`).
+        own_url = f"{str(request.base_url).rstrip('/')}{DOWNLOAD_PATH}?mid={media_id}"
         body = {
             "messaging_product": "whatsapp",
-            # Where this request came in (a script's stand-in is served without `start()`).
-            "url": f"{str(request.base_url).rstrip('/')}{DOWNLOAD_PATH}?mid={media_id}",
+            "url": media.url or own_url,
             "mime_type": media.mime_type,
             "sha256": hashlib.sha256(media.data).hexdigest(),
             "file_size": len(media.data) if media.announce is None else media.announce,

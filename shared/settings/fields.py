@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ssl
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from shared.settings.spec import mask_url, setting, time_zone_problem
 
@@ -31,6 +32,24 @@ _TOP_N = (lambda n: 0 <= n <= 1000, "be between 0 and 1000")
 
 def _no_trailing_slash(url: str) -> str:
     return url.rstrip("/")
+
+
+def _are_hosts(entries: tuple[str, ...]) -> bool:
+    # What worker/brains/fetch.py reads as an origin: a host alone is https on 443.
+    for entry in entries:
+        url = urlsplit(entry if "://" in entry else f"https://{entry}")
+        try:
+            url.port  # noqa: B018 -- raises for a port that is not one
+        except ValueError:
+            return False
+        if url.scheme not in ("http", "https") or not url.hostname or url.username:
+            return False
+        if url.path not in ("", "/") or url.query or url.fragment:
+            return False
+    return True
+
+
+_HOSTS = (_are_hosts, "list hosts as `host`, `host:port` or `http(s)://host[:port]`")
 
 
 def _is_ca_file(path: str) -> bool:
@@ -132,6 +151,14 @@ class ProviderSettings:
         "Graph API address",
         normalize=_no_trailing_slash,
     )
+    whatsapp_media_hosts: tuple[str, ...] = setting(
+        "WHATSAPP_MEDIA_HOSTS",
+        (),
+        "hosts besides the Graph API's and Meta's (`lookaside.fbsbx.com`) a webhook's media"
+        " `url` may be downloaded from with the Graph token (a proxy; `host`, `host:port`,"
+        " `http://host:port`): any other `url` is ignored for the media id",
+        rule=_HOSTS,
+    )
     whatsapp_api_version: str = setting("WHATSAPP_API_VERSION", "v23.0", "Graph API version")
     whatsapp_timeout_s: float = setting(
         "WHATSAPP_TIMEOUT_S",
@@ -149,6 +176,14 @@ class ProviderSettings:
         "your Chatwoot installation",
         prefixes=("http://", "https://"),
         normalize=_no_trailing_slash,
+    )
+    chatwoot_media_hosts: tuple[str, ...] = setting(
+        "CHATWOOT_MEDIA_HOSTS",
+        (),
+        "hosts besides `CHATWOOT_BASE_URL`'s that attachments (`data_url`) may be fetched from"
+        " or redirected to: your installation's storage (S3, GCS) when it redirects there"
+        " (`host`, `host:port`, `http://host:port`); any other attachment is not fetched",
+        rule=_HOSTS,
     )
     chatwoot_api_access_token: str = setting(
         "CHATWOOT_API_ACCESS_TOKEN",

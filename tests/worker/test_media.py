@@ -1,7 +1,9 @@
-"""worker/brains/media.py on its own: Chatwoot attachments fetched from their `data_url` (no token
-sent), a WhatsApp webhook's own `url` used directly, what is never downloaded (a video, an animated
-sticker), and the files past a request's 32 MB kept out of it. A small HTTP server stands in for
-where the files live."""
+"""worker/brains/media.py on its own: Chatwoot attachments fetched from their `data_url` on
+Chatwoot's host (no token sent), a WhatsApp webhook's own `url` on a listed host used directly,
+what is never downloaded (a video, an animated sticker), and the files past a request's 32 MB kept
+out of it. A small HTTP server stands in for where the files live. The hosts media may come from
+and the addresses it may not: tests/delivery/test_media_hosts.py, tests/chatwoot/test_media_hosts.py
+and worker/brains/fetch.py's own checks below."""
 
 from __future__ import annotations
 
@@ -82,7 +84,7 @@ async def test_chatwoot_attachments_come_from_their_data_url_without_a_token(
     }
     text = "[document: el presupuesto y la foto]"
     message = Message("1", "document", text, 0, raw=raw, channel=CHATWOOT)
-    blocks = await _blocks(_loader(), _batch(message))
+    blocks = await _blocks(_loader(CHATWOOT_BASE_URL=url), _batch(message))
 
     assert [b["type"] for b in blocks] == ["text", "document", "text", "image", "text"]
     assert blocks[0]["text"] == "[document: el presupuesto y la foto]"  # the caption kept
@@ -93,12 +95,13 @@ async def test_chatwoot_attachments_come_from_their_data_url_without_a_token(
     assert served.auth == [None, None, None]  # Chatwoot's links carry no token of ours
 
 
-async def test_a_webhook_url_is_downloaded_directly_with_the_token(
+async def test_a_webhook_url_on_a_listed_host_is_downloaded_directly_with_the_token(
     files: tuple[Files, str],
 ) -> None:
     served, url = files
     raw = {"type": "image", "image": {"url": f"{url}/files/a.png", "mime_type": "image/png"}}
-    blocks = await _blocks(_loader(), _batch(Message("1", "image", "[image]", 0, raw=raw)))
+    loader = _loader(WHATSAPP_MEDIA_HOSTS=url)
+    blocks = await _blocks(loader, _batch(Message("1", "image", "[image]", 0, raw=raw)))
 
     assert [b["type"] for b in blocks] == ["text", "image"]
     assert served.auth == ["Bearer global-token"]

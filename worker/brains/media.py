@@ -8,8 +8,12 @@ Where the files come from:
 - WhatsApp, as Meta documents it: `GET {WHATSAPP_API_BASE_URL}/{WHATSAPP_API_VERSION}/{media-id}`
   with the tenant's bearer token answers JSON `{url, mime_type, sha256, file_size}`, then
   `GET url` with the same token gives the bytes (the url lives 5 minutes, the media id 7 days).
-  A webhook that carries its own `url` is downloaded from it directly (with the token too).
-- Chatwoot: each attachment's `data_url`, as the webhook gave it (no token).
+  A webhook that carries its own `url` is downloaded from it directly (with the token too) when
+  its host is one the token may go to (the Graph API's, Meta's media host, `WHATSAPP_MEDIA_HOSTS`);
+  any other `url` is ignored for the media id.
+- Chatwoot: each attachment's `data_url`, as the webhook gave it (no token), when it is on
+  `CHATWOOT_BASE_URL`'s host or one of `CHATWOOT_MEDIA_HOSTS`; any other is not fetched.
+Every fetch, redirects and addresses checked, goes through worker/brains/fetch.py.
 
 What Claude gets:
 - images (jpeg, png, webp, gif) as image blocks, base64, after a text block naming the message
@@ -22,7 +26,7 @@ What Claude gets:
 
 A file larger than `MEDIA_MAX_BYTES` (an image larger than 3.75 MB, past the API's limit of 5 MB
 of base64; the files of one turn past 30 MB of base64, the request's limit being 32), of a type
-Claude cannot read, gone (404, 410: Meta keeps media 7 days), unreachable or slower than
+Claude cannot read, gone (404, 410: Meta keeps media 7 days), unreachable, refused or slower than
 `MEDIA_TIMEOUT_S` becomes one plain sentence for the AI ("[the customer sent an image that could
 not be downloaded]"); never a retry of the turn, which would only fetch it again. All of a
 turn's files are fetched at once, each bounded by `MEDIA_TIMEOUT_S` and by half of the time the
@@ -39,10 +43,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+import orjson
 
 from shared.chatwoot import CHANNEL as CHATWOOT
 from shared.conversation.batch import Batch, Message
 from shared.settings import Settings
+from worker.brains.fetch import MediaFetcher, MediaHosts, Origin, TooBig, Unfetchable, origin_of
 from worker.brains.transcribe import TranscribeError, Transcriber
 
 log = logging.getLogger(__name__)
@@ -54,6 +60,7 @@ IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/webp", "image/gif"})
 IMAGE_MAX_BYTES = 5 * 1024 * 1024 * 3 // 4
 REQUEST_MEDIA_BUDGET = 30 * 1024 * 1024
 PDF = "application/pdf"
+INFO_MAX_BYTES = 1024 * 1024  # the Graph API's answer for a media id is a few hundred bytes
 FETCHED = frozenset({"image", "sticker", "document", "audio"})
 # Chatwoot's attachment `file_type`s, as WhatsApp's message types.
 CHATWOOT_KINDS = {"image": "image", "audio": "audio", "video": "video", "file": "document"}
@@ -69,11 +76,7 @@ A_KIND = {
 
 
 class MediaUnavailable(Exception):
-    """The file cannot be had (gone, refused, not the JSON Meta documents)."""
-
-
-class TooBig(Exception):
-    """The file is larger than the limit."""
+    """The file cannot be had (no media id, not the JSON Meta documents)."""
 
 
 @dataclass(frozen=True)
@@ -166,20 +169,16 @@ class MediaLoader:
     """Fetches and presents a batch's files; one per brain (one httpx client, one
     transcriber)."""
 
-    def __init__(self, settings: Settings, client: httpx.AsyncClient | None = None) -> None:
+    def __init__(self, settings: Settings) -> None:
         self._settings = settings
-        timeout_s = settings.media_timeout_s
-        self._client = client or httpx.AsyncClient(
-            timeout=httpx.Timeout(timeout_s, connect=min(5.0, timeout_s)),
-            limits=httpx.Limits(max_connections=100, max_keepalive_connections=20),
-            follow_redirects=True,
-        )
+        self._hosts = MediaHosts.of(settings)
+        self._fetcher = MediaFetcher(self._hosts, settings.media_timeout_s)
         self._transcriber = (
-            Transcriber(settings, self._client) if settings.transcribe_base_url else None
+            Transcriber(settings, self._fetcher.client) if settings.transcribe_base_url else None
         )
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        await self._fetcher.aclose()
 
     async def blocks(self, batch: Batch, deadline: float) -> list[dict[str, Any]]:
         """Content blocks for the batch's files, in order, all fetched at once; `deadline`
@@ -208,7 +207,7 @@ class MediaLoader:
         except TranscribeError as exc:
             log.warning("transcription failed tenant=%s batch=%s: %s", batch.tenant, batch.id, exc)
             return [_text(f"[the customer sent {item.a_kind} that could not be transcribed]")]
-        except (MediaUnavailable, httpx.HTTPError, TimeoutError, ValueError) as exc:
+        except (MediaUnavailable, Unfetchable, httpx.HTTPError, TimeoutError, ValueError) as exc:
             log.warning(
                 "media unavailable tenant=%s batch=%s %s: %r",
                 batch.tenant,
@@ -220,40 +219,48 @@ class MediaLoader:
 
     async def _fetch(self, tenant: str, item: Item) -> tuple[bytes, str]:
         """(bytes, mime type) of the file."""
-        headers = {"Authorization": f"Bearer {self._token(tenant)}"} if item.token else {}
         limit = self._limit(item)
         if item.size > limit:
             raise TooBig(item.size)
-        url, mime = item.url, item.mime_type
-        if not url:
-            if not item.media_id:
-                raise MediaUnavailable("no media id nor url")
-            s = self._settings
-            response = await self._client.get(
-                f"{s.whatsapp_api_base_url}/{s.whatsapp_api_version}/{item.media_id}",
-                headers=headers,
+        if not item.url and not item.media_id:
+            raise MediaUnavailable("no media id nor url")
+        if not item.token:  # Chatwoot's attachments: no token of ours
+            got = await self._fetcher.get(item.url, allowed=self._hosts.chatwoot, limit=limit)
+            return got.body, item.mime_type or _mime(got.content_type)
+        headers = {"Authorization": f"Bearer {self._token(tenant)}"}
+        url, allowed, mime = await self._whatsapp_source(tenant, item, headers, limit)
+        got = await self._fetcher.get(url, allowed=allowed, limit=limit, headers=headers)
+        return got.body, mime or _mime(got.content_type)
+
+    async def _whatsapp_source(
+        self, tenant: str, item: Item, headers: dict[str, str], limit: int
+    ) -> tuple[str, frozenset[Origin], str]:
+        """(url, the origins it may lead to, mime type) of a WhatsApp file: the webhook's own
+        url when the token may go there, else the one the Graph API gives for the media id."""
+        if item.url and origin_of(item.url) in self._hosts.whatsapp:
+            return item.url, self._hosts.whatsapp, item.mime_type
+        if item.url:
+            # Whoever wrote the url may not have the token: Meta's answer for the id says where.
+            origin = origin_of(item.url)
+            log.warning("media url of an unlisted host ignored tenant=%s host=%s", tenant, origin)
+        if not item.media_id:
+            raise MediaUnavailable("no media id, and the url's host is not one for the token")
+        s = self._settings
+        info_url = f"{s.whatsapp_api_base_url}/{s.whatsapp_api_version}/{item.media_id}"
+        graph = frozenset({self._hosts.graph}) if self._hosts.graph else frozenset()
+        try:
+            answer = await self._fetcher.get(
+                info_url, allowed=graph, limit=INFO_MAX_BYTES, headers=headers
             )
-            if response.status_code != 200:
-                raise MediaUnavailable(f"media id: HTTP {response.status_code}")
-            info = response.json()
-            if not isinstance(info, dict) or not isinstance(info.get("url"), str):
-                raise MediaUnavailable("media id: no url in the answer")
-            if _int(info.get("file_size")) > limit:
-                raise TooBig(info["file_size"])
-            url, mime = info["url"], _mime(info.get("mime_type")) or mime
-        async with self._client.stream("GET", url, headers=headers) as response:
-            if response.status_code != 200:
-                raise MediaUnavailable(f"download: HTTP {response.status_code}")
-            if _int(response.headers.get("content-length")) > limit:
-                raise TooBig(response.headers["content-length"])
-            chunks, total = [], 0
-            async for chunk in response.aiter_bytes():
-                total += len(chunk)
-                if total > limit:
-                    raise TooBig(total)
-                chunks.append(chunk)
-            mime = mime or _mime(response.headers.get("content-type"))
-        return b"".join(chunks), mime
+        except Unfetchable as exc:
+            raise MediaUnavailable(f"media id: {exc}") from exc
+        info = orjson.loads(answer.body)
+        if not isinstance(info, dict) or not isinstance(info.get("url"), str):
+            raise MediaUnavailable("media id: no url in the answer")
+        if _int(info.get("file_size")) > limit:
+            raise TooBig(info["file_size"])
+        url = info["url"]
+        return url, self._hosts.for_download(url), _mime(info.get("mime_type")) or item.mime_type
 
     def _limit(self, item: Item) -> int:
         if item.kind in ("image", "sticker"):

@@ -51,6 +51,7 @@ class Transcriber:
                 files={"file": (name, data, mime or "audio/ogg")},
                 data={"model": s.transcribe_model},
                 headers=headers,
+                follow_redirects=True,  # the client's default is not to (media fetches check each)
             )
         except httpx.HTTPError as exc:
             raise TranscribeError(repr(exc)) from exc
