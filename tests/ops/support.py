@@ -17,7 +17,7 @@ from shared.storage.group_commit import GroupCommitter
 from shared.storage.scripts import Scripts
 from worker.conversation_store import ConversationStore
 
-OPS_TOKEN = "ops-test-token-0123456789"
+OPS_TOKEN = "ops-test-token-0123456789abcdefghijklmnop"
 TENANT = "106500000000001"
 PERSON = "5491155550001"
 
