@@ -17,6 +17,9 @@ Layout (prefix `wa`, tenant 106540352242922, person 16505551234):
     wa:ai:probe                         STRING  token of the one worker probing the AI (NX PX)
     wa:workers                          HASH    worker id -> its heartbeat (JSON)
     wa:ops:audit                        ZSET    ops actions (JSON: who, what, whom) by ms
+    wa:ops:session:<id>                 STRING  one signed-in ops session: who (PX its lifetime)
+    wa:ops:{signin}:client:<address>    HASH    failed ops sign-ins from an address (TTL)
+    wa:ops:{signin}:name:<name>         HASH    failed ops sign-ins under a name (TTL)
     wa:review:notify                    ZSET    tenant -> ms: review notifications to send
     wa:{106540352242922}:inbox          LIST    events from the receiver (LPUSH; worker RPOPs)
     wa:{106540352242922}:seen:<id>      STRING  dedupe marker of one provider item (TTL)
@@ -137,6 +140,23 @@ class Keys:
         """What people did on the ops page and with the CLIs: JSON entries scored by ms
         (shared/ops/audit.py), kept `REVIEW_RETENTION_S`."""
         return f"{self.prefix}:ops:audit"
+
+    def ops_session(self, session_id: str) -> str:
+        """One signed-in session of the ops page: who, PX the session's lifetime. The cookie
+        names it; signing out deletes it, which revokes the cookie and its CSRF token in every
+        receiver process (receiver/ops/auth.py)."""
+        return f"{self.prefix}:ops:session:{session_id}"
+
+    def ops_signin_client(self, address: str) -> str:
+        """Failed sign-ins to the ops page from one client address: `failures`, `until_ms`
+        (receiver/ops/backoff.py). The `{signin}` hash tag puts it in one slot with the
+        name's counter, which one script reads and counts together."""
+        return f"{self.prefix}:ops:{{signin}}:client:{address}"
+
+    def ops_signin_name(self, name: str) -> str:
+        """Failed sign-ins to the ops page under one name (casefolded), as
+        `ops_signin_client`. Braces in the name are harmless: the first `{…}` is the tag."""
+        return f"{self.prefix}:ops:{{signin}}:name:{name}"
 
     @property
     def review_notify_queue(self) -> str:

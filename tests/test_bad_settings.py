@@ -74,10 +74,15 @@ CA_FILE = "configuration error: REDIS_TLS_CA_FILE must name a readable PEM file 
             {"REVIEW_WEBHOOK_URL": "hooks.example/review", "REVIEW_WEBHOOK_SECRET": "s"},
             "configuration error: REVIEW_WEBHOOK_URL must be an http:// or https:// URL, got",
         ),
+        (  # issue 21: `OPS_TOKEN=a` was accepted, a token one could guess in a few tries
+            {"OPS_TOKEN": "a"},
+            "configuration error: OPS_TOKEN must be at least 32 characters (make one: `openssl"
+            " rand -hex 32`), got '***'",
+        ),
     ],
     ids=[
         *("number", "rule", "tls-verify", "ca-missing", "ca-not-pem", "ca-and-none", "hold"),
-        *("file", "hook-unsigned", "hook-url"),
+        *("file", "hook-unsigned", "hook-url", "ops-token-short"),
     ],
 )
 def test_a_bad_setting_is_one_line_and_exit_code_2(

@@ -44,7 +44,7 @@ REPO = Path(__file__).resolve().parents[1]
 PIP_TIMEOUT_S = 900.0
 UP_TIMEOUT_S = 60.0
 REPLY_TIMEOUT_S = 60.0
-OPS_TOKEN = "production-ops-token"
+OPS_TOKEN = "production-ops-token-0123456789abcdef"
 
 pytestmark = pytest.mark.slow
 

@@ -4,10 +4,15 @@ A small HMAC-signed cookie of our own rather than Starlette's SessionMiddleware:
 must be `Secure` exactly when the request came over https (Heroku's router says so with
 `X-Forwarded-Proto`), which the middleware only knows as a fixed flag; a middleware would
 also wrap every route of the app, and the webhook path must not pay for the ops page. The
-cookie holds `who`, the expiry and the session's CSRF token, signed with a key derived from
-`OPS_TOKEN`: changing the token invalidates every cookie, which is how one signs everyone
+cookie holds `who`, the expiry, the session's CSRF token and its id, signed with a key derived
+from `OPS_TOKEN`: changing the token invalidates every cookie, which is how one signs everyone
 out. It is HttpOnly (no script reads it), SameSite=Strict (no other site's page sends it) and
 scoped to `/ops`.
+
+A signature alone cannot be taken back, so each session also exists in Redis
+(`Keys.ops_session`, PX its lifetime): signing out deletes it, and from then on its cookie
+and CSRF token are worth nothing, in every receiver process. A cookie that is not ASCII, not
+base64, not signed by us or not in Redis is "signed out", never an error.
 
 The CSRF token is random per sign-in, rendered into every form and compared in constant time
 on every POST; a page of another site cannot read it, so it cannot forge a form.
@@ -20,11 +25,15 @@ import hashlib
 import hmac
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import orjson
 from starlette.requests import Request
 from starlette.responses import Response
+
+from shared.keys import Keys
 
 COOKIE = "wa_ops"
 PATH = "/ops"
@@ -37,6 +46,7 @@ class Session:
     who: str
     expires_s: int
     csrf: str
+    sid: str  # the session's id: its key in Redis
 
 
 def token_matches(given: str, token: str) -> bool:
@@ -59,32 +69,37 @@ class Sessions:
         self._key = hmac.new(ops_token.encode(), _KEY_LABEL, hashlib.sha256).digest()
         self._lifetime_s = lifetime_s
 
+    @property
+    def lifetime_s(self) -> float:
+        return self._lifetime_s
+
     def new(self, who: str, now_s: float | None = None) -> Session:
         now = time.time() if now_s is None else now_s
-        return Session(who, int(now + self._lifetime_s), secrets.token_urlsafe(24))
+        return Session(
+            who, int(now + self._lifetime_s), secrets.token_urlsafe(24), secrets.token_urlsafe(24)
+        )
 
     def encode(self, session: Session) -> str:
-        payload = _b64(orjson.dumps([session.who, session.expires_s, session.csrf]))
+        fields = [session.who, session.expires_s, session.csrf, session.sid]
+        payload = _b64(orjson.dumps(fields))
         return f"{payload}.{self._sign(payload)}"
 
     def decode(self, cookie: str | None, now_s: float | None = None) -> Session | None:
-        """The session of a cookie, or None: missing, forged, signed with another token,
-        unreadable or expired all mean "not signed in"."""
-        if not cookie or cookie.count(".") != 1:
-            return None
+        """The session a cookie claims, or None: missing, not ASCII, forged, signed with another
+        token, unreadable or expired all mean "not signed in". Whether the session still exists
+        is `SessionStore.read`'s question."""
+        if not cookie or not cookie.isascii() or cookie.count(".") != 1:
+            return None  # compare_digest refuses non-ASCII text: it would raise, not answer
         payload, signature = cookie.split(".")
         if not hmac.compare_digest(signature, self._sign(payload)):
             return None
         try:
-            who, expires_s, csrf = orjson.loads(base64.urlsafe_b64decode(payload + "=="))
-            session = Session(str(who), int(expires_s), str(csrf))
+            who, expires_s, csrf, sid = orjson.loads(base64.urlsafe_b64decode(payload + "=="))
+            session = Session(str(who), int(expires_s), str(csrf), str(sid))
         except (ValueError, TypeError, orjson.JSONDecodeError):
             return None
         now = time.time() if now_s is None else now_s
         return session if session.expires_s > now else None
-
-    def read(self, request: Request) -> Session | None:
-        return self.decode(request.cookies.get(COOKIE))
 
     def set_cookie(self, response: Response, request: Request, session: Session) -> None:
         response.set_cookie(
@@ -99,6 +114,35 @@ class Sessions:
 
     def _sign(self, payload: str) -> str:
         return _b64(hmac.new(self._key, payload.encode(), hashlib.sha256).digest())
+
+
+class SessionStore:
+    """The sessions signed in now: a cookie is a session only while its key is in Redis."""
+
+    def __init__(self, sessions: Sessions, keys: Keys, redis: Callable[[], Any]) -> None:
+        """`redis` gives the client at each call (the receiver's, None while it starts)."""
+        self.sessions = sessions
+        self._keys = keys
+        self._redis = redis
+
+    async def start(self, who: str) -> Session:
+        """A new session for `who`, stored for its lifetime."""
+        session = self.sessions.new(who)
+        lifetime_ms = max(1, int(self.sessions.lifetime_s * 1000))
+        await self._redis().set(self._keys.ops_session(session.sid), who, px=lifetime_ms)
+        return session
+
+    async def read(self, request: Request) -> Session | None:
+        """The request's session, or None when its cookie is no valid, live session."""
+        session = self.sessions.decode(request.cookies.get(COOKIE))
+        if session is None or not session.sid:
+            return None
+        exists = await self._redis().exists(self._keys.ops_session(session.sid))
+        return session if exists else None
+
+    async def end(self, session: Session) -> None:
+        """Revoke a session: its cookie and CSRF token stop working everywhere at once."""
+        await self._redis().delete(self._keys.ops_session(session.sid))
 
 
 def clear_cookie(response: Response, request: Request) -> None:

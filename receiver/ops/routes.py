@@ -35,7 +35,15 @@ from starlette.routing import Route
 
 from receiver.ops import queries
 from receiver.ops.actions import ActionError, Actions
-from receiver.ops.auth import Session, Sessions, clean_name, clear_cookie, token_matches
+from receiver.ops.auth import (
+    Session,
+    Sessions,
+    SessionStore,
+    clean_name,
+    clear_cookie,
+    token_matches,
+)
+from receiver.ops.backoff import SigninBackoff, client_address
 from receiver.ops.person_actions import PersonActions
 from receiver.ops.web import ROOT, Web, field, link, read_form, redirect
 from shared.keys import Keys
@@ -77,7 +85,9 @@ class OpsPage:
     def __init__(self, receiver: OpsHost) -> None:
         self._receiver = receiver
         settings = receiver.settings
-        self.web = Web(Sessions(settings.ops_token, settings.ops_session_s))
+        sessions = Sessions(settings.ops_token, settings.ops_session_s)
+        self.web = Web(SessionStore(sessions, receiver.keys, lambda: self._redis))
+        self._backoff = SigninBackoff(receiver.keys, receiver.scripts, settings)
         self._replies: ManualReplies | None = None
         receiver.on_close.append(self._close)
 
@@ -120,25 +130,48 @@ class OpsPage:
         form = await read_form(request)
         if isinstance(form, Response):
             return form
+        return await self.web.guarded(request, None, lambda: self._sign_in(request, form))
+
+    async def _sign_in(self, request: Request, form: FormData) -> Response:
         target = _safe_next(request, field(form, "next"))
         name = clean_name(field(form, "name"))
+        address = client_address(request)
+        attempt = await self._backoff.take(self._redis, address, name)
+        if attempt.wait_s:
+            logger.debug("ops page: sign-in from %s refused for %d s", address, attempt.wait_s)
+            return self._backing_off(request, target, attempt.wait_s)
         if not token_matches(field(form, "token"), self._receiver.settings.ops_token):
-            logger.warning("ops page: sign-in refused (wrong token)")
+            logger.warning(
+                "ops page: sign-in refused (wrong token; %d attempts from %s or for the name)",
+                attempt.failures,
+                address,
+            )
             return self.web.render(
                 request, "signin.html", None, 401, next=target, message="Wrong token."
             )
+        await self._backoff.reset(self._redis, address, name)
         if name is None:
             message = "Give your name (at most 64 characters): the audit log records it."
             return self.web.render(request, "signin.html", None, 400, next=target, message=message)
-        session = self.web.sessions.new(name)
+        session = await self.web.store.start(name)
         response = redirect(target)
-        self.web.sessions.set_cookie(response, request, session)
+        self.web.store.sessions.set_cookie(response, request, session)
         logger.info("ops page: %s signed in", name)
         return response
 
+    def _backing_off(self, request: Request, target: str, wait_s: int) -> Response:
+        """429: too many failed sign-ins from this address or for this name; the token is
+        not even compared, so guessing on gains nothing until the wait is over."""
+        message = f"Too many failed sign-ins from here or for this name: try again in {wait_s} s."
+        response = self.web.render(request, "signin.html", None, 429, next=target, message=message)
+        response.headers["retry-after"] = str(wait_s)
+        return response
+
     async def signout(self, request: Request, session: Session, form: FormData) -> Response:
+        await self.web.store.end(session)  # the cookie and its CSRF token die here, everywhere
         response = redirect(f"{ROOT}/signin")
         clear_cookie(response, request)
+        logger.info("ops page: %s signed out", session.who)
         return response
 
     # --- pages -----------------------------------------------------------------------------------

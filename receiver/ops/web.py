@@ -1,11 +1,12 @@
 """The ops page's plumbing: templates, the guards every endpoint passes, error pages.
 
 `page` guards a GET: no valid session -> 303 to the sign-in page. `action` guards a POST: no
-valid session -> 403, a body that is not a small form -> 413/400, a missing or wrong CSRF
-token -> 403, all before the handler runs, so nothing is changed. Both turn what can go wrong
-inside into a clear page: an unknown tenant, item or person 404, an action that cannot be
-done 409, Redis not answering 503. Every answer carries headers that keep it out of caches
-and frames and forbid scripts and foreign form targets.
+valid session -> 403 (a session is valid while its key is in Redis: once signed out, never
+again), a body that is not a small form -> 413/400, a missing or wrong CSRF token -> 403, all
+before the handler runs, so nothing is changed. Both turn what can go wrong inside into a
+clear page: an unknown tenant, item or person 404, an action that cannot be done 409, Redis
+not answering 503. Every answer carries headers that keep it out of caches and frames and
+forbid scripts and foreign form targets.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.templating import Jinja2Templates
 
 from receiver.ops.actions import ActionError
-from receiver.ops.auth import Session, Sessions, csrf_ok
+from receiver.ops.auth import Session, SessionStore, csrf_ok
 from receiver.ops.queries import BadFilter, NotFound
 from shared.ops.live_state import duration
 from shared.storage.redis_client import explain
@@ -38,6 +39,7 @@ ROOT = "/ops"
 # UTF-8 and 3 characters per byte once percent-encoded.
 FORM_MAX_BYTES = 256 * 1024
 REDIS_WAIT_S = 10.0  # one page's reads or one action, in all
+REDIS_ERRORS = (RedisError, RedisClusterException, OSError, TimeoutError)
 HEADERS = {
     "cache-control": "no-store",
     "x-frame-options": "DENY",
@@ -82,8 +84,8 @@ def templates() -> Jinja2Templates:
 
 
 class Web:
-    def __init__(self, sessions: Sessions) -> None:
-        self.sessions = sessions
+    def __init__(self, store: SessionStore) -> None:
+        self.store = store
         self.templates = templates()
 
     def render(
@@ -107,11 +109,13 @@ class Web:
 
     def page(self, handler: Page) -> Endpoint:
         async def endpoint(request: Request) -> Response:
-            session = self.sessions.read(request)
+            session = await self._session(request)
+            if isinstance(session, Response):
+                return session
             if session is None:
                 target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
                 return redirect(link("/signin", next=target))
-            return await self._guarded(request, session, lambda: handler(request, session))
+            return await self.guarded(request, session, lambda: handler(request, session))
 
         return endpoint
 
@@ -120,7 +124,9 @@ class Web:
         by hand: cancelling it between parts would leave a reply half sent)."""
 
         async def endpoint(request: Request) -> Response:
-            session = self.sessions.read(request)
+            session = await self._session(request)
+            if isinstance(session, Response):
+                return session
             if session is None:
                 return plain(403, "forbidden: sign in first (nothing was changed)")
             form = await read_form(request)
@@ -130,14 +136,22 @@ class Web:
                 logger.warning("ops: POST %s without a valid CSRF token", request.url.path)
                 return self.error(request, session, 403, STALE_FORM)
             call = lambda: handler(request, session, form)  # noqa: E731
-            return await self._guarded(request, session, call, wait_s)
+            return await self.guarded(request, session, call, wait_s)
 
         return endpoint
 
-    async def _guarded(
+    async def _session(self, request: Request) -> Session | Response | None:
+        """The request's live session, None, or the 503 page when Redis cannot say."""
+        try:
+            async with asyncio.timeout(REDIS_WAIT_S):
+                return await self.store.read(request)
+        except REDIS_ERRORS as exc:
+            return self.unavailable(request, None, exc)
+
+    async def guarded(
         self,
         request: Request,
-        session: Session,
+        session: Session | None,
         call: Callable[[], Awaitable[Response]],
         wait_s: float | None = REDIS_WAIT_S,
     ) -> Response:
@@ -150,11 +164,14 @@ class Web:
             return self.error(request, session, 400, str(exc))
         except ActionError as exc:
             return self.error(request, session, 409, f"{exc} (nothing was changed)")
-        except (RedisError, RedisClusterException, OSError, TimeoutError) as exc:
-            logger.warning("ops page: Redis did not answer: %s", explain(exc))
-            return self.error(
-                request, session, 503, f"Redis did not answer ({explain(exc)}); try again."
-            )
+        except REDIS_ERRORS as exc:
+            return self.unavailable(request, session, exc)
+
+    def unavailable(self, request: Request, session: Session | None, exc: Exception) -> Response:
+        logger.warning("ops page: Redis did not answer: %s", explain(exc))
+        return self.error(
+            request, session, 503, f"Redis did not answer ({explain(exc)}); try again."
+        )
 
 
 async def read_form(request: Request) -> FormData | Response:

@@ -11,6 +11,11 @@ from dataclasses import dataclass
 from shared.settings.spec import ConfigError, mask_url, setting
 
 _DAY_S = 86400.0
+OPS_TOKEN_MIN_CHARS = 32  # 32 hex characters are 128 bits: beyond guessing, back-off or not
+
+
+def _is_long_token(token: str) -> bool:
+    return token == "" or len(token) >= OPS_TOKEN_MIN_CHARS
 
 
 def _is_http_url(url: str) -> bool:
@@ -25,13 +30,39 @@ class OpsSettings:
     ops_token: str = setting(
         "OPS_TOKEN",
         "",
-        "the token that signs in to the ops page under `/ops` (unset: `/ops` is 404)",
+        "the token that signs in to the ops page under `/ops` (unset: `/ops` is 404); at least"
+        f" {OPS_TOKEN_MIN_CHARS} characters (`openssl rand -hex 32`)",
         secret=True,
+        rule=(
+            _is_long_token,
+            f"be at least {OPS_TOKEN_MIN_CHARS} characters (make one: `openssl rand -hex 32`)",
+        ),
     )
     ops_session_s: float = setting(
         "OPS_SESSION_S",
         12 * 3600.0,
         "how long a sign-in to the ops page lasts (changing `OPS_TOKEN` ends every sign-in)",
+        above=0,
+    )
+    ops_signin_free_attempts: int = setting(
+        "OPS_SIGNIN_FREE_ATTEMPTS",
+        5,
+        "failed sign-ins to the ops page a client (address) or a name may make before each"
+        " further attempt must wait (429 with `Retry-After`); a sign-in that succeeds resets",
+        at_least=1,
+    )
+    ops_signin_backoff_s: float = setting(
+        "OPS_SIGNIN_BACKOFF_S",
+        1.0,
+        "the wait after the free failed sign-ins are used up, doubling with each further"
+        " failure up to `OPS_SIGNIN_BACKOFF_MAX_S`",
+        above=0,
+    )
+    ops_signin_backoff_max_s: float = setting(
+        "OPS_SIGNIN_BACKOFF_MAX_S",
+        900.0,
+        "the longest wait between failed sign-ins; failures are forgotten this long after the"
+        " last one's wait ended",
         above=0,
     )
     review_retention_s: float = setting(
@@ -75,6 +106,14 @@ class OpsSettings:
         " (counted, logged; the item stays on the review list)",
         above=0,
     )
+
+    def check_signin_backoff(self) -> None:
+        """Cross-field rule: the back-off's cap is not below its first step."""
+        if self.ops_signin_backoff_max_s < self.ops_signin_backoff_s:
+            raise ConfigError(
+                f"OPS_SIGNIN_BACKOFF_MAX_S ({self.ops_signin_backoff_max_s}) must be >="
+                f" OPS_SIGNIN_BACKOFF_S ({self.ops_signin_backoff_s})"
+            )
 
     def check_review_webhook(self) -> None:
         """Cross-field rule: a review webhook is always signed, so a receiver can trust it."""

@@ -11,7 +11,7 @@ import httpx
 from shared.settings import Settings
 from tests.worker.support import park as park_batch
 
-OPS_TOKEN = "ops-test-token-0123456789"
+OPS_TOKEN = "ops-test-token-0123456789abcdefghijklmnop"
 TENANT = "106500000000001"
 PERSON = "5491155550001"
 

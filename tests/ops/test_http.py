@@ -109,18 +109,24 @@ async def test_the_session_cookie_is_httponly_strict_scoped_and_secure_behind_ht
 async def test_forged_expired_or_other_token_cookies_are_not_a_session(
     ops: httpx.AsyncClient,
 ) -> None:
+    await sign_in(ops)
+    good = ops.cookies[COOKIE]
+    ops.cookies.clear()
     now = time.time()
     mine = Sessions(OPS_TOKEN, 3600)
-    session = Session("Ana", int(now + 3600), "c" * 20)
-    good = mine.encode(session)
+    session = mine.decode(good)
+    assert session is not None
     payload, signature = good.split(".")
+    root = Session("Root", int(now + 3600), session.csrf, session.sid)
     forged = [
         "",
         "garbage",
         f"{payload}.{signature[:-2]}xx",  # the payload kept, the signature not
-        f"{mine.encode(Session('Root', int(now + 3600), 'c' * 20)).split('.')[0]}.{signature}",
+        f"{mine.encode(root).split('.')[0]}.{signature}",
         Sessions("the-previous-token", 3600).encode(session),  # OPS_TOKEN rotated: signed out
-        mine.encode(Session("Ana", int(now - 1), "c" * 20)),  # expired
+        mine.encode(Session("Ana", int(now - 1), session.csrf, session.sid)),  # expired
+        # Signed with the token, but never issued: no such session in Redis.
+        mine.encode(Session("Ana", int(now + 3600), session.csrf, "never-issued")),
     ]
     for value in forged:
         answer = await ops.get("/ops/", headers={"cookie": f"{COOKIE}={value}"})
