@@ -35,7 +35,7 @@ is_media_id: IdCheck = is_phone_number_id
 is_wa_id: IdCheck = re.compile(r"[0-9]{1,20}").fullmatch
 is_user_id: IdCheck = re.compile(r"[A-Z]{2}\.(?:ENT\.)?[A-Za-z0-9]{1,128}").fullmatch
 is_message_id: IdCheck = re.compile(r"[A-Za-z0-9._:=+/-]{1,256}").fullmatch
-is_chatwoot_id: IdCheck = re.compile(r"[0-9]{1,15}").fullmatch
+is_chatwoot_id: IdCheck = re.compile(r"[0-9]{1,16}").fullmatch  # below 2**53
 
 
 def is_person_id(value: str) -> bool:
