@@ -5,6 +5,14 @@ cannot is recorded as a *problem* (fixed wording, never body content, so it can 
 The receiver stores the good items and, when there is any problem, also keeps the whole raw
 body on the dead-letter list, so one bad item never holds the others back and nothing that was
 skipped is lost (re-driving it later is safe: the good items are deduplicated).
+
+Ids are checked at this door against the shapes their providers document (shared/ids.py): an
+id goes into Redis keys and into the URLs the worker calls with a token, so one that is not of
+its shape (a quote, a backslash, a brace, a slash, `..`, a megabyte) is a problem like any
+malformed item, never a conversation. One body names at most `MAX_TENANTS_PER_BODY` tenants:
+every tenant named is registered for good (`wa:tenants`, scanned by every worker's sweep), and
+a real body names a handful (one change per business number), so the items of any further
+tenant are problems too, kept with the body on the dead-letter list.
 """
 
 from __future__ import annotations
@@ -15,6 +23,7 @@ from typing import Any
 import orjson
 
 from shared.events import dedupe_id, encode
+from shared.ids import IdCheck
 
 
 class Invalid(ValueError):
@@ -23,6 +32,11 @@ class Invalid(ValueError):
     The text is fixed wording, never content of the body, so it can be logged.
     """
 
+
+# Meta batches the updates of a business' numbers; a hundred is far above any real body and
+# far below the 8 000 tenants one hostile 1.9 MiB body once registered.
+MAX_TENANTS_PER_BODY = 100
+TOO_MANY_TENANTS = f"more than {MAX_TENANTS_PER_BODY} tenants in one body"
 
 Item = tuple[str, bytes]  # (dedupe id, encoded event): what the ingest script stores
 
@@ -42,17 +56,25 @@ class Parsed:
         return sum(len(events) for events in self.events.values())
 
     def add(self, tenant: str, event: dict[str, Any]) -> None:
-        """Keep an event; encoding it here means an unstorable one is a problem, not a crash."""
+        """Keep an event; encoding it here means an unstorable one is a problem, not a crash,
+        and so is one more tenant than `MAX_TENANTS_PER_BODY`."""
+        events = self.events.get(tenant)
+        if events is None and len(self.events) >= MAX_TENANTS_PER_BODY:
+            raise Invalid(TOO_MANY_TENANTS)
         try:
             data = encode(event)
         except orjson.JSONEncodeError:  # e.g. deeper nesting than orjson writes
             raise Invalid("item cannot be encoded") from None
-        self.events.setdefault(tenant, []).append(event)
-        self.items.setdefault(tenant, []).append((dedupe_id(event), data))
+        if events is None:
+            events = self.events[tenant] = []
+            self.items[tenant] = []
+        events.append(event)
+        self.items[tenant].append((dedupe_id(event), data))
 
 
-def usable_id(value: Any, problem: str = "tenant id missing or unusable in a Redis key") -> str:
-    """An id that may go into a Redis key: a non-empty string without hash-tag braces."""
-    if not isinstance(value, str) or not value or "{" in value or "}" in value:
+def checked_id(value: Any, fits: IdCheck, problem: str) -> str:
+    """`value` when it is a string of the shape `fits` accepts (shared/ids.py), else
+    Invalid(problem)."""
+    if type(value) is not str or not fits(value):
         raise Invalid(problem)
     return value

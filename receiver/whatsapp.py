@@ -6,8 +6,8 @@ Meta batches many updates into one POST (several entries, changes, messages and 
 several tenants), so every level is walked, never only `[0]`.
 
 Partially valid bodies: every item that can be understood becomes an event, and each one that
-cannot (a message without id or sender, a tenant id that would break the Redis hash tag, an
-entry that is not an object, ...) is recorded as a *problem*. The caller stores the good items
+cannot (a message without id or sender, an id not of the shape Meta documents, an entry that is
+not an object, ...) is recorded as a *problem*. The caller stores the good items
 and, when there is any problem, also keeps the whole raw body on the dead-letter list. Storing
 the good items means one bad item never holds a customer's other messages hostage; keeping
 the body means nothing that was skipped is lost (re-driving it later is safe: the good items
@@ -18,6 +18,12 @@ business itself wrote from the WhatsApp Business app (coexistence), stored as ec
 they add nothing to a plain message's cost.
 
 A missing or malformed `timestamp` is not a problem either: the event gets the receive time.
+
+Ids (shared/ids.py): the tenant (`phone_number_id`) and media ids are digits, a person is a
+phone number (digits) or a business-scoped user id (`US.1349…`), and so is a `from_user_id`
+beside a number; a message or status id is a wamid (base64, at most 256 characters). A
+number change's new `wa_id` is digits. Anything else is a problem: the item is skipped and the
+body dead-lettered, so no id Meta would not send ever becomes a key or reaches a URL.
 """
 
 from __future__ import annotations
@@ -27,16 +33,26 @@ from typing import Any, NamedTuple, TypeGuard
 
 import orjson
 
-from receiver.parsing import Invalid, Parsed, usable_id
+from receiver.parsing import Invalid, Parsed, checked_id
 from receiver.provider import WebhookRequest
 from receiver.signature import SignatureChecker
 from receiver.whatsapp_text import describe_as, field_str, message_type, objects
 from shared.events import dedupe_id, echo_event, encode, message_event, status_event
+from shared.ids import (
+    is_media_id,
+    is_message_id,
+    is_person_id,
+    is_phone_number_id,
+    is_user_id,
+    is_wa_id,
+)
 
 CHANNEL = "whatsapp"
 EXPECTED_OBJECT = "whatsapp_business_account"
 MAX_TS = 2**53  # keeps the timestamp a JSON-safe integer
 ECHOES_FIELD = "smb_message_echoes"  # what the business sent from the WhatsApp Business app
+MEDIA_TYPES = frozenset({"image", "audio", "video", "document", "sticker"})  # carry a media id
+NO_TENANT = "tenant id missing or unusable in a Redis key"
 
 
 class WhatsAppInbound:
@@ -98,7 +114,7 @@ def _one_item(payload: Any, received_ms: int) -> Parsed | None:
     if type(metadata) is not dict:
         return None
     tenant = metadata.get("phone_number_id")
-    if not _plain_id(tenant):
+    if type(tenant) is not str or not is_phone_number_id(tenant):
         return None
     messages = value.get("messages")
     statuses = value.get("statuses")
@@ -126,11 +142,16 @@ def _lone_message(
     contact = contacts[0]
     message_id = message.get("id")
     kind = message.get("type")
-    if type(contact) is not dict or type(message_id) is not str or not message_id:
+    if type(contact) is not dict or type(message_id) is not str or not is_message_id(message_id):
         return None
     # `_sender`'s rule: the number, else the user id (BSUID), else the lone contact's user id
-    person = message.get("from") or message.get("from_user_id") or field_str(contact, "user_id")
-    if not _plain_id(person) or type(kind) is not str or not kind:
+    user_id = message.get("from_user_id")
+    if user_id and not _is_user_id(user_id):
+        return None
+    person = message.get("from") or user_id or field_str(contact, "user_id")
+    if not _is_person(person) or type(kind) is not str or not kind:
+        return None
+    if kind != "text" and not _media_id_fits(kind, message):
         return None
     profile = contact.get("profile")
     name = profile.get("name") if type(profile) is dict else ""
@@ -139,7 +160,7 @@ def _lone_message(
         name = ""
     context = message.get("context")
     context_id = context.get("id") if type(context) is dict else None
-    return message_event(
+    event = message_event(
         channel=CHANNEL,
         tenant=tenant,
         person=person,
@@ -152,6 +173,7 @@ def _lone_message(
         context=context_id if type(context_id) is str else "",
         raw=message,
     )
+    return None if _bad_new_person(event) else event
 
 
 def _lone_status(status: Any, tenant: str, received_ms: int) -> dict[str, Any] | None:
@@ -161,7 +183,7 @@ def _lone_status(status: Any, tenant: str, received_ms: int) -> dict[str, Any] |
     person = status.get("recipient_id") or status.get("recipient_user_id")
     status_id = status.get("id")
     state = status.get("status")
-    if not _plain_id(person) or type(status_id) is not str or not status_id:
+    if not _is_person(person) or type(status_id) is not str or not is_message_id(status_id):
         return None
     if type(state) is not str or not state:
         return None
@@ -179,9 +201,29 @@ def _lone_status(status: Any, tenant: str, received_ms: int) -> dict[str, Any] |
     )
 
 
-def _plain_id(value: Any) -> TypeGuard[str]:
-    """`usable_id`'s rule as a test: a non-empty string without hash-tag braces."""
-    return type(value) is str and value != "" and "{" not in value and "}" not in value
+def _is_person(value: Any) -> TypeGuard[str]:
+    """A phone number or a business-scoped user id (shared/ids.py)."""
+    return type(value) is str and is_person_id(value)
+
+
+def _is_user_id(value: Any) -> TypeGuard[str]:
+    return type(value) is str and bool(is_user_id(value))
+
+
+def _media_id_fits(kind: str, message: dict[str, Any]) -> bool:
+    """False when a media message names a media id that is not digits: the worker puts it in
+    a Graph URL it calls with the tenant's token (`/{version}/{media-id}`)."""
+    if kind not in MEDIA_TYPES:
+        return True
+    body = message.get(kind)
+    media_id = body.get("id") if type(body) is dict else None
+    return media_id is None or (type(media_id) is str and bool(is_media_id(media_id)))
+
+
+def _bad_new_person(event: dict[str, Any]) -> bool:
+    """A number change whose new `wa_id` is not a phone number (it would become the person)."""
+    new = event.get("new_person")
+    return type(new) is str and new != "" and not is_wa_id(new)
 
 
 def parse_payload(payload: Any, received_ms: int) -> Parsed:
@@ -219,7 +261,8 @@ def _parse_change(change: Any, received_ms: int, parsed: Parsed) -> None:
             parsed.ignored_fields.append(name if isinstance(name, str) else repr(type(name)))
             return
         value = _dict(change.get("value"), "change.value")
-        tenant = _usable_id(_dict(value.get("metadata"), "metadata").get("phone_number_id"))
+        metadata = _dict(value.get("metadata"), "metadata")
+        tenant = checked_id(metadata.get("phone_number_id"), is_phone_number_id, NO_TENANT)
     except Invalid as exc:
         parsed.problems.append(str(exc))
         return
@@ -246,12 +289,14 @@ def _parse_change(change: Any, received_ms: int, parsed: Parsed) -> None:
 def message_from(message: Any, tenant: str, contacts: Contacts, received_ms: int) -> dict[str, Any]:
     """The inbox event of one inbound message; `contacts` gives the sender's profile name."""
     message = _dict(message, "message")
-    message_id = _required_str(message.get("id"), "message without id")
+    message_id = checked_id(message.get("id"), is_message_id, "message without id")
     person = _sender(message, contacts)
     context = message.get("context")
     context_id = context.get("id") if isinstance(context, dict) else None
     kind = message_type(message)
-    return message_event(
+    if not _media_id_fits(kind, message):
+        raise Invalid("media id is not digits")
+    event = message_event(
         channel=CHANNEL,
         tenant=tenant,
         person=person,
@@ -264,6 +309,9 @@ def message_from(message: Any, tenant: str, contacts: Contacts, received_ms: int
         context=context_id if isinstance(context_id, str) else "",
         raw=message,
     )
+    if _bad_new_person(event):
+        raise Invalid("number change to a wa_id that is not digits")
+    return event
 
 
 def echo_from(echo: Any, tenant: str, received_ms: int) -> dict[str, Any]:
@@ -279,11 +327,13 @@ def echo_from(echo: Any, tenant: str, received_ms: int) -> dict[str, Any]:
     to = echo.get("to") or echo.get("to_user_id")
     person = to[1:] if isinstance(to, str) and to.startswith("+") else to
     kind = message_type(echo)
+    if not _media_id_fits(kind, echo):
+        raise Invalid("media id is not digits")
     return echo_event(
         channel=CHANNEL,
         tenant=tenant,
-        person=_usable_id(person, "message echo without to"),
-        message_id=_required_str(echo.get("id"), "message echo without id"),
+        person=checked_id(person, is_person_id, "message echo without to"),
+        message_id=checked_id(echo.get("id"), is_message_id, "message echo without id"),
         type=kind,
         text=describe_as(kind, echo),
         ts=timestamp(echo.get("timestamp"), received_ms),
@@ -300,8 +350,8 @@ def status_from(status: Any, tenant: str, received_ms: int) -> dict[str, Any]:
     return status_event(
         channel=CHANNEL,
         tenant=tenant,
-        person=_usable_id(person, "status without recipient"),
-        message_id=_required_str(status.get("id"), "status without id"),
+        person=checked_id(person, is_person_id, "status without recipient"),
+        message_id=checked_id(status.get("id"), is_message_id, "status without id"),
         status=_required_str(status.get("status"), "status without status"),
         ts=timestamp(status.get("timestamp"), received_ms),
         received_ms=received_ms,
@@ -327,8 +377,11 @@ def timestamp(value: Any, received_ms: int) -> int:
 
 
 def _sender(message: dict[str, Any], contacts: Contacts) -> str:
-    person = message.get("from") or message.get("from_user_id") or contacts.sole_user_id
-    return _usable_id(person, "message without from")
+    user_id = message.get("from_user_id")
+    if user_id and not _is_user_id(user_id):
+        raise Invalid("from_user_id is not a business-scoped user id")
+    person = message.get("from") or user_id or contacts.sole_user_id
+    return checked_id(person, is_person_id, "message without from")
 
 
 class Contacts(NamedTuple):
@@ -389,6 +442,3 @@ def _required_str(value: Any, problem: str) -> str:
     if not isinstance(value, str) or not value:
         raise Invalid(problem)
     return value
-
-
-_usable_id = usable_id

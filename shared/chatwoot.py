@@ -11,7 +11,7 @@ import re
 
 CHANNEL = "chatwoot"
 TENANT_PREFIX = "cw-"
-_TENANT_RE = re.compile(r"cw-(\d+)-(\d+)")
+_TENANT_RE = re.compile(r"cw-([0-9]{1,16})-([0-9]{1,16})")  # ASCII digits: `\d` is Unicode
 
 
 def tenant_id(account_id: int, inbox_id: int) -> str:

@@ -189,8 +189,8 @@ def _about(type: str, raw: Any) -> tuple[str, str]:
         "customer_changed_number",
         "user_changed_number",
     ):
-        new = _str(_field(body, "wa_id")) or _str(_field(body, "new_wa_id"))
-        return "", new if new and "{" not in new and "}" not in new else ""
+        # The receiver refuses a new id that is not a phone number (receiver/whatsapp.py).
+        return "", _str(_field(body, "wa_id")) or _str(_field(body, "new_wa_id"))
     return "", ""
 
 

@@ -86,13 +86,21 @@ end
 -- Usernames: the receiver keys a WhatsApp person by the phone number when the message has one,
 -- else by the business-scoped user id (`AR.4410...`, never only digits). A message carrying
 -- both records user id -> number; a later one with only the user id joins the number's
--- conversation (memory, window, batch). Messages without `from_user_id` cost nothing here.
+-- conversation (memory, window, batch). Messages without `from_user_id` cost nothing here; one
+-- with it is decoded: the id is read from the message (`raw`), never pattern-matched in the
+-- JSON, where an escaped quote once cut two ids to one.
 local function same_person(ev, person)
   if string.find(person, '.', 1, true) then
     return redis.call('HGET', KEYS[7], person) or person
   end
-  local user_id = string.match(ev, '"from_user_id":"([^"]+)"')
-  if user_id and redis.call('HGET', KEYS[7], user_id) ~= person then
+  if not string.find(ev, '"from_user_id":', 1, true) then return person end
+  local ok, obj = pcall(cjson.decode, ev)
+  if not ok or type(obj) ~= 'table' then return person end
+  -- The receiver's event holds it in the message (`raw`); an event written by hand may hold
+  -- it beside the others.
+  local user_id = type(obj.raw) == 'table' and obj.raw.from_user_id or obj.from_user_id
+  if type(user_id) == 'string' and user_id ~= ''
+      and redis.call('HGET', KEYS[7], user_id) ~= person then
     redis.call('HSET', KEYS[7], user_id, person)
   end
   return person
@@ -227,7 +235,10 @@ while taken < max_intake do
   if not ev then break end
   taken = taken + 1
   -- The receiver writes "v", "kind" and "person" first; match that cheaply, decode otherwise.
-  local kind, person = string.match(ev, '^{"v":%d+,"kind":"(%a+)","person":"([^"]+)"')
+  -- The person must end at the first quote with no backslash before it: a JSON string
+  -- without an escape is spelled exactly as its value, so the match is exact; any other
+  -- person (`ab"one`, `ab\`) is decoded, never cut at an escaped quote.
+  local kind, person = string.match(ev, '^{"v":%d+,"kind":"(%a+)","person":"([^"\\]+)"')
   if not kind then
     local ok, obj = pcall(cjson.decode, ev)
     if ok and type(obj) == 'table' then kind, person = obj.kind, obj.person end

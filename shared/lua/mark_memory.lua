@@ -16,11 +16,21 @@ local prefix, person, token = ARGV[1], ARGV[2], ARGV[3]
 if redis.call('GET', conv_key(prefix, person, LOCK)) ~= token then return -1 end
 local mkey = conv_key(prefix, person, MEMORY)
 local entries = redis.call('LRANGE', mkey, 0, -1)
+-- Whether exchange `entry` (JSON) names `id` among its reply parts (`out`): decoded and
+-- compared, never searched for in the text, where the customer's words could hold it too.
+local function holds(entry, id)
+  local ok, obj = pcall(cjson.decode, entry)
+  if not ok or type(obj) ~= 'table' or type(obj.out) ~= 'table' then return false end
+  for _, out in ipairs(obj.out) do
+    if out == id then return true end
+  end
+  return false
+end
+
 local replaced = 0
 for i = 4, #ARGV - 1, 2 do
-  local quoted = '"' .. ARGV[i] .. '"'
   for at, entry in ipairs(entries) do
-    if string.find(entry, quoted, 1, true) then
+    if holds(entry, ARGV[i]) then
       redis.call('LSET', mkey, at - 1, ARGV[i + 1])
       entries[at] = ARGV[i + 1]
       replaced = replaced + 1

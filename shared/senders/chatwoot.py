@@ -37,6 +37,7 @@ from shared.conversation.errors import DeliveryUnknown, NeedsReview, RetryLater
 from shared.conversation.review_journal import SENDING
 from shared.conversation.turn_state import Delivery
 from shared.conversation.unknowns import describe, may_have_arrived
+from shared.ids import is_chatwoot_id
 from shared.senders.base import Sender
 from shared.senders.split import WHATSAPP_MAX_CHARS
 from shared.settings import Settings
@@ -188,6 +189,8 @@ class ChatwootSender(Sender):
             account = account_of(batch.tenant)
         except ValueError as exc:
             raise NeedsReview("invalid_request", str(exc)) from None
+        if not is_chatwoot_id(batch.person):  # the receiver takes only integers; older data
+            raise NeedsReview("invalid_request", "conversation id is not an integer")
         url = f"/api/v1/accounts/{account}/conversations/{batch.person}{path}"
         token = self._settings.tenant(batch.tenant).chatwoot_api_access_token
         try:

@@ -34,6 +34,7 @@ from shared.conversation.batch import Batch
 from shared.conversation.errors import DeliveryUnknown, NeedsReview, RetryLater
 from shared.conversation.turn_state import Delivery
 from shared.conversation.unknowns import may_have_arrived
+from shared.ids import is_phone_number_id
 from shared.ops.takeover import pauses_for_review
 from shared.senders.base import Sender
 from shared.senders.split import WHATSAPP_MAX_CHARS
@@ -212,6 +213,10 @@ class WhatsAppSender(Sender):
             raise DeliveryUnknown(f"HTTP 200 without a wamid: {str(data)[:200]}") from None
 
     async def _post(self, tenant: str, body: dict[str, Any]) -> Any:
+        if not is_phone_number_id(tenant):
+            # The receiver takes only digits (shared/ids.py); this guards older data: a tenant
+            # like `../../me` would take the path, and the token, elsewhere on the Graph API.
+            raise NeedsReview("invalid_request", "tenant id is not a phone_number_id (digits)")
         try:
             response = await self._client.post(
                 f"/{tenant}/messages",

@@ -228,8 +228,10 @@ def test_fast_path_declines_or_agrees_on_mutated_statuses(
 
 def test_mutation_helper_changes_what_it_names() -> None:
     """Guard for the property test above: a replacement really lands where its path says."""
-    payload = _replace(fixture_json("whatsapp/text.json"), PATHS[18], "changed")
-    assert payload["entry"][0]["changes"][0]["value"]["messages"][0]["from"] == "changed"
+    # Another number: a sender that is not one (e.g. "changed") is refused since ids are
+    # checked (shared/ids.py), and the fast path declines it.
+    payload = _replace(fixture_json("whatsapp/text.json"), PATHS[18], "16505550000")
+    assert payload["entry"][0]["changes"][0]["value"]["messages"][0]["from"] == "16505550000"
     assert _one_item(payload, NOW_MS) is not None
     removed = _replace(fixture_json("whatsapp/text.json"), PATHS[15], [])
     assert _one_item(removed, NOW_MS) is None

@@ -56,10 +56,10 @@ local function sent_of(prefix, person, batch)
   return '[]', ''
 end
 
--- The error of a `failed` status event: Meta's `errors[1]` (code, title, message, details).
-local function failure_of(ev)
-  local ok, obj = pcall(cjson.decode, ev)
-  local e = ok and type(obj) == 'table' and type(obj.errors) == 'table' and obj.errors[1]
+-- The error of a `failed` status event (decoded): Meta's `errors[1]` (code, title, message,
+-- details).
+local function failure_of(obj)
+  local e = type(obj.errors) == 'table' and obj.errors[1]
   if type(e) ~= 'table' then return {} end
   local data = type(e.error_data) == 'table' and e.error_data or {}
   local function text(v) return type(v) == 'string' and v or nil end
@@ -178,11 +178,16 @@ end
 -- One status event (kind "status") of the intake: move its outbound record forward. A status
 -- whose record does not exist yet overtook the send's answer: the furthest one is parked on
 -- the record (`early`, with its failure) for record_outbound; ids that are not ours expire.
+-- The event is decoded: its id is never pattern-matched in the JSON (an escaped quote would
+-- cut it short, and the cut id could name another record).
 local function apply_status(prefix, out_prefix, stats_key, due_key, ev, early_ttl, now)
-  local st = string.match(ev, '"status":"(%a+)"') or 'unknown'
+  local ok, obj = pcall(cjson.decode, ev)
+  if not ok or type(obj) ~= 'table' then obj = {} end
+  local st = obj.status
+  if type(st) ~= 'string' or not string.find(st, '^%a+$') then st = 'unknown' end
   redis.call('HINCRBY', stats_key, 'status:' .. st, 1)
-  local id = string.match(ev, '"id":"([^"]+)"')
-  if not id then return end
+  local id = obj.id
+  if type(id) ~= 'string' or id == '' then return end
   local okey = out_prefix .. id
   local current = redis.call('HGET', okey, 'status')
   if not current and STATUS_RANK[st] then
@@ -190,7 +195,7 @@ local function apply_status(prefix, out_prefix, stats_key, due_key, ev, early_tt
     if not early or STATUS_RANK[st] > STATUS_RANK[early] then
       redis.call('HSET', okey, 'early', st)
       if st == 'failed' then
-        redis.call('HSET', okey, 'early_failure', cjson.encode(failure_of(ev)))
+        redis.call('HSET', okey, 'early_failure', cjson.encode(failure_of(obj)))
       end
       redis.call('EXPIRE', okey, early_ttl)
     end
@@ -201,5 +206,5 @@ local function apply_status(prefix, out_prefix, stats_key, due_key, ev, early_tt
   end
   redis.call('HSET', okey, 'status', st)
   redis.call('HINCRBY', stats_key, 'parts_' .. st, 1)
-  if st == 'failed' then failed_part(prefix, okey, id, failure_of(ev), due_key, now) end
+  if st == 'failed' then failed_part(prefix, okey, id, failure_of(obj), due_key, now) end
 end
