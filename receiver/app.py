@@ -34,13 +34,14 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import Receive, Scope, Send
 
+from receiver.body_deadline import BodyDeadlines, BodyTimeout
 from receiver.chatwoot import ChatwootInbound
 from receiver.metrics import ReceiverMetrics, authorized
 from receiver.parsing import Parsed
 from receiver.provider import InboundProvider, WebhookRequest
 from receiver.providers import inbound_providers
 from receiver.signature import SignatureError, token_matches
-from receiver.store import InboxWriter, StoreUnavailable, WriterTuning
+from receiver.store import DeadLetterBounds, InboxWriter, StoreUnavailable, WriterTuning
 from receiver.whatsapp import WhatsAppInbound
 from shared.keys import Keys
 from shared.logs import (
@@ -89,23 +90,6 @@ def never_500(endpoint: Endpoint) -> Endpoint:
     return guarded
 
 
-async def read_body(receive: Receive, limit: int) -> bytes | None:
-    """The raw body, or None once it exceeds `limit` bytes, whatever Content-Length claims."""
-    chunks = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] != "http.request":
-            raise ClientDisconnect
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            return None
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
-
-
 class Receiver:
     """Holds the settings and, while the lifespan runs, the Redis client and writer."""
 
@@ -120,6 +104,7 @@ class Receiver:
         self.redis: Any = None
         self.writer: InboxWriter | None = None
         self.metrics = ReceiverMetrics(settings)
+        self.deadlines = BodyDeadlines(settings.body_read_timeout_s)
         # Run at shutdown before Redis is closed: what a mounted app opened (the ops page's
         # senders of replies by hand).
         self.on_close: list[Callable[[], Awaitable[None]]] = []
@@ -156,12 +141,16 @@ class Receiver:
             settings.dedupe_ttl_s,
             settings.redis_timeout_s,
             self.tuning,
+            DeadLetterBounds.of(settings),
+            self._dropped_deadletters,
         )
+        self.deadlines.start()
         calm_garbage_collector()
         try:
             yield
         finally:
             self.writer = None
+            await self.deadlines.stop()
             for close in self.on_close:
                 await close()
             await self.redis.aclose()
@@ -171,6 +160,16 @@ class Receiver:
         whatsapp = self.webhooks[WEBHOOK_PATH]
         assert isinstance(whatsapp, WhatsAppInbound)
         return whatsapp
+
+    def _dropped_deadletters(self, count: int) -> None:
+        logger.warning(
+            "dead-letter list at its bounds (DEADLETTER_MAX %d, DEADLETTER_MAX_BYTES %d):"
+            " dropped its %d oldest bodies",
+            self.settings.deadletter_max,
+            self.settings.deadletter_max_bytes,
+            count,
+        )
+        self.metrics.dropped_deadletters(count)
 
     async def _prepare_redis(self) -> None:
         """Load the scripts and check persistence; a Redis that is down now is not fatal."""
@@ -202,15 +201,21 @@ class Receiver:
         200 once Redis confirmed every item, with the counts in headers (`x-stored`,
         `x-duplicates`, `x-deadlettered`) and an empty body, which uvicorn writes in one
         `write()` (a body costs a second one); 413 too large, 400 malformed
-        Content-Length, 401 unsigned, 403 wrongly signed (or no secret configured); when Redis
-        failed or did not confirm within `WEBHOOK_HOLD_S`, the provider's `unavailable_status`
-        (Chatwoot 500, WhatsApp 503); 503 on any unexpected error.
+        Content-Length, 408 body not in within `BODY_READ_TIMEOUT_S` (these three close the
+        connection: the rest of the body is not read), 401 unsigned, 403 wrongly signed (or no
+        secret configured); when Redis failed or did not confirm within `WEBHOOK_HOLD_S`, the
+        provider's `unavailable_status` (Chatwoot 500, WhatsApp 503); 503 on any unexpected
+        error.
         """
         started = time.perf_counter()
         if inbound is None:
             inbound = self.webhooks[WEBHOOK_PATH]
         try:
-            status, answer = await self._webhook(scope, receive, inbound)
+            status, answer = await self._webhook(scope, receive, inbound, started)
+        except BodyTimeout:
+            timeout_s = self.deadlines.timeout_s
+            logger.info("%s webhook body not in within %ss: 408", inbound.channel, timeout_s)
+            status, answer = 408, b"request body too slow"
         except ClientDisconnect:
             logger.debug("client went away before the body was read")
             return
@@ -222,12 +227,14 @@ class Receiver:
             await send(_EMPTY_BODY)
         else:
             headers = [(b"content-type", _TEXT), (b"content-length", str(len(answer)).encode())]
+            if status in _BODY_UNREAD:
+                headers.append((b"connection", b"close"))
             await send({"type": "http.response.start", "status": status, "headers": headers})
             await send({"type": "http.response.body", "body": answer})
         self.metrics.answered(status, time.perf_counter() - started)
 
     async def _webhook(
-        self, scope: Scope, receive: Receive, inbound: InboundProvider
+        self, scope: Scope, receive: Receive, inbound: InboundProvider, started: float
     ) -> tuple[int, Any]:
         """(200, response headers) or (error status, text body)."""
         limit = self.settings.max_body_bytes
@@ -247,7 +254,7 @@ class Receiver:
                 return 400, b"bad request"
         if not inbound.configured:
             return 403, b"forbidden"  # never accept unauthenticated traffic
-        body = await read_body(receive, limit)
+        body = await self.deadlines.read(receive, limit, started)
         if body is None:
             return 413, b"body too large"
         request = WebhookRequest(headers, scope.get("query_string", b""), body)
@@ -380,6 +387,9 @@ def _counts(stored: int, duplicates: int, deadlettered: bool = False) -> list[tu
 
 
 _TEXT = b"text/plain; charset=utf-8"
+# Answers given before the whole body was read: the connection is closed, not kept for a next
+# request behind the rest of a body nobody reads (a trickling client would hold it).
+_BODY_UNREAD = frozenset({400, 408, 413})
 _EMPTY_BODY = {"type": "http.response.body", "body": b""}
 
 

@@ -60,6 +60,7 @@ class ReceiverMetrics:
         self.items_stored = 0
         self.items_duplicate = 0
         self.bodies_deadlettered = 0
+        self.deadletters_dropped = 0
         self.fleet = FleetFigures(settings, Keys(settings.key_prefix))
         self.registry.register(_Labelled(_ItemCollector(self), "dyno", self.dyno))
         self.registry.register(_Labelled(ProcessCollector(registry=None), "dyno", self.dyno))
@@ -74,6 +75,10 @@ class ReceiverMetrics:
         self.items_stored += stored
         self.items_duplicate += duplicates
         self.bodies_deadlettered += deadlettered
+
+    def dropped_deadletters(self, count: int) -> None:
+        """Old dead-letter bodies the list's bounds pushed out (DEADLETTER_MAX*)."""
+        self.deadletters_dropped += count
 
     def render(self, fleet_text: bytes = b"") -> bytes:
         """This receiver's exposition text, then `fleet_text` (the fleet figures)."""
@@ -137,6 +142,11 @@ class _ItemCollector(Collector):
             "wa_webhook_deadlettered",
             "Signed bodies kept on the dead-letter list",
             value=m.bodies_deadlettered,
+        )
+        yield CounterMetricFamily(
+            "wa_webhook_deadletters_dropped",
+            "Old dead-letter bodies dropped to keep the list within DEADLETTER_MAX(_BYTES)",
+            value=m.deadletters_dropped,
         )
         age = m.fleet.age_s()
         yield GaugeMetricFamily(

@@ -7,7 +7,8 @@ sends, in one pipeline and in this order:
    the registry workers scan, written before any of the tenant's items can be seen;
 2. one `ingest` script call per tenant (chunks of `max_items_per_call`) holding the items of
    every request of the round: each item's dedupe marker and its LPUSH, atomically;
-3. `LPUSH deadletter <body…>` for bodies (or parts) that could not be understood;
+3. one `deadletter` script call for bodies (or parts) that could not be understood: it
+   pushes them and trims the list to its bounds in the same step (`DeadLetterBounds`);
 4. one `ZADD wake NX <tenant…>` (shared/fleet/wake.py), so one worker takes those tenants in at once
    (on a Redis Cluster right after the pipeline, as a command of its own: see below).
 
@@ -48,12 +49,14 @@ benchmark passes others to compare (`InboxWriter(..., tuning=WriterTuning(...))`
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from receiver.parsing import Item
 from shared.fleet.wake import now_ms, wake_command
 from shared.keys import Keys, TenantKeys
+from shared.settings import Settings
 from shared.storage.raw_pipeline import RawPipeline
 from shared.storage.redis_client import is_cluster
 from shared.storage.scripts import Command, Scripts, is_noscript
@@ -70,6 +73,21 @@ class WriterTuning:
     registry_refresh_s: float = 60.0  # re-add known tenants this often (a reset registry)
     spin_min_requests: int = 8  # rounds this large keep the loop awake while Redis works
     spin_max_s: float = 0.002  # ...for at most this long per round; 0 turns spinning off
+
+
+@dataclass(frozen=True)
+class DeadLetterBounds:
+    """How much of the dead-letter list is kept: the newest `max_count` bodies and `max_bytes`
+    bytes, the whole list expiring `ttl_s` after its last body (the DEADLETTER_* settings)."""
+
+    max_count: int = 1000
+    max_bytes: int = 64 * 1024 * 1024
+    ttl_s: float = 7 * 24 * 3600.0
+
+    @classmethod
+    def of(cls, settings: Settings) -> DeadLetterBounds:
+        max_count, max_bytes = settings.deadletter_max, settings.deadletter_max_bytes
+        return cls(max_count, max_bytes, settings.deadletter_ttl_s)
 
 
 class StoreUnavailable(Exception):
@@ -107,8 +125,13 @@ class InboxWriter:
         dedupe_ttl_s: int,
         timeout_s: float,
         tuning: WriterTuning = WriterTuning(),
+        deadletters: DeadLetterBounds = DeadLetterBounds(),
+        on_deadletters_dropped: Callable[[int], None] | None = None,
     ) -> None:
         self.tuning = tuning
+        self.deadletters = deadletters
+        # Told how many old dead letters a round's push dropped (the receiver's metric).
+        self._on_dropped = on_deadletters_dropped
         # Read on every request: a plain attribute each, not a lookup through `tuning`.
         self._rounds_in_flight = tuning.rounds_in_flight
         self._redis = redis
@@ -270,8 +293,9 @@ class InboxWriter:
         if unregistered:
             commands.append(("SADD", keys.tenants, *unregistered))
         commands.extend(call for _, call in calls)
-        if round_.deadletters:
-            commands.append(("LPUSH", keys.deadletter, *round_.deadletters))
+        deadletter = self._deadletter_command(round_.deadletters) if round_.deadletters else None
+        if deadletter:
+            commands.append(deadletter)
         wake = wake_command(keys, round_.seen, now_ms()) if round_.seen else None
         if wake and not self._cluster:
             commands.append(wake)
@@ -292,6 +316,8 @@ class InboxWriter:
                 if is_noscript(reply):
                     replies[i] = await ingest.run(self._redis, calls[i][1])
             results[offset : offset + len(calls)] = replies
+        if deadletter:
+            await self._deadlettered(results, offset + len(calls), deadletter)
         for result in results:
             if isinstance(result, Exception):
                 raise result
@@ -303,6 +329,28 @@ class InboxWriter:
         for (tenant, _), reply in zip(calls, replies, strict=True):
             per_tenant.setdefault(tenant, []).extend(map(int, reply))
         return per_tenant
+
+    def _deadletter_command(self, bodies: list[bytes]) -> Command:
+        bounds = self.deadletters
+        return self._scripts.deadletter.command(
+            None,
+            deadletter=self._keys.deadletter,
+            max_count=bounds.max_count,
+            max_bytes=bounds.max_bytes,
+            ttl_ms=max(1, round(bounds.ttl_s * 1000)),
+            bodies=bodies,
+        )
+
+    async def _deadlettered(self, results: list[Any], index: int, command: Command) -> None:
+        """Check the dead-letter call's reply (run it again after a NOSCRIPT, which ran
+        nothing) and report the old bodies it dropped."""
+        reply = results[index]
+        if is_noscript(reply):
+            reply = results[index] = await self._scripts.deadletter.run(self._redis, command)
+        if isinstance(reply, Exception):
+            return  # raised with the round's other errors
+        if int(reply) and self._on_dropped is not None:
+            self._on_dropped(int(reply))
 
     async def _send_pipeline(self, commands: list[tuple[Any, ...]]) -> list[Any]:
         """The cluster path: redis-py's cluster pipeline splits the round per node."""

@@ -12,6 +12,7 @@ Layout (prefix `wa`, tenant 106540352242922, person 16505551234):
     wa:relay                            ZSET    tenant -> ms: due, for a worker with a free slot
     wa:handoff                          ZSET    the relay queue of the previous release (drained)
     wa:deadletter                       LIST    signed bodies that could not be parsed, whole
+                                                (capped by count and memory, expires)
     wa:sweep                            STRING  id of the worker sweeping this interval (PX)
     wa:ai:paused                        STRING  the fleet's pause of AI calls (JSON; PX)
     wa:ai:probe                         STRING  token of the one worker probing the AI (NX PX)

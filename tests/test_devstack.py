@@ -313,7 +313,8 @@ def test_the_stack_runs_the_procfiles_lines_and_its_children_die_with_it(tmp_pat
         assert set(pids) == TWO_WORKERS_STACK
         procfile = load_devstack().read_procfile(REPO / "Procfile")
         web = procfile["web"].replace("${PORT:-8000}", port)
-        web = web.replace("${WEB_HOST:-0.0.0.0}", "127.0.0.1").split()
+        web = web.replace("${WEB_HOST:-0.0.0.0}", "127.0.0.1")
+        web = web.replace("${WEB_MAX_CONNECTIONS:-1000}", "1000").split()
         venv_bin = Path(PYTHON).parent
         web_cmdline = cmdline(pids["web.1"])
         assert Path(web_cmdline[1]) == venv_bin / web[0], web_cmdline  # the venv's uvicorn

@@ -123,6 +123,8 @@ class Server:
             # The Procfile's flags, log level included (uvicorn's default, info): a logging
             # setting that costs per request must show here as it would in production.
             "--no-access-log",
+            "--limit-concurrency",  # the Procfile's default: its cost shows here too
+            "1000",
         ]
         self.command = prefix + self.args
         self.env = env
