@@ -201,8 +201,8 @@ class Receiver:
         200 once Redis confirmed every item, with the counts in headers (`x-stored`,
         `x-duplicates`, `x-deadlettered`) and an empty body, which uvicorn writes in one
         `write()` (a body costs a second one); 413 too large, 400 malformed
-        Content-Length, 408 body not in within `BODY_READ_TIMEOUT_S` (these three close the
-        connection: the rest of the body is not read), 401 unsigned, 403 wrongly signed (or no
+        Content-Length, 408 body not in within `BODY_READ_TIMEOUT_S` (closes the connection:
+        the rest of the body is not read), 401 unsigned, 403 wrongly signed (or no
         secret configured); when Redis failed or did not confirm within `WEBHOOK_HOLD_S`, the
         provider's `unavailable_status` (Chatwoot 500, WhatsApp 503); 503 on any unexpected
         error.
@@ -387,9 +387,11 @@ def _counts(stored: int, duplicates: int, deadlettered: bool = False) -> list[tu
 
 
 _TEXT = b"text/plain; charset=utf-8"
-# Answers given before the whole body was read: the connection is closed, not kept for a next
-# request behind the rest of a body nobody reads (a trickling client would hold it).
-_BODY_UNREAD = frozenset({400, 408, 413})
+# A body that did not come in time: the connection is closed, not kept for a next request
+# behind the rest of a body a trickling client would hold it with. (413 and 400 keep it: a client
+# still writing a large body would see the close as a reset, not the answer; uvicorn drains the
+# rest, and a slow rest meets the deadline.)
+_BODY_UNREAD = frozenset({408})
 _EMPTY_BODY = {"type": "http.response.body", "body": b""}
 
 
