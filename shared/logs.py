@@ -31,10 +31,14 @@ _STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
 }
 # uvicorn configures these with text handlers of their own (not propagating to the root).
 SERVER_LOGGERS = ("uvicorn", "uvicorn.error", "uvicorn.access")
-# Libraries that log every request they make at INFO: httpx writes a line per Graph API,
-# Anthropic and Chatwoot call, three or four per turn, more than the worker's own lines (which
-# already say how each send ended). Shown at LOG_LEVEL=DEBUG; their warnings always.
-CHATTY_AT_INFO = ("httpx",)
+# The HTTP client libraries, which log every request they make at INFO: httpx a line per Graph
+# API and Chatwoot call, httpx2 (the anthropic SDK's own client) one per Anthropic call: three
+# or four per turn, more than the worker's own lines (which already say how each call ended).
+# Their transports (httpcore*) and the SDK itself (anthropic) log requests at DEBUG, and a
+# retry at INFO. The one place their level is set: shown at LOG_LEVEL=DEBUG, as
+# docs/configuration.md says, their warnings always. A library new to the process that logs
+# at INFO shows up in tests/test_logs.py's real turn.
+CHATTY_AT_INFO = ("httpx", "httpx2", "httpcore", "httpcore2", "anthropic")
 
 
 class JsonFormatter(logging.Formatter):

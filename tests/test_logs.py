@@ -11,18 +11,20 @@ import signal
 import subprocess
 import sys
 import uuid
+from pathlib import Path
 
 import orjson
 import pytest
 from redis.asyncio import Redis
 
 from scripts.dev.redis_server import RedisServer
+from scripts.standins import GraphApiStandIn, MessagesApiStandIn
 from shared.keys import Keys
 from shared.logs import JsonFormatter, log_startup, make_formatter, redact_person
 from shared.settings import ConfigError, Settings
 from tests.receiver.support import running
-from tests.support.helpers import APP_SECRET
-from tests.worker.support import REPO, TENANT, listening, push_message, wait_for
+from tests.support.helpers import API_KEY, APP_SECRET, TOKEN, RedisTarget
+from tests.worker.support import REPO, TENANT, WorkerFleet, listening, push_message, wait_for
 from worker.process import Worker
 
 PERSON = "5491155550042"
@@ -207,20 +209,72 @@ def test_python_m_worker_writes_json_lines_on_stdout(redis_server: RedisServer) 
 @pytest.mark.parametrize("level", ["INFO", "DEBUG"])
 def test_httpx_request_lines_show_only_at_debug(level: str) -> None:
     """A fresh process, as each entry point configures it: httpx's line per request stays out
-    at INFO, where ours and httpx's warnings stay in."""
+    at INFO, where ours and httpx's warnings stay in; so does the anthropic SDK's client's
+    (`httpx2`, issue 21)."""
     script = (
         "import logging\n"
         "from shared.logs import configure_logging\n"
         f"configure_logging({level!r}, 'json')\n"
         "logging.getLogger('httpx').info('HTTP Request: POST http://graph/messages 200')\n"
+        "logging.getLogger('httpx2').info('HTTP Request: POST http://ai/v1/messages 200')\n"
         "logging.getLogger('httpx').warning('httpx warning')\n"
+        "logging.getLogger('httpx2').warning('httpx2 warning')\n"
         "logging.getLogger('worker.process').info('ours')\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", script], cwd=REPO, capture_output=True, timeout=30, check=True
     )
     messages = [orjson.loads(line)["msg"] for line in done.stdout.splitlines()]
-    expected = ["httpx warning", "ours"]
+    expected = ["httpx warning", "httpx2 warning", "ours"]
     if level == "DEBUG":
-        expected.insert(0, "HTTP Request: POST http://graph/messages 200")
+        expected[:0] = [
+            "HTTP Request: POST http://graph/messages 200",
+            "HTTP Request: POST http://ai/v1/messages 200",
+        ]
     assert messages == expected, done.stdout
+
+
+# Where this product's own lines come from; any other logger is a library's.
+OUR_LOGGERS = ("worker", "shared", "receiver", "scripts", "tests")
+
+
+async def test_a_real_ai_turn_writes_no_info_line_from_a_library(
+    redis: Redis,
+    redis_target: RedisTarget,
+    ai: MessagesApiStandIn,
+    graph: GraphApiStandIn,
+    tmp_path: Path,
+) -> None:
+    """Issue 21: the anthropic SDK's HTTP client (logger `httpx2`) wrote a line per Anthropic
+    request at INFO, where the docs say a line per HTTP call shows only at DEBUG. A real
+    `python -m worker` at LOG_LEVEL=INFO, as in production: the Claude brain through the real
+    SDK to the Messages API stand-in, the reply through httpx to the Graph API stand-in. Every
+    line at INFO or below is ours; a library's warnings would still show."""
+    prefix = f"tl{uuid.uuid4().hex[:8]}"
+    fleet = WorkerFleet(redis, redis_target.url, prefix, tmp_path, redis_target.cluster)
+    try:
+        await fleet.start(
+            BRAIN="anthropic",
+            ANTHROPIC_API_KEY=API_KEY,
+            ANTHROPIC_BASE_URL=ai.url,
+            WHATSAPP_ACCESS_TOKEN=TOKEN,
+            WHATSAPP_API_BASE_URL=graph.url,
+            DEBOUNCE_WINDOW_S="0.05",
+            MAX_WAIT_S="0.05",
+        )
+        await push_message(redis, prefix, PERSON, "wamid.logs.ai", "hola")
+
+        async def replied() -> bool:
+            return bool(graph.sent_texts(PERSON))
+
+        await wait_for(replied, "the AI's reply sent to the Graph API stand-in")
+    finally:
+        fleet.close()
+    lines = [orjson.loads(raw) for raw in fleet.logs[0].read_text().splitlines()]
+    assert ai.requests and any(line["msg"].startswith("ai usage") for line in lines), lines
+    chatter = [
+        line
+        for line in lines
+        if line["level"] in ("DEBUG", "INFO") and line["logger"].split(".")[0] not in OUR_LOGGERS
+    ]
+    assert chatter == []

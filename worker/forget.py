@@ -6,9 +6,9 @@
 Deletes the person's conversation (pending messages, memory, context, window), their review
 items, outbound records, outbox entries and user-id mappings, and rewrites the audit log's
 entries about them to keep only that something happened (shared/ops/forget.py says what and how).
-Asks for confirmation unless `--yes`. Refused while a turn of the person runs or a batch waits
-for a retry: run it again once that ended. Run it again a minute later when the report says
-events were waiting in the inbox or the person wrote meanwhile.
+Asks for confirmation unless `--yes`. Refused while a turn of the person runs (a batch waiting
+for a retry goes with the rest): run it again once the turn ended. Run it again a minute later
+when the report says events were waiting in the inbox or the person wrote meanwhile.
 
 Exit codes: 0 done (also when nothing was held), 1 refused or Redis unreachable, 2 bad
 configuration or not confirmed.

@@ -1,6 +1,9 @@
 -- forget: delete one person's conversation in one step, unless a turn holds it (privacy
 -- requests, shared/ops/forget.py). A message taken in at the same moment is either deleted with
--- the rest or, taken in after this script, kept whole as new data: never half of it.
+-- the rest or, taken in after this script, kept whole as new data: never half of it. A batch
+-- no turn holds (no lock: a retry, a late delivery failure or an AI wait parked, maybe behind
+-- a human's pause) goes with the rest: a worker that lost its lease writes only under its
+-- lock token, so nothing re-creates it.
 --
 -- KEYS[1] due          ZSET: person -> when the conversation is due (ms)
 -- KEYS[2] running      ZSET: person -> when the running turn's lease ends (ms)
@@ -12,12 +15,11 @@
 -- ARGV[4..] user_ids   users fields seen pointing at the person: deleted if they still do
 --
 -- Returns {state, keys deleted, due/running/burst entries removed, users fields removed};
--- state 1 done, -1 a turn holds the lock, -2 a batch is in flight (nothing deleted then).
+-- state 1 done, -1 a turn holds the lock (nothing deleted then).
 --
--- uses: lib/keys.lua (conv_key, LOCK, BATCH)
+-- uses: lib/keys.lua (conv_key, LOCK)
 local prefix, person = ARGV[1], ARGV[2]
 if redis.call('EXISTS', conv_key(prefix, person, LOCK)) == 1 then return {-1, 0, 0, 0} end
-if redis.call('EXISTS', conv_key(prefix, person, BATCH)) == 1 then return {-2, 0, 0, 0} end
 local deleted = 0
 for kind in string.gmatch(ARGV[3], '[^,]+') do
   deleted = deleted + redis.call('DEL', conv_key(prefix, person, kind))

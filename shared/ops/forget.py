@@ -5,8 +5,10 @@ For privacy requests (docs/operating.md#forgetting-a-person). One call deletes:
 - the person's conversation, in one Lua call (shared/lua/forget.lua): every conversation key
   (each kind of `shared.keys.CONVERSATION_KINDS`: pending messages, memory, context, window
   marker, ...), the person's due, running and burst entries, and the `users` fields that map
-  a WhatsApp user id to them (or are them). Refused (`ForgetError`) while a turn holds the
-  person's lock or a batch is in flight: the worker owns those until its finish;
+  a WhatsApp user id to them (or are them). A batch no turn holds (a retry, a late delivery
+  failure or an AI wait, maybe parked behind a human's pause) is one of those keys: it goes
+  too. Refused (`ForgetError`) only while a turn holds the person's lock: the worker owns the
+  conversation until its finish;
 - the person's review items (`person` field), read with `HSCAN`, and their review webhook
   events not sent yet;
 - the person's outbound records (`out:<wamid>`, `person` field): found with a `SCAN` of the
@@ -36,12 +38,12 @@ from typing import Any
 
 import orjson
 
-from shared.keys import BATCH, CONVERSATION_KINDS, LOCK, KeyError_, Keys, TenantKeys
+from shared.keys import CONVERSATION_KINDS, LOCK, KeyError_, Keys, TenantKeys
 from shared.ops import audit
 from shared.storage.scripts import Scripts
 
 SCAN_COUNT = 1000  # keys, fields or entries looked at per SCAN/HSCAN round trip
-_LOCKED, _IN_FLIGHT = -1, -2
+_LOCKED = -1  # forget.lua's state when a turn holds the lock
 
 
 class ForgetError(Exception):
@@ -94,13 +96,13 @@ async def forget_person(
 
     An unknown person gives a report of zeros (nothing was held: the request is met). Raises
     `ForgetError` for ids that cannot be keys, a tenant that never had traffic, an empty `by`,
-    and while a turn runs or a batch waits for the person (nothing deleted then)."""
+    and while a turn of the person runs (nothing deleted then)."""
     k = _tenant_keys(keys, tenant, person)
     if not by.strip():
         raise ForgetError("say who asks for the forget (by): it goes to the audit log")
     if not await redis.sismember(keys.tenants, tenant):
         raise ForgetError(f"tenant {tenant!r} never received traffic: check the id")
-    await _refuse_if_busy(redis, k, person)
+    await _refuse_if_running(redis, k, person)
     user_ids = await _users_of(redis, k, person)
     state, conversation_keys, queue_entries, users_fields = await (scripts or Scripts()).forget(
         redis, k, person=person, kinds=",".join(CONVERSATION_KINDS), user_ids=user_ids
@@ -143,12 +145,10 @@ def _tenant_keys(keys: Keys, tenant: str, person: str) -> TenantKeys:
     return k
 
 
-async def _refuse_if_busy(redis: Any, k: TenantKeys, person: str) -> None:
+async def _refuse_if_running(redis: Any, k: TenantKeys, person: str) -> None:
     """Before anything is deleted; forget.lua checks again, atomically."""
     if await redis.exists(k.lock(person)):
         _refuse(_LOCKED, person, "runs")
-    if await redis.exists(k.batch(person)):
-        _refuse(_IN_FLIGHT, person, "waits")
 
 
 def _refuse(state: int, person: str, when: str) -> None:
@@ -156,11 +156,6 @@ def _refuse(state: int, person: str, when: str) -> None:
         raise ForgetError(
             f"a turn of person {person} {when} (its lock {LOCK} is held): "
             "forget again once it ended (seconds; at most the lease)"
-        )
-    if state == _IN_FLIGHT:
-        raise ForgetError(
-            f"person {person} has a batch in flight ({BATCH}: a turn {when}, or a retry is "
-            "waiting): forget again once it ended (answered or parked for review)"
         )
 
 

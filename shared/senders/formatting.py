@@ -22,21 +22,27 @@ The conversion is deterministic, so a resumed turn splits the same reply into th
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from bisect import bisect_left
+from collections.abc import Callable, Iterator
 
+# Every pattern here is linear in the line's length: the AI's answer reaches this module, and
+# a pattern that searches from each of n openings to the end of the line costs n² (issue 21:
+# "***a " repeated over 16 KB took a second). What a regex would search for from every
+# opening is found once per line instead (`_pairs`, `_code_spans`, `_links`, `_heading`).
 _FENCE = re.compile(r"^\s*(```|~~~)")
-_HEADING = re.compile(r"^ {0,3}#{1,6}[ \t]+(.*?)(?:[ \t]+#+)?[ \t]*$")
+_HEADING_START = re.compile(r" {0,3}#{1,6}[ \t]+")
 _BULLET = re.compile(r"^(\s*)[*+][ \t]+")
 _RULE = re.compile(r"^ {0,3}([-*_])(?:[ \t]*\1){2,}[ \t]*$")
-_CODE_SPAN = re.compile(r"(`+)(.+?)\1")
-_LINK = re.compile(r"(!?)\[([^\]\n]*)\]\(\s*<?([^()\s<>]+)>?(?:\s+\"[^\"\n]*\")?\s*\)")
+# What follows a link's label: `](url)`, `](<url>)`, `](url "title")`.
+_LINK_TAIL = re.compile(r"\]\(\s*<?([^()\s<>]+)>?(?:\s+\"[^\"\n]*\")?\s*\)")
 _URL = re.compile(r"(?:https?|mailto):[^\s<>()]+")
-_BOLD_ITALIC = re.compile(r"\*\*\*(?=\S)(.+?)(?<=\S)\*\*\*")
-_BOLD = re.compile(r"(\*\*|__)(?=\S)(.+?)(?<=\S)\1")
-_STRIKE = re.compile(r"~~(?=\S)(.+?)(?<=\S)~~")
-_ITALIC = re.compile(r"(?<![\w*])\*(?=[^\s*])(.+?)(?<=[^\s*])\*(?![\w*])")
 _KEPT = re.compile("\x00([0-9]+)\x00")
 _B = "\x01"  # bold, until the italic stars are converted
+_BLANK = " \t"
+_INLINE_MARKS = "`[:*_~"  # a line without any of these has nothing `_inline` converts
+
+Keep = Callable[[str], str]
+Edge = Callable[[str, int, str], bool]  # (line, where the delimiter starts, the delimiter)
 
 
 def for_channel(channel: str, text: str) -> str:
@@ -68,9 +74,9 @@ def to_whatsapp(text: str) -> str:
 def _line(line: str) -> str:
     if _RULE.match(line):
         return ""
-    heading = _HEADING.match(line)
-    if heading is not None:
-        title = _inline(heading.group(1)).replace(_B, "").strip()
+    title = _heading(line)
+    if title is not None:
+        title = _inline(title).replace(_B, "").strip()
         return f"*{title}*" if title else ""
     bullet = _BULLET.match(line)
     if bullet is not None:
@@ -78,28 +84,199 @@ def _line(line: str) -> str:
     return _inline(line).replace(_B, "*")
 
 
+def _heading(line: str) -> str | None:
+    r"""The title of a `# Heading` line (closing `#`s and blanks dropped), None for other lines.
+
+    As `^ {0,3}#{1,6}[ \t]+(.*?)(?:[ \t]+#+)?[ \t]*$` would, whose lazy title tried the
+    closing at every character: quadratic on a long run of blanks."""
+    start = _HEADING_START.match(line)
+    if start is None:
+        return None
+    title = line[start.end() :].rstrip(_BLANK)
+    unclosed = title.rstrip("#")
+    if unclosed != title and unclosed.endswith(tuple(_BLANK)):
+        return unclosed.rstrip(_BLANK)
+    return title
+
+
 def _inline(text: str) -> str:
-    """Emphasis converted (bold still as `_B`), code spans and URLs kept as they are."""
+    r"""Emphasis converted (bold still as `_B`), code spans and URLs kept as they are.
+
+    `text` is one line (no "\n"): the scanners below rely on it, as `.` did in the patterns."""
+    if not any(mark in text for mark in _INLINE_MARKS):
+        return text  # plain text, most lines
     kept: list[str] = []
 
     def keep(value: str) -> str:
         kept.append(value)
         return f"\x00{len(kept) - 1}\x00"
 
-    text = _CODE_SPAN.sub(lambda m: keep(m.group(0)), text)
-    text = _LINK.sub(lambda m: _link(m, keep), text)
+    text = _replace(text, _code_spans(text), keep)
+    text = _links(text, keep)
     text = _URL.sub(lambda m: keep(m.group(0)), text)
-    text = _BOLD_ITALIC.sub(lambda m: f"{_B}_{m.group(1)}_{_B}", text)
-    text = _BOLD.sub(lambda m: f"{_B}{m.group(2)}{_B}", text)
-    text = _STRIKE.sub(lambda m: f"~{m.group(1)}~", text)
-    text = _ITALIC.sub(lambda m: f"_{m.group(1)}_", text)
+    text = _emphasis(text, ("***",), _opens, _closes, lambda inner: f"{_B}_{inner}_{_B}")
+    text = _emphasis(text, ("**", "__"), _opens, _closes, lambda inner: f"{_B}{inner}{_B}")
+    text = _emphasis(text, ("~~",), _opens, _closes, lambda inner: f"~{inner}~")
+    text = _emphasis(text, ("*",), _opens_italic, _closes_italic, lambda inner: f"_{inner}_")
     return _KEPT.sub(lambda m: kept[int(m.group(1))], text)
 
 
-def _link(match: re.Match[str], keep: Callable[[str], str]) -> str:
-    label, url = match.group(2).strip(), match.group(3)
+def _replace(text: str, spans: Iterator[tuple[int, int]], by: Callable[[str], str]) -> str:
+    """`text` with each span (start, end: in order, apart) replaced by `by(its text)`."""
+    out: list[str] = []
+    done = 0
+    for start, end in spans:
+        out += [text[done:start], by(text[start:end])]
+        done = end
+    out.append(text[done:])
+    return "".join(out)
+
+
+def _code_spans(text: str) -> Iterator[tuple[int, int]]:
+    r"""Each code span, as `(`+)(.+?)\1` finds them: the longest opening run of backticks that a
+    run at least as long closes further on (after one character at least), the nearest such
+    closing. `run[p]` (backticks from p on) and `most[p]` (the longest run from p on) answer
+    "is there a closing" at once, where the pattern searched the rest of the line per try."""
+    if "`" not in text:
+        return
+    n = len(text)
+    run, most = [0] * (n + 2), [0] * (n + 2)
+    for p in range(n - 1, -1, -1):
+        run[p] = run[p + 1] + 1 if text[p] == "`" else 0
+        most[p] = max(run[p], most[p + 1])
+    at = text.find("`")
+    while at >= 0:
+        k = min(run[at], most[at + 2])
+        while k > 0 and most[at + k + 1] < k:
+            k -= 1
+        if k == 0:  # no backtick after the next character: no span starts here
+            at = text.find("`", at + 1)
+            continue
+        close = at + k + 1
+        while run[close] < k:
+            close += 1
+        yield at, close + k
+        at = text.find("`", close + k)
+
+
+def _links(text: str, keep: Keep) -> str:
+    r"""Each `[label](url)` and `![label](url)` as `_link` writes it.
+
+    A label runs to the next `]`, which every `[` before it shares: that `]`'s tail is matched
+    once for all of them (`!?\[[^\]\n]*\]...` searched from each `[` to the `]`)."""
+    out: list[str] = []
+    done = 0
+    at = text.find("[")
+    while at >= 0:
+        close = text.find("]", at + 1)
+        if close < 0:
+            break
+        tail = _LINK_TAIL.match(text, close)
+        if tail is None:
+            at = text.find("[", close + 1)
+            continue
+        start = at - 1 if at - 1 >= done and text[at - 1] == "!" else at
+        out += [text[done:start], _link(text[at + 1 : close], tail.group(1), keep)]
+        done = tail.end()
+        at = text.find("[", done)
+    out.append(text[done:])
+    return "".join(out)
+
+
+def _link(label: str, url: str, keep: Keep) -> str:
+    label = label.strip()
     if not label or label == url:
         return keep(url)
     if url == f"mailto:{label}":
         return keep(label)
     return f"{label} ({keep(url)})"
+
+
+def _emphasis(
+    text: str,
+    delimiters: tuple[str, ...],
+    opens: Edge,
+    closes: Edge,
+    wrap: Callable[[str], str],
+) -> str:
+    """Each `delimiter inner delimiter` in `text` replaced by `wrap(inner)`."""
+    if not any(d in text for d in delimiters):
+        return text  # most lines: nothing to look for
+    spans = _pairs(text, delimiters, opens, closes)
+    out: list[str] = []
+    done = 0
+    for start, end, delimiter in spans:
+        inner = text[start + len(delimiter) : end - len(delimiter)]
+        out += [text[done:start], wrap(inner)]
+        done = end
+    out.append(text[done:])
+    return "".join(out)
+
+
+def _pairs(
+    text: str, delimiters: tuple[str, ...], opens: Edge, closes: Edge
+) -> Iterator[tuple[int, int, str]]:
+    r"""(start, end, delimiter) of each pair in `text`, leftmost first and not overlapping, as
+    `re.sub` finds `(d1|d2)(?=...)(.+?)(?<=...)\1`: an opening, then the nearest closing of the
+    same delimiter one character or more after it. The closings are listed once and each
+    opening finds its own by bisection; the pattern searched the rest of the line from each
+    opening, quadratic when most of them have no closing."""
+    closings = {
+        d: [at for at in _occurrences(text, d) if at > 0 and closes(text, at, d)]
+        for d in delimiters
+    }
+    if not any(closings.values()):
+        return
+    starts = sorted({at for d in delimiters for at in _occurrences(text, d)})
+    done = 0
+    for at in starts:
+        if at < done:
+            continue
+        for d in delimiters:
+            if not (text.startswith(d, at) and opens(text, at, d)):
+                continue
+            found = bisect_left(closings[d], at + len(d) + 1)
+            if found < len(closings[d]):
+                done = closings[d][found] + len(d)
+                yield at, done, d
+                break
+
+
+def _occurrences(text: str, part: str) -> Iterator[int]:
+    """Where `part` starts in `text`, overlapping ones included."""
+    at = text.find(part)
+    while at >= 0:
+        yield at
+        at = text.find(part, at + 1)
+
+
+# The edges of `**bold**`, `__bold__`, `***both***`, `~~strike~~`: no blank inside either one.
+def _opens(text: str, at: int, d: str) -> bool:
+    after = at + len(d)
+    return after < len(text) and not text[after].isspace()
+
+
+def _closes(text: str, at: int, d: str) -> bool:
+    return not text[at - 1].isspace()
+
+
+# `*italic*`: the stars touch the text inside and no word or other star outside.
+def _opens_italic(text: str, at: int, d: str) -> bool:
+    after = at + 1
+    return (
+        (at == 0 or not _word_or_star(text[at - 1]))
+        and after < len(text)
+        and not (text[after].isspace() or text[after] == "*")
+    )
+
+
+def _closes_italic(text: str, at: int, d: str) -> bool:
+    before, after = text[at - 1], at + 1
+    return not (before.isspace() or before == "*") and (
+        after == len(text) or not _word_or_star(text[after])
+    )
+
+
+def _word_or_star(ch: str) -> bool:
+    r"""What the pattern's `[\w*]` matches (`\w` is `str.isalnum()` and `_` for str patterns)."""
+    return ch.isalnum() or ch in "_*"

@@ -257,26 +257,130 @@ def test_every_kind_of_conversation_key_is_forgotten() -> None:
         assert key.rsplit(":", 1)[1] in CONVERSATION_KINDS, f"{name}: add it to CONVERSATION_KINDS"
 
 
-async def test_refused_while_a_turn_runs_or_a_batch_waits_and_nothing_is_deleted(
+async def test_refused_while_a_turn_runs_and_nothing_is_deleted(
     redis: Redis, settings: Settings
 ) -> None:
     made = Conversations(redis, settings)
     await made.everything((TENANT, PERSON, ""))
-    k = made.keys.tenant(TENANT)
-    batch, _ = await made.claim_one(TENANT, PERSON)  # the waiting message: a turn runs
+    await made.claim_one(TENANT, PERSON)  # the waiting message: a turn runs
     before = await snapshot(redis)
 
     with pytest.raises(ForgetError, match=r"a turn of person \d+ runs"):
         await forget_person(redis, made.keys, TENANT, PERSON, by="ana", retention_s=RETENTION_S)
     assert await snapshot(redis) == before
 
-    # The turn fails and its batch waits for a retry: no lock, the batch still in flight.
+
+async def test_a_batch_waiting_for_a_retry_is_forgotten_with_the_rest(
+    redis: Redis, settings: Settings
+) -> None:
+    """Issue 21: the batch a failed turn left to be retried is held by no turn (no lock): it
+    went with everything else, instead of refusing until the retry ran."""
+    made = Conversations(redis, settings)
+    await made.everything((TENANT, PERSON, ""), (TENANT, OTHER_PERSON, ""))
+    k = made.keys.tenant(TENANT)
+    batch, _ = await made.claim_one(TENANT, PERSON)
     assert await made.store.finish_retry(batch, 60, "boom")
     assert not await redis.exists(k.lock(PERSON)) and await redis.exists(k.batch(PERSON))
     before = await snapshot(redis)
-    with pytest.raises(ForgetError, match="batch in flight"):
-        await forget_person(redis, made.keys, TENANT, PERSON, by="ana", retention_s=RETENTION_S)
-    assert await snapshot(redis) == before
+
+    report = await forget_person(
+        redis, made.keys, TENANT, PERSON, by="ana", retention_s=RETENTION_S
+    )
+
+    assert report.conversation_keys == 5  # the batch, lastin, memory, silent, sent
+    assert report.queue_entries == 1  # due: the retry's time
+    assert await forgotten_alone(redis, made.keys, TENANT, PERSON, before)
+
+
+async def test_a_late_failure_waiting_behind_a_human_pause_is_forgotten_by_the_cli(
+    redis: Redis, settings: Settings
+) -> None:
+    """Issue 21: Meta reports a sent reply failed while a human has the conversation. The late
+    failure becomes a batch that no turn holds (the claim skips a paused person until the
+    pause ends); the forget was refused (409 on the ops page) until someone resumed the bot and
+    it ran an AI turn and a reply. Now the CLI forgets that batch with the rest (the pause
+    too), and another person's state is untouched."""
+    made = Conversations(redis, settings)
+    for person in (PERSON, OTHER_PERSON):
+        await made.turns(TENANT, person)
+        await takeover.pause(redis, made.keys, TENANT, person, by="ana", why="mine", seconds=600)
+        await failed_status(redis, made, TENANT, person, f"wamid.out.{TENANT}.{person}.2")
+    k = made.keys.tenant(TENANT)
+    claim = await made.store.claim(TENANT, 5, "t")
+    assert claim.batches == []  # both paused: no turn
+    late = await redis.hgetall(k.batch(PERSON))
+    assert b"late_jobs" in late and not await redis.exists(k.lock(PERSON))
+    assert (await redis.zscore(k.due, PERSON) or 0) > claim.now_ms  # the pause's end
+    before = await snapshot(redis)
+
+    done = forget_cli(settings, "--tenant", TENANT, "--person", PERSON, "--by", "ana", "--yes")
+
+    assert done.returncode == 0, done.stderr
+    assert f"forgot {PERSON} in tenant {TENANT}" in done.stdout
+    assert await forgotten_alone(redis, made.keys, TENANT, PERSON, before)
+    assert not await redis.exists(k.batch(PERSON), k.late(PERSON), k.human(PERSON))
+    assert await redis.exists(k.batch(OTHER_PERSON)), "the other person's late failure waits"
+    # Nothing is left for a worker to claim: the claim finds no batch and makes none.
+    assert (await made.store.claim(TENANT, 5, "t")).batches == []
+    assert not await redis.exists(k.batch(PERSON))
+
+
+async def failed_status(
+    redis: Redis, made: Conversations, tenant: str, person: str, wamid: str
+) -> None:
+    """Meta's `failed` status for a part it had accepted, as the receiver stores it."""
+    event = events.status_event(
+        channel="whatsapp",
+        tenant=tenant,
+        person=person,
+        message_id=wamid,
+        status="failed",
+        ts=int(time.time()),
+        received_ms=int(time.time() * 1000),
+        raw={"id": wamid, "status": "failed"},
+        errors=[{"code": 131026, "title": "Message undeliverable"}],
+    )
+    k = made.keys.tenant(tenant)
+    await made.scripts.ingest(
+        redis,
+        k,
+        seen=[k.seen(events.dedupe_id(event))],
+        dedupe_ttl_s=60,
+        events=[events.encode(event)],
+    )
+
+
+async def forgotten_alone(
+    redis: Redis, keys: Keys, tenant: str, person: str, before: dict[str, Any]
+) -> bool:
+    """Nothing of `person` is left, and everything else is as in `before` (the audit aside)."""
+    k = keys.tenant(tenant)
+    expected = {
+        key: kept
+        for key, value in before.items()
+        if key != keys.audit and (kept := about(person, k, key, value)) is not None
+    }
+    after = {key: v for key, v in (await snapshot(redis)).items() if key != keys.audit}
+    assert after == expected
+    return True
+
+
+def forget_cli(settings: Settings, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    """`python -m worker.forget` against the test's Redis."""
+    env = {
+        **os.environ,
+        "REDIS_URL": settings.redis_url,
+        "REDIS_CLUSTER": "false",
+        "KEY_PREFIX": settings.key_prefix,
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "worker.forget", *args],
+        env=env,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 async def test_the_script_checks_the_lock_itself(redis: Redis, settings: Settings) -> None:

@@ -3,6 +3,8 @@ gets the answer as it is. Each case: what the model wrote, what the person sees.
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from shared.senders.formatting import for_channel, to_whatsapp
@@ -114,3 +116,49 @@ def test_only_whatsapp_conversations_are_converted() -> None:
     assert for_channel("whatsapp", text) == "*Hola*\n*Ana*"
     assert for_channel("chatwoot", text) == text
     assert for_channel("other", text) == text
+
+
+# Issue 21: the AI's answer is converted, and patterns that searched the rest of the line from
+# each opening were quadratic ("***a " x 3 276 took 0.93 s; 100 KB of it, over a minute). Each
+# shape: 100 KB that opens much and closes little, and what the person sees of it.
+SIZE = 100_000
+SECONDS = 3.0  # linear takes well under 0.5 s here, even on a loaded machine
+
+
+def repeat(unit: str) -> str:
+    return unit * (SIZE // len(unit))
+
+
+ADVERSARIAL = {
+    # openings whose closings follow a blank: nothing closes, kept as written
+    "bold": (repeat("**a "), repeat("**a ")),
+    "underscore bold": (repeat("__a "), repeat("__a ")),
+    "strike": (repeat("~~a "), repeat("~~a ")),
+    "italic": (repeat("*a "), repeat("*a ")),
+    "italic inside words": (repeat("a*b "), repeat("a*b ")),
+    # the three stars of issue 21: two of them pair as bold across each blank
+    "bold italic": (repeat("***a "), "**a " * (SIZE // 5)),
+    # labels never closed, or closed without a link after them: kept as written
+    "open brackets": (repeat("["), repeat("[")),
+    "open images": (repeat("!["), repeat("![")),
+    "labels without a url": (repeat("[a]("), repeat("[a](")),
+    "one label end for every opening": ("[" * (SIZE // 2) + "](" + " " * (SIZE // 2), None),
+    # backtick runs no run as long closes: kept as written
+    "code runs": (repeat("``a`"), repeat("``a`")),
+    "a long opening run": ("x" + "`" * (SIZE // 2) + "a" + "`a" * (SIZE // 4), None),
+    # a heading's title ends before its closing blanks, however many
+    "heading blanks": ("# a" + " " * SIZE + "x", "*a" + " " * SIZE + "x*"),
+    "many lines": (repeat("***a \n"), repeat("***a \n")),
+    "rule": ("-" + " -" * (SIZE // 2) + " x", None),
+}
+
+
+@pytest.mark.parametrize("text,expected", ADVERSARIAL.values(), ids=list(ADVERSARIAL))
+def test_hostile_answers_are_converted_in_linear_time(text: str, expected: str | None) -> None:
+    started = time.perf_counter()
+    converted = to_whatsapp(text)
+    elapsed = time.perf_counter() - started
+    assert elapsed < SECONDS, f"{elapsed:.2f} s for {len(text)} characters"
+    if expected is None:  # nothing converted: the text as written
+        expected = text
+    assert converted == expected
