@@ -10,6 +10,7 @@ import asyncio
 import inspect
 import os
 import subprocess
+import time
 from typing import Any
 
 import orjson
@@ -373,14 +374,7 @@ def forget_cli(settings: Settings, *args: str, stdin: str = "") -> subprocess.Co
         "REDIS_CLUSTER": "false",
         "KEY_PREFIX": settings.key_prefix,
     }
-    return subprocess.run(
-        [sys.executable, "-m", "worker.forget", *args],
-        env=env,
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return run_module("worker.forget", *args, env=env, stdin=stdin, timeout_s=60)
 
 
 async def test_the_script_checks_the_lock_itself(redis: Redis, settings: Settings) -> None:
@@ -456,10 +450,9 @@ async def test_cli_end_to_end(redis: Redis, settings: Settings) -> None:
     made = Conversations(redis, settings)
     await made.everything((TENANT, PERSON, ""))
     k = made.keys.tenant(TENANT)
-    env = {**os.environ, "REDIS_URL": settings.redis_url, "REDIS_CLUSTER": "false"}
 
     def cli(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
-        return run_module("worker.forget", *args, env=env, stdin=stdin, timeout_s=60)
+        return forget_cli(settings, *args, stdin=stdin)
 
     who = ["--tenant", TENANT, "--person", PERSON, "--by", "ana"]
     declined = cli(*who, stdin="no\n")
@@ -482,8 +475,8 @@ async def test_cli_end_to_end(redis: Redis, settings: Settings) -> None:
     busy = cli(*who, "--yes")
     assert busy.returncode == 1 and "forget again once it ended" in busy.stderr
 
-    env["REDIS_URL"] = "redis://127.0.0.1:1/0"  # nothing listens there
-    down = cli(*who, "--yes")
+    nowhere = settings.with_overrides(redis_url="redis://127.0.0.1:1/0")  # nothing listens there
+    down = forget_cli(nowhere, *who, "--yes")
     assert down.returncode == 1 and "cannot reach Redis" in down.stderr
 
 
