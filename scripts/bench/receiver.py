@@ -119,7 +119,11 @@ class Server:
             "--loop",
             "uvloop",
             "--http",
-            "httptools",
+            # The receiver with the Procfile's protocol (its header deadline costs what it
+            # costs here too); the bare app with uvicorn's own.
+            "receiver.header_deadline:HeaderDeadlineProtocol"
+            if app.endswith(":create_app")
+            else "httptools",
             # The Procfile's flags, log level included (uvicorn's default, info): a logging
             # setting that costs per request must show here as it would in production.
             "--no-access-log",

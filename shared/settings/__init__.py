@@ -20,6 +20,7 @@ from functools import cached_property
 from typing import Any, NoReturn
 
 from shared.settings.fields import AISettings, ConnectionSettings, ProviderSettings, TurnSettings
+from shared.settings.intake_fields import IntakeSettings
 from shared.settings.ops_fields import OpsSettings
 from shared.settings.spec import ConfigError as ConfigError
 from shared.settings.spec import Spec, specs_of
@@ -28,10 +29,12 @@ from shared.settings.tenants import TenantConfig, check_tenants, load_tenants
 __all__ = ["ConfigError", "Settings", "TenantConfig", "env_names", "exit_on_config_error"]
 
 
-# The groups' fields come in this order: connection, providers, AI, turns, ops (dataclasses
-# take the fields of the last base first).
+# The groups' fields come in this order: connection, providers, AI, turns, intake, ops
+# (dataclasses take the fields of the last base first).
 @dataclass(frozen=True)
-class Settings(OpsSettings, TurnSettings, AISettings, ProviderSettings, ConnectionSettings):
+class Settings(
+    OpsSettings, IntakeSettings, TurnSettings, AISettings, ProviderSettings, ConnectionSettings
+):
     """The effective configuration of a process; `from_env()` builds it."""
 
     # TENANTS_FILE's tables by tenant id; `tenant(tenant_id)` answers the effective values.

@@ -151,6 +151,7 @@ def procfile_web(redis_url: str, tmp_path: Path, **env: str) -> Iterator[str]:
         "REDIS_URL": redis_url,
         "WHATSAPP_APP_SECRET": APP_SECRET,
         "BODY_READ_TIMEOUT_S": str(BODY_TIMEOUT_S),
+        "HEADERS_TIMEOUT_S": str(BODY_TIMEOUT_S),
         **env,
     }
     log = tmp_path / "web.log"
@@ -259,3 +260,52 @@ async def test_the_concurrency_limit_answers_503_until_the_slow_ones_are_cut(
                 assert answer.startswith(b"HTTP/1.1 408 ")
             response = await http.post(URL, content=body, headers=headers)
     assert counts(response) == {"stored": 1, "duplicates": 0}  # Meta's retry gets in
+
+
+async def no_headers_client(port: int, sent: bytes) -> tuple[bytes, float]:
+    """Open a connection, send `sent` (nothing, or the start of a request's headers) and then
+    nothing more; what the server answered before closing, and when it closed (monotonic)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        if sent:
+            writer.write(sent)
+            await writer.drain()
+        answer = await asyncio.wait_for(reader.read(), 15)  # until the server closes
+        return answer, time.monotonic()
+    finally:
+        writer.close()
+
+
+async def test_sockets_whose_headers_never_end_are_closed(web: str, redis: Redis) -> None:
+    """uvicorn arms no timer before a request's headers are in: without the Procfile's
+    protocol (receiver/header_deadline.py) these sockets stayed open for ever, each counting
+    against WEB_MAX_CONNECTIONS. Each gets its connection closed, without an answer."""
+    port = int(web.rsplit(":", 1)[1])
+    started = time.monotonic()
+    partial = b"POST /webhooks/whatsapp HTTP/1.1\r\nHost: x\r\nContent-Len"
+    closed = await asyncio.gather(
+        *(no_headers_client(port, b"") for _ in range(100)),
+        *(no_headers_client(port, partial) for _ in range(100)),
+    )
+    for answer, closed_at in closed:
+        assert answer == b""  # closed, nothing written
+        assert closed_at - started < BODY_TIMEOUT_S + 3  # the deadline, plus a loaded machine
+    async with httpx.AsyncClient(base_url=web) as http:
+        body = dumps(payload((TENANT, [text_message("afterheaders")], [])))
+        response = await http.post(URL, content=body, headers={"X-Hub-Signature-256": sign(body)})
+    assert counts(response) == {"stored": 1, "duplicates": 0}
+
+
+async def test_a_keep_alive_connection_serves_requests_after_the_header_deadline(
+    web: str, redis: Redis
+) -> None:
+    """The deadline runs from a request's first byte, not from the connection's start: a
+    client that keeps one connection for several webhooks is not cut off."""
+    async with httpx.AsyncClient(base_url=web) as http:
+        for n in range(3):
+            body = dumps(payload((TENANT, [text_message(f"kept{n}")], [])))
+            response = await http.post(
+                URL, content=body, headers={"X-Hub-Signature-256": sign(body)}
+            )
+            assert counts(response) == {"stored": 1, "duplicates": 0}
+            await asyncio.sleep(BODY_TIMEOUT_S * 0.6)  # past the deadline across requests
