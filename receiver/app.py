@@ -35,14 +35,14 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import Receive, Scope, Send
 
 from receiver.body_deadline import BodyDeadlines, BodyTimeout
-from receiver.chatwoot import ChatwootInbound
-from receiver.metrics import ReceiverMetrics, authorized
-from receiver.parsing import Parsed
-from receiver.provider import InboundProvider, WebhookRequest
-from receiver.providers import inbound_providers
-from receiver.signature import SignatureError, token_matches
+from receiver.metrics.endpoint import ReceiverMetrics, authorized
+from receiver.providers.base import InboundProvider, WebhookRequest
+from receiver.providers.chatwoot import ChatwootInbound
+from receiver.providers.parsing import Parsed
+from receiver.providers.registry import inbound_providers
+from receiver.providers.signature import SignatureError, token_matches
+from receiver.providers.whatsapp import WhatsAppInbound
 from receiver.store import DeadLetterBounds, InboxWriter, StoreUnavailable, WriterTuning
-from receiver.whatsapp import WhatsAppInbound
 from shared.keys import Keys
 from shared.logs import (
     configure_logging,
@@ -349,7 +349,7 @@ class Receiver:
     async def metrics_endpoint(self, request: Request) -> Response:
         """Prometheus text for the holder of `METRICS_TOKEN` (401 for anyone else): this
         receiver's figures, and the fleet's as read from Redis at most every
-        `METRICS_FLEET_MAX_AGE_S` (receiver/metrics.py)."""
+        `METRICS_FLEET_MAX_AGE_S` (receiver/metrics/endpoint.py)."""
         if not authorized(request.headers.get("authorization"), self.settings.metrics_token):
             return UNAUTHORIZED
         text = await self.metrics.exposition(self.redis)

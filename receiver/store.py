@@ -53,7 +53,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from receiver.parsing import Item
+from receiver.providers.parsing import Item
 from shared.fleet.wake import now_ms, wake_command
 from shared.keys import Keys, TenantKeys
 from shared.settings import Settings

@@ -189,7 +189,7 @@ def _about(type: str, raw: Any) -> tuple[str, str]:
         "customer_changed_number",
         "user_changed_number",
     ):
-        # The receiver refuses a new id that is not a phone number (receiver/whatsapp.py).
+        # The receiver refuses a new id that is not a phone number (receiver/providers/whatsapp.py).
         return "", _str(_field(body, "wa_id")) or _str(_field(body, "new_wa_id"))
     return "", ""
 

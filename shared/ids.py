@@ -3,8 +3,8 @@
 A provider's id goes into our keys (`wa:{<tenant>}:c:<person>:…`, `seen:<channel>:<id>`,
 `out:<id>`) and into the URLs we call with a token (`/{phone_number_id}/messages`, Chatwoot's
 `/accounts/{account}/conversations/{conversation}`, Graph's `/{media id}`). The receiver accepts
-only these shapes (anything else is dead-lettered, receiver/parsing.py), and the senders check
-them again before a URL is built, for data written before this rule.
+only these shapes (anything else is dead-lettered, receiver/providers/parsing.py), and the
+senders check them again before a URL is built, for data written before this rule.
 
 - WhatsApp `phone_number_id` (our tenant) and media ids: Graph object ids, digits (up to 30).
 - WhatsApp `wa_id`, `from`, `recipient_id`, an echo's `to`: a phone number, digits (up to 20;
@@ -15,7 +15,7 @@ them again before a URL is built, for data written before this rule.
   country (`US.ENT.1181…`).
 - WhatsApp message ids (`wamid.HBgL…`, base64): no documented grammar, so a conservative one:
   base64 and id punctuation (`A-Z a-z 0-9 . _ : = + / -`), at most 256 characters.
-- Chatwoot ids: integers (receiver/chatwoot_fields.py `chatwoot_id`); a Chatwoot tenant is
+- Chatwoot ids: integers (receiver/providers/chatwoot_fields.py `chatwoot_id`); a Chatwoot tenant is
   `cw-<account>-<inbox>` (shared/chatwoot.py).
 
 Tenants of the two providers cannot collide: a WhatsApp tenant is digits only, a Chatwoot

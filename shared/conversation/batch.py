@@ -23,7 +23,7 @@ class Message:
     name: str = ""
     context: str = ""
     raw: Any = None
-    channel: str = "whatsapp"  # the provider it came from (receiver/provider.py)
+    channel: str = "whatsapp"  # the provider it came from (receiver/providers/base.py)
 
     @classmethod
     def from_event(cls, event: dict[str, Any]) -> Message:

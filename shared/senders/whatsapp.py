@@ -245,7 +245,7 @@ def addressed_to(person: str) -> dict[str, str]:
     """Who a message goes to: `to` for a phone number (digits), `recipient` for a
     business-scoped user id (`AR.4410...`: a person known by a username, no number shown),
     as Meta documents for usernames. The receiver keys a person by the number when the webhook
-    has one, else by the user id (receiver/whatsapp.py `_sender`)."""
+    has one, else by the user id (receiver/providers/whatsapp.py `_sender`)."""
     return {"to": person} if person.isdigit() else {"recipient": person}
 
 

@@ -139,7 +139,7 @@ class Signature:
     ) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
         """KEYS and ARGV for these values; raises `ScriptCallError` for a missing or unknown
         name. `tenant_keys` gives the names a call leaves out (None: every name is given)."""
-        if not values.keys() <= self.names:
+        if not self.names.issuperset(values):
             unknown = ", ".join(sorted(set(values) - self.names))
             raise ScriptCallError(f"{self.script}.lua has no KEYS or ARGV named {unknown}")
         named = (

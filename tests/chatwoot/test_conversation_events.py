@@ -13,8 +13,8 @@ import orjson
 import pytest
 from redis.asyncio import Redis
 
-from receiver.chatwoot import parse_body
-from receiver.chatwoot_conversations import effect_of
+from receiver.providers.chatwoot import parse_body
+from receiver.providers.chatwoot_conversations import effect_of
 from scripts.standins import chatwoot_headers, message_created
 from scripts.webhooks import agent_user, conversation_webhook
 from shared.events import decode

@@ -12,7 +12,7 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 from redis.asyncio import Redis
 
-from receiver.chatwoot import parse_body
+from receiver.providers.chatwoot import parse_body
 from scripts.standins import chatwoot_headers, message_created
 from shared.settings import Settings
 from tests.receiver.support import running

@@ -8,9 +8,9 @@ from typing import Any
 import orjson
 import pytest
 
-from receiver.chatwoot import ChatwootInbound, describe, parse_body, timestamp
-from receiver.provider import WebhookRequest
-from receiver.signature import SignatureError
+from receiver.providers.base import WebhookRequest
+from receiver.providers.chatwoot import ChatwootInbound, describe, parse_body, timestamp
+from receiver.providers.signature import SignatureError
 from scripts.standins import message_created, sign_chatwoot
 from shared.events import decode
 from tests.support.helpers import fixture_bytes, fixture_json

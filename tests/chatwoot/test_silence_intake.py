@@ -14,7 +14,7 @@ import orjson
 import pytest
 from redis.asyncio import Redis
 
-from receiver.chatwoot import parse_body
+from receiver.providers.chatwoot import parse_body
 from scripts.webhooks import agent_user, conversation_webhook, message_created
 from shared import events
 from shared.conversation.batch import Batch

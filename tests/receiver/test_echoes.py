@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 from redis.asyncio import Redis
 
-from receiver.whatsapp import parse_body, parse_payload
+from receiver.providers.whatsapp import parse_body, parse_payload
 from tests.receiver.support import TENANT, counts, deadletters, dumps, inbox, post, text_message
 from tests.support.helpers import fixture_bytes, fixture_json
 

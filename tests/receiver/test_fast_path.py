@@ -17,8 +17,8 @@ from hypothesis import given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
-from receiver.parsing import Parsed
-from receiver.whatsapp import _one_item, parse_body, parse_payload
+from receiver.providers.parsing import Parsed
+from receiver.providers.whatsapp import _one_item, parse_body, parse_payload
 from tests.support.helpers import FIXTURES, fixture_json
 
 NOW_MS = 1_764_500_000_000

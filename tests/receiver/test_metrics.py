@@ -15,7 +15,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from redis.asyncio import Redis
 
-from receiver.metrics import ReceiverMetrics
+from receiver.metrics.endpoint import ReceiverMetrics
 from scripts.dev.redis_server import RedisServer
 from shared.conversation.review_journal import ReviewJournal
 from shared.conversation.turn_state import TurnState

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from receiver.signature import (
+from receiver.providers.signature import (
     BadSignature,
     MissingSignature,
     SignatureChecker,

@@ -15,9 +15,9 @@ import time
 import pytest
 from redis.asyncio import Redis
 
-from receiver.parsing import Item
+from receiver.providers.parsing import Item
+from receiver.providers.whatsapp import parse_body
 from receiver.store import InboxWriter, StoreUnavailable, WriterTuning
-from receiver.whatsapp import parse_body
 from shared.keys import Keys
 from shared.storage.scripts import Scripts
 from tests.receiver.support import TENANT, dumps, inbox, payload, text_message

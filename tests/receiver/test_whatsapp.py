@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 import pytest
 
-from receiver.whatsapp import (
+from receiver.providers.whatsapp import (
     Contacts,
     message_from,
     parse_body,
@@ -16,7 +16,7 @@ from receiver.whatsapp import (
     status_from,
     timestamp,
 )
-from receiver.whatsapp_text import describe
+from receiver.providers.whatsapp_text import describe
 from tests.receiver.support import TENANT, TENANT_2, payload, text_message
 from tests.support.helpers import FIXTURES, fixture_bytes, fixture_json
 

@@ -16,8 +16,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from receiver.chatwoot import ChatwootInbound, parse_body
-from receiver.provider import WebhookRequest
+from receiver.providers.base import WebhookRequest
+from receiver.providers.chatwoot import ChatwootInbound, parse_body
 from scripts.standins import BackgroundServer, ChatwootApiStandIn
 from tests.standins.support import launch
 from tests.support.helpers import stop_process

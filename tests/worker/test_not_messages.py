@@ -20,7 +20,7 @@ import orjson
 import pytest
 from redis.asyncio import Redis
 
-from receiver.whatsapp import parse_payload
+from receiver.providers.whatsapp import parse_payload
 from shared.fleet import wake as shared_wake
 from shared.keys import Keys
 from shared.settings import Settings

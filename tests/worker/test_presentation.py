@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 import pytest
 
-from receiver.whatsapp import parse_body
+from receiver.providers.whatsapp import parse_body
 from shared.conversation.batch import Batch, Message
 from shared.conversation.presentation import Quotes, exchange, local_time, present
 from shared.settings import Settings

@@ -17,7 +17,7 @@ import orjson
 import pytest
 from redis.asyncio import Redis
 
-from receiver.whatsapp import parse_payload
+from receiver.providers.whatsapp import parse_payload
 from shared import events
 from shared.conversation.batch import Batch
 from shared.conversation.presentation import HUMAN_REPLY_NOTE, NO_NEW_MESSAGE, Quotes

@@ -1,6 +1,6 @@
 -- The bot's silence in a Chatwoot conversation a person of the business handles (an agent
 -- assigned, an agent wrote, the conversation opened, the bot handed it over), until it is
--- `pending` again or resolved (receiver/chatwoot_conversations.py). The conversation's `silent`
+-- `pending` again or resolved (receiver/providers/chatwoot_conversations.py). The conversation's `silent`
 -- key holds JSON `why`, `since_ms` (Redis clock), `since_s` (Chatwoot's), `by`. While it
 -- lives, the customer's messages start no turn; they and the agents' messages enter the
 -- memory as lines of one entry, the last of the list, `{"human": true, "lines": [{by, name,

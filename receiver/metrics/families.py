@@ -1,5 +1,5 @@
 """The fleet figures as Prometheus families: what a read of Redis yields (`FleetSnapshot`,
-receiver/fleet_metrics.py) and how it is named and rendered.
+receiver/metrics/fleet.py) and how it is named and rendered.
 
 Fleet totals are `wa_<figure>` without labels; a tenant's own series are `wa_tenant_<figure>`
 with a `tenant` label (only the busiest and the named tenants get them). Rendering goes one

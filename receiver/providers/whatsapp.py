@@ -1,6 +1,6 @@
 """WhatsApp Cloud API webhooks: Meta's signature checked, bodies turned into inbox events (no I/O).
 
-`WhatsAppInbound` is the receiver's half of the WhatsApp provider (see receiver/provider.py).
+`WhatsAppInbound` is the receiver's half of the WhatsApp provider (see receiver/providers/base.py).
 
 Meta batches many updates into one POST (several entries, changes, messages and statuses, even
 several tenants), so every level is walked, never only `[0]`.
@@ -33,10 +33,10 @@ from typing import Any, NamedTuple, TypeGuard
 
 import orjson
 
-from receiver.parsing import Invalid, Parsed, checked_id
-from receiver.provider import WebhookRequest
-from receiver.signature import SignatureChecker
-from receiver.whatsapp_text import describe_as, field_str, message_type, objects
+from receiver.providers.base import WebhookRequest
+from receiver.providers.parsing import Invalid, Parsed, checked_id
+from receiver.providers.signature import SignatureChecker
+from receiver.providers.whatsapp_text import describe_as, field_str, message_type, objects
 from shared.events import dedupe_id, echo_event, encode, message_event, status_event
 from shared.ids import (
     is_media_id,

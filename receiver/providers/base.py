@@ -1,11 +1,11 @@
 """The receiver's half of a provider: what WhatsApp, Chatwoot and any later provider's
 webhook module implements (`InboundProvider`), and what it sees of a request
-(`WebhookRequest`); the providers served are listed in receiver/providers.py.
+(`WebhookRequest`); the providers served are listed in receiver/providers/registry.py.
 
 A provider has two halves because they run in different processes. This one serves a webhook
 path: `verify` authenticates a request (raising a `SignatureError`: 401 missing, 403 wrong) and
-`parse` turns its body into inbox events (`receiver.parsing.Parsed`), both pure (no I/O), so
-the receiver stores the events and answers. The other half is the provider's sender
+`parse` turns its body into inbox events (`receiver.providers.parsing.Parsed`), both pure (no
+I/O), so the receiver stores the events and answers. The other half is the provider's sender
 (shared/senders/<provider>.py, a subclass of `shared.senders.base.Sender`): it sends a reply's
 parts, marks read and shows typing where the provider has it, and hands a conversation to a
 person. Events carry their `channel`; the worker picks each batch's sender by it, so debounce,
@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import NamedTuple, Protocol
 
-from receiver.parsing import Parsed
+from receiver.providers.parsing import Parsed
 
 
 class WebhookRequest(NamedTuple):
@@ -50,7 +50,8 @@ class InboundProvider(Protocol):
         ...
 
     def verify(self, request: WebhookRequest, now_s: float) -> None:
-        """Return if the request is authentic, else raise `receiver.signature.SignatureError`."""
+        """Return if the request is authentic, else raise
+        `receiver.providers.signature.SignatureError`."""
         ...
 
     def parse(self, request: WebhookRequest, received_ms: int) -> Parsed:

@@ -17,7 +17,7 @@ Prometheus that scrapes several receivers gets the same series from each (dedupe
   server the pipeline is packed and parsed by hiredis (`Replies`); on a cluster it is
   redis-py's cluster pipeline. (Tried and dropped: a Lua script per tenant answering
   integers in a fixed order, 50 µs of Redis a tenant; HMGET of the known fields, 13 µs.)
-- **Few series** (receiver/fleet_families.py): fleet totals, always; per-tenant series only
+- **Few series** (receiver/metrics/families.py): fleet totals, always; per-tenant series only
   for the `METRICS_TENANTS_TOP_N` tenants with the most messages and the `METRICS_TENANTS`.
 
 A Redis failure during a read yields `wa_fleet_scrape_ok 0` and no fleet series (cached like
@@ -35,7 +35,7 @@ from typing import Any
 import hiredis
 from redis._parsers.hiredis import NOT_ENOUGH_DATA
 
-from receiver.fleet_families import (
+from receiver.metrics.families import (
     FleetSnapshot,
     TenantFigures,
     families,

@@ -10,7 +10,7 @@ counts), turned into Prometheus families at scrape time: prometheus-client's own
 are this process's, so they carry its `dyno` label (`DYNO`, else the host name), and so do the
 standard `process_*` figures: a scraper that reaches the web dynos through one router (Heroku)
 still tells their counters apart. The fleet figures come from Redis, the same on every
-receiver, without that label (receiver/fleet_metrics.py: cached, read in chunks, few series).
+receiver, without that label (receiver/metrics/fleet.py: cached, read in chunks, few series).
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from receiver.fleet_metrics import FleetFigures
-from receiver.signature import token_matches
+from receiver.metrics.fleet import FleetFigures
+from receiver.providers.signature import token_matches
 from shared.keys import Keys
 from shared.settings import Settings
 

@@ -1,7 +1,7 @@
 """Chatwoot webhooks: authenticated, and their bodies turned into inbox events (messages, agents'
 messages, conversation events).
 
-`ChatwootInbound` is the receiver's half of the Chatwoot provider (see receiver/provider.py),
+`ChatwootInbound` is the receiver's half of the Chatwoot provider (see receiver/providers/base.py),
 serving `POST /webhooks/chatwoot` for an account webhook or an agent bot. No I/O here.
 
 Authentication (invariant 8: never accept unauthenticated traffic):
@@ -21,7 +21,7 @@ What is stored:
   recorded ids (shared/lua/lib/silence.lua). Sent with an agent bot's token they say
   `agent_bot` and are ignored here.
 - the conversation events that start or end the bot's silence (kind "conversation",
-  receiver/chatwoot_conversations.py).
+  receiver/providers/chatwoot_conversations.py).
 Templates, private notes, activity messages and every other event are valid but not for us:
 reported in `ignored_fields`, never stored, never dead-lettered. With
 `CHATWOOT_ONLY_PENDING=true` only customers' messages of conversations in status `pending`
@@ -44,11 +44,11 @@ from urllib.parse import parse_qs
 
 import orjson
 
-from receiver.chatwoot_conversations import conversation_change, is_conversation_event
-from receiver.chatwoot_fields import chatwoot_id, field, label, timestamp
-from receiver.parsing import Invalid, Parsed
-from receiver.provider import WebhookRequest
-from receiver.signature import BadSignature, MissingSignature, token_matches
+from receiver.providers.base import WebhookRequest
+from receiver.providers.chatwoot_conversations import conversation_change, is_conversation_event
+from receiver.providers.chatwoot_fields import chatwoot_id, field, label, timestamp
+from receiver.providers.parsing import Invalid, Parsed
+from receiver.providers.signature import BadSignature, MissingSignature, token_matches
 from shared.chatwoot import CHANNEL, tenant_id
 from shared.events import message_event
 

@@ -1,7 +1,7 @@
 """Reading Chatwoot's webhook fields: its numeric ids, its times, labels for what was ignored.
 
-Shared by the message (receiver/chatwoot.py) and conversation (receiver/chatwoot_conversations.py)
-parsers. No I/O.
+Shared by the message (receiver/providers/chatwoot.py) and conversation
+(receiver/providers/chatwoot_conversations.py) parsers. No I/O.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import math
 from datetime import datetime
 from typing import Any
 
-from receiver.parsing import Invalid
+from receiver.providers.parsing import Invalid
 
 MAX_TS = 2**53
 

@@ -1,14 +1,14 @@
 """The inbound providers this receiver serves, one webhook path each.
 
-A new provider is a module with a class like `receiver.chatwoot.ChatwootInbound` (see the
-`InboundProvider` protocol in receiver/provider.py) and one line here.
+A new provider is a module with a class like `receiver.providers.chatwoot.ChatwootInbound` (see the
+`InboundProvider` protocol in receiver/providers/base.py) and one line here.
 """
 
 from __future__ import annotations
 
-from receiver.chatwoot import ChatwootInbound
-from receiver.provider import InboundProvider
-from receiver.whatsapp import WhatsAppInbound
+from receiver.providers.base import InboundProvider
+from receiver.providers.chatwoot import ChatwootInbound
+from receiver.providers.whatsapp import WhatsAppInbound
 from shared.settings import Settings
 
 

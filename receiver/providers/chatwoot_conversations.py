@@ -27,7 +27,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from receiver.chatwoot_fields import chatwoot_id, field, label, timestamp
+from receiver.providers.chatwoot_fields import chatwoot_id, field, label, timestamp
 from shared.chatwoot import CHANNEL, tenant_id
 from shared.events import conversation_event
 
@@ -90,7 +90,7 @@ def conversation_change(
     payload: dict[str, Any], body: bytes, received_ms: int
 ) -> tuple[str, dict[str, Any]] | str:
     """(tenant, conversation event) of a conversation event that starts or ends the silence,
-    else why it is not for us; receiver.parsing.Invalid when it matters but cannot be
+    else why it is not for us; receiver.providers.parsing.Invalid when it matters but cannot be
     routed."""
     name = str(payload.get("event"))
     effect = effect_of(payload)
