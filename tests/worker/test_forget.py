@@ -10,7 +10,6 @@ import asyncio
 import inspect
 import os
 import subprocess
-import time
 from typing import Any
 
 import orjson
@@ -25,6 +24,7 @@ from shared.senders.loading import OutboxSender
 from shared.settings import Settings
 from shared.storage.group_commit import GroupCommitter
 from shared.storage.scripts import Scripts
+from tests.delivery.support import push_failed_status
 from tests.worker.support import message_event, run_module
 from worker.conversation_store import ConversationStore
 
@@ -305,7 +305,8 @@ async def test_a_late_failure_waiting_behind_a_human_pause_is_forgotten_by_the_c
     for person in (PERSON, OTHER_PERSON):
         await made.turns(TENANT, person)
         await takeover.pause(redis, made.keys, TENANT, person, by="ana", why="mine", seconds=600)
-        await failed_status(redis, made, TENANT, person, f"wamid.out.{TENANT}.{person}.2")
+        wamid = f"wamid.out.{TENANT}.{person}.2"
+        await push_failed_status(redis, settings.key_prefix, person, wamid, 131026, TENANT)
     k = made.keys.tenant(TENANT)
     claim = await made.store.claim(TENANT, 5, "t")
     assert claim.batches == []  # both paused: no turn
@@ -324,31 +325,6 @@ async def test_a_late_failure_waiting_behind_a_human_pause_is_forgotten_by_the_c
     # Nothing is left for a worker to claim: the claim finds no batch and makes none.
     assert (await made.store.claim(TENANT, 5, "t")).batches == []
     assert not await redis.exists(k.batch(PERSON))
-
-
-async def failed_status(
-    redis: Redis, made: Conversations, tenant: str, person: str, wamid: str
-) -> None:
-    """Meta's `failed` status for a part it had accepted, as the receiver stores it."""
-    event = events.status_event(
-        channel="whatsapp",
-        tenant=tenant,
-        person=person,
-        message_id=wamid,
-        status="failed",
-        ts=int(time.time()),
-        received_ms=int(time.time() * 1000),
-        raw={"id": wamid, "status": "failed"},
-        errors=[{"code": 131026, "title": "Message undeliverable"}],
-    )
-    k = made.keys.tenant(tenant)
-    await made.scripts.ingest(
-        redis,
-        k,
-        seen=[k.seen(events.dedupe_id(event))],
-        dedupe_ttl_s=60,
-        events=[events.encode(event)],
-    )
 
 
 async def forgotten_alone(
