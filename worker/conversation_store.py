@@ -8,7 +8,6 @@ committer, so the concurrent turns of one process share round trips.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +24,8 @@ from shared.storage.group_commit import GroupCommitter
 from shared.storage.script_settings import ScriptSettings
 from shared.storage.scripts import Script, Scripts
 
+# A turn's figures: (stats field, increment) pairs (shared/fleet/turn_figures.py).
+Figures = tuple[tuple[str, int], ...]
 MAX_INTAKE_PER_CALL = 1000
 # How long a status that overtook its send's answer waits for record_part (which normally
 # follows within milliseconds); statuses of messages sent by others expire with it.
@@ -44,6 +45,7 @@ _FINISH_UNUSED: dict[str, Any] = {
     "last_part_id": "",
     "unknown": "",
     "count_attempt": 1,
+    "figures": (),
 }
 
 
@@ -71,7 +73,7 @@ class ConversationStore:
         """Run `script` with these values in the committer's next round; its reply."""
         # Built now, so a wrong name raises here, in the caller, not in the committer's round.
         command = script.command(k, **values)
-        return await self._committer.submit(lambda pipe: pipe.execute_command(*command))
+        return await self._committer.submit(command)
 
     async def _as_holder(self, script: Script, batch: Batch, **values: Any) -> Any:
         """Run a script that acts only while the batch's turn holds the person's lock."""
@@ -116,16 +118,25 @@ class ConversationStore:
         return [bool(int(x)) for x in result]
 
     async def finish_done(
-        self, batch: Batch, remember: bytes = b"", last_part: tuple[int, str] | None = None
+        self,
+        batch: Batch,
+        remember: bytes = b"",
+        last_part: tuple[int, str] | None = None,
+        figures: Figures = (),
     ) -> bool:
         """End the turn; `remember` is the exchange to add to the person's memory (JSON).
 
         Also records `last_part`, the reply's last part (index, provider id), as record_part
-        would.
+        would, and adds the turn's `figures` to the tenant's stats.
         """
         index, provider_id = last_part or ("", "")
         return await self._finish(
-            batch, "done", remember=remember, last_part=index, last_part_id=provider_id
+            batch,
+            "done",
+            remember=remember,
+            last_part=index,
+            last_part_id=provider_id,
+            figures=figures,
         )
 
     async def save_reply(self, batch: Batch, reply: str) -> str | None:
@@ -180,16 +191,19 @@ class ConversationStore:
             silence_ttl_s=SILENCE_TTL_S,
         )
 
-    async def add_figures(self, tenant: str, increments: dict[str, int]) -> None:
-        """Add a turn's figures to the tenant's stats (shared/fleet/turn_figures.py): one HINCRBY
-        per field, all in one round of the committer."""
+    async def add_figures(self, tenant: str, increments: Figures) -> None:
+        """Add a turn's figures to the tenant's stats (shared/fleet/turn_figures.py), for a
+        turn that ended without a finish (its lease was lost): a finish carries its own."""
         stats = self.keys.tenant(tenant).stats
-        await self._committer.run(
-            [functools.partial(_hincrby, stats, f, n) for f, n in increments.items()]
-        )
+        await self._committer.run([("HINCRBY", stats, f, n) for f, n in increments])
 
     async def finish_retry(
-        self, batch: Batch, delay_s: float, error: str, count_attempt: bool = True
+        self,
+        batch: Batch,
+        delay_s: float,
+        error: str,
+        count_attempt: bool = True,
+        figures: Figures = (),
     ) -> bool:
         """Due again after `delay_s`; `count_attempt=False`: the batch waits for the AI, which
         failed as a whole, and this attempt is not counted against `MAX_ATTEMPTS`."""
@@ -199,6 +213,7 @@ class ConversationStore:
             delay_ms_or_reason=int(delay_s * 1000),
             error_or_item=error[:2000],
             count_attempt=1 if count_attempt else 0,
+            figures=figures,
         )
 
     async def finish_review(
@@ -210,6 +225,7 @@ class ConversationStore:
         hand_over: str = "",
         state: TurnState | None = None,
         extra: dict[str, Any] | None = None,
+        figures: Figures = (),
     ) -> bool:
         """Park the batch on the review list; `hand_over` says whether the provider was told
         ("done", "failed: ...", "unknown: ..."; "" where it has no hand-over, and then the
@@ -256,6 +272,7 @@ class ConversationStore:
             delay_ms_or_reason=reason,
             error_or_item=item,
             unknown=",".join(unknown),
+            figures=figures,
         )
         if stored and self.reviewed is not None:
             self.reviewed(batch.tenant)
@@ -278,7 +295,3 @@ class ConversationStore:
             review_notify=k.review_notify if self._notify else "",
         )
         return bool(int(result))
-
-
-def _hincrby(key: str, field: str, n: int, pipe: Any) -> None:
-    pipe.hincrby(key, field, n)

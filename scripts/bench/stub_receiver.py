@@ -26,7 +26,7 @@ from starlette.routing import Route
 from shared.events import dedupe_id, encode, message_event
 from shared.keys import Keys
 from shared.settings import Settings
-from shared.storage.group_commit import GroupCommitter, Queue
+from shared.storage.group_commit import GroupCommitter
 from shared.storage.redis_client import make_redis
 from shared.storage.scripts import Command, Scripts
 
@@ -84,7 +84,7 @@ async def webhook(request: Request) -> Response:
     except (ValueError, KeyError, TypeError, AttributeError):
         return Response(status_code=200)  # the real receiver dead-letters it; not benchmarked
     committer: GroupCommitter = state["committer"]
-    calls: list[Queue] = []
+    calls: list[Command] = []
     for tenant, events in by_tenant.items():
         tk = keys.tenant(tenant)
         command = scripts.ingest.command(
@@ -93,11 +93,7 @@ async def webhook(request: Request) -> Response:
             dedupe_ttl_s=settings.dedupe_ttl_s,
             events=[encode(e) for e in events],
         )
-
-        def queue(pipe: Any, command: Command = command) -> None:
-            pipe.execute_command(*command)
-
-        calls.append(queue)
+        calls.append(command)
     try:
         await committer.run(calls)
     except Exception:

@@ -59,6 +59,8 @@ class TurnState:
     media_notes: list[str] = field(default_factory=list)
     ai_calls_ms: list[float] = field(default_factory=list)
     sends_ms: list[float] = field(default_factory=list)
+    # Whether the figures went to Redis with the turn's finish (else the turn adds them).
+    figures_recorded: bool = False
 
     @classmethod
     def resumed(cls, batch: Batch) -> TurnState:

@@ -1,8 +1,8 @@
 """What a turn adds to its tenant's figures: AI call latency, send latency and tokens.
 
 Recorded the way the dispatch lag is (shared/fleet/dispatch_lag.py): fields of the tenant's stats
-hash `wa:{T}:stats`, added by the worker at the end of each turn in one round of HINCRBYs
-(`increments`, sent through the worker's group committer), read back by `/metrics`.
+hash `wa:{T}:stats`, added by the worker with each turn's finish (`pairs`, finish.lua's
+`figures`), read back by `/metrics`.
 
 Fields: `ai_le:<ms>` / `send_le:<ms>` count the AI calls / sends whose latency was at most <ms>
 and more than the bucket below (not cumulative: a call increments one bucket; `..._le:inf`
@@ -74,6 +74,13 @@ TOKEN_FIELDS = {
     "cache_read_input_tokens": "tokens:cache_read",
     "cache_creation_input_tokens": "tokens:cache_write",
 }
+
+
+def pairs(
+    ai_calls_ms: Iterable[float], sends_ms: Iterable[float], tokens: Mapping[str, int]
+) -> tuple[tuple[str, int], ...]:
+    """`increments` as (field, increment) pairs, as finish.lua takes them."""
+    return tuple(increments(ai_calls_ms, sends_ms, tokens).items())
 
 
 def increments(

@@ -70,9 +70,7 @@ class OutboxSender(Sender):
                 "sent_ms": int(time.time() * 1000),
             }
         )
-        await self._committer.run(
-            [lambda p: p.lpush(outbox, entry), lambda p: p.ltrim(outbox, 0, OUTBOX_MAX - 1)]
-        )
+        await self._committer.run([("LPUSH", outbox, entry), ("LTRIM", outbox, 0, OUTBOX_MAX - 1)])
         return None  # no provider id: no delivery statuses will follow
 
 

@@ -1,21 +1,27 @@
 """Group commit: many concurrent callers' Redis commands, one round trip.
 
-Each caller queues its commands and awaits its own results. The first caller of a round
-schedules a flush; everything queued until the flush runs goes out in one pipeline. While a
-pipeline is in flight the next round keeps collecting, so under load each round trip carries
+Each caller submits its command and awaits its own result. The first caller of a round
+schedules a flush; everything submitted until the flush runs goes out in one batch. While a
+batch is in flight the next round keeps collecting, so under load each round trip carries
 the work of many requests, and each caller still learns only after Redis confirmed *its*
-commands. A Redis error fails only the calls it hit; a lost connection fails the whole round.
+command. A Redis error fails only the call it hit; a lost connection fails the whole round.
+
+On one server a round is packed in one go by hiredis and sent on a connection held for it
+(shared/storage/raw_pipeline.py): redis-py's pipeline packed each command in Python and took a
+connection from the pool per round, a third of the worker's CPU per turn
+(docs/benchmarks/worker.md). A cluster client routes each command by its keys' slot, so there
+a round is a redis-py cluster pipeline.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Sequence
 from typing import Any
 
+from shared.storage.raw_pipeline import Command, RawPipeline
+from shared.storage.redis_client import is_cluster
 from shared.storage.scripts import Scripts, is_noscript
-
-Queue = Callable[[Any], None]  # adds one command to a pipeline
 
 
 class GroupCommitter:
@@ -28,22 +34,23 @@ class GroupCommitter:
         """
         self._timeout_s = timeout_s
         self._redis = redis
+        self._raw = None if is_cluster(redis) else RawPipeline(redis)
         self._scripts = scripts
         self._max_batch = max_batch
-        self._waiting: list[tuple[Queue, asyncio.Future[Any]]] = []
+        self._waiting: list[tuple[Command, asyncio.Future[Any]]] = []
         self._flusher: asyncio.Task[None] | None = None
 
-    def submit(self, queue: Queue) -> asyncio.Future[Any]:
-        """Queue one command (`queue(pipe)` adds it); the future gets its result or error."""
+    def submit(self, command: Command) -> asyncio.Future[Any]:
+        """Queue one command (name and arguments); the future gets its reply or error."""
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._waiting.append((queue, future))
+        self._waiting.append((command, future))
         if self._flusher is None:
             self._flusher = asyncio.create_task(self._flush_loop())
         return future
 
-    async def run(self, queues: list[Queue]) -> list[Any]:
-        """Submit several commands and wait for all their results (raises the first error)."""
-        return list(await asyncio.gather(*(self.submit(q) for q in queues)))
+    async def run(self, commands: Sequence[Command]) -> list[Any]:
+        """Submit several commands and wait for all their replies (raises the first error)."""
+        return list(await asyncio.gather(*(self.submit(c) for c in commands)))
 
     async def _flush_loop(self) -> None:
         try:
@@ -58,15 +65,15 @@ class GroupCommitter:
         finally:
             self._flusher = None
 
-    async def _execute(self, round_: list[tuple[Queue, asyncio.Future[Any]]]) -> None:
-        live = [(q, f) for q, f in round_ if not f.done()]  # a caller may have timed out
+    async def _execute(self, round_: list[tuple[Command, asyncio.Future[Any]]]) -> None:
+        live = [(c, f) for c, f in round_ if not f.done()]  # a caller may have timed out
         try:
-            results = await self._pipeline(live)
+            results = await self._exchange([c for c, _ in live])
             if any(is_noscript(r) for r in results):
                 # Redis lost its script cache (restart or failover): load and repeat those.
                 await self._scripts.load(self._redis)
                 again = [i for i, r in enumerate(results) if is_noscript(r)]
-                retried = await self._pipeline([live[i] for i in again])
+                retried = await self._exchange([live[i][0] for i in again])
                 for i, r in zip(again, retried, strict=True):
                     results[i] = r
         except Exception as exc:  # the whole round failed: every caller learns it
@@ -82,9 +89,11 @@ class GroupCommitter:
             else:
                 future.set_result(result)
 
-    async def _pipeline(self, calls: list[tuple[Queue, asyncio.Future[Any]]]) -> list[Any]:
-        pipe = self._redis.pipeline(transaction=False)
-        for queue, _ in calls:
-            queue(pipe)
+    async def _exchange(self, commands: list[Command]) -> list[Any]:
         async with asyncio.timeout(self._timeout_s):
+            if self._raw is not None:
+                return await self._raw.exchange(commands)
+            pipe = self._redis.pipeline(transaction=False)
+            for command in commands:
+                pipe.execute_command(*command)
             return list(await pipe.execute(raise_on_error=False))

@@ -28,6 +28,8 @@ class RunningTurn:
     batch: Batch
     lease_deadline: float  # loop time after which the lease may have ended in Redis
     task: asyncio.Task[None] | None = field(default=None, repr=False)
+    # Its finish is on its way: the finish, token-checked, decides; a renewal does not stop it.
+    finishing: bool = False
 
 
 class Leases:
@@ -49,11 +51,20 @@ class Leases:
     def remove(self, batch: Batch) -> None:
         """The turn of `batch` ended. Only its own entry goes: once its finish released the
         person's lock, the person's next batch may already run here while this turn's task
-        does its last bookkeeping (its figures), and that turn's lease must stay renewed."""
+        ends, and that turn's lease must stay renewed."""
         key = (batch.tenant, batch.person)
         turn = self._turns.get(key)
         if turn is not None and turn.batch is batch:
             del self._turns[key]
+
+    def finishing(self, batch: Batch) -> None:
+        """The turn of `batch` sends its finish, its last write: from now on a renewal that
+        finds its lock gone (released by that finish in the same round, or lost: then the
+        finish changes nothing and says so) leaves it be. The lease's deadline still stops
+        it, while Redis does not answer."""
+        turn = self._turns.get((batch.tenant, batch.person))
+        if turn is not None and turn.batch is batch:
+            turn.finishing = True
 
     def tasks(self) -> list[asyncio.Task[None]]:
         return [t.task for t in self._turns.values() if t.task]
@@ -96,6 +107,8 @@ class Leases:
             for turn, ok in zip(group, oks, strict=True):
                 if ok:
                     turn.lease_deadline = started + self._settings.lease_s
+                elif turn.finishing:
+                    continue  # its finish's own answer says whether the lease held
                 elif turn.task and not turn.task.done():
                     log.error(
                         "lease lost tenant=%s batch=%s: stopping the turn",

@@ -73,10 +73,11 @@ class Turn:
         self._endings = TurnEndings(tools.settings, self._lease, self._sending)
 
     async def run(self) -> None:
-        """The turn, then its figures."""
+        """The turn; its figures go with its finish, or after it when it had none."""
         with turn_state.running(self.state):
             await self._run()
-        await self._record_figures()
+        if not self.state.figures_recorded:
+            await self._record_figures()
 
     async def _run(self) -> None:
         """A late failure, or a review an earlier attempt began, ends as such; a batch too
@@ -220,12 +221,10 @@ class Turn:
         return orjson.dumps(exchange(self.batch, self.settings, reply, sent, state.media_notes))
 
     async def _record_figures(self) -> None:
-        """Add this attempt's AI calls, sends and tokens to the tenant's figures: one round
-        of HINCRBYs (shared/fleet/turn_figures.py); best effort, after the finish."""
+        """Add the AI calls, sends and tokens of an attempt that did not finish (its lease was
+        lost) to the tenant's figures (shared/fleet/turn_figures.py); best effort."""
         state = self.state
-        increments = turn_figures.increments(
-            state.ai_calls_ms, state.sends_ms, state.usage.tokens()
-        )
+        increments = turn_figures.pairs(state.ai_calls_ms, state.sends_ms, state.usage.tokens())
         if not increments:
             return
         try:

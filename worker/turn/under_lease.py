@@ -22,6 +22,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from shared.conversation.batch import Batch
 from shared.conversation.errors import LeaseLost
 from shared.conversation.turn_state import Delivery, TurnState
+from shared.fleet import turn_figures
 from worker.conversation_store import ConversationStore
 from worker.fleet.leases import Leases
 
@@ -97,13 +98,15 @@ class UnderLease:
 
     async def finish_done(self, remember: bytes) -> None:
         """Done: `remember` (JSON) joins the person's memory, the last part is recorded."""
-        batch, last = self.batch, self.state.unrecorded_part
-        await self._finish(lambda: self._store.finish_done(batch, remember, last))
+        batch, last, figures = self.batch, self.state.unrecorded_part, self._figures()
+        await self._finish(lambda: self._store.finish_done(batch, remember, last, figures))
 
     async def finish_retry(self, delay_s: float, error: str, count_attempt: bool = True) -> None:
         """Due again after `delay_s`; `count_attempt=False` while the AI fails as a whole."""
-        batch = self.batch
-        await self._finish(lambda: self._store.finish_retry(batch, delay_s, error, count_attempt))
+        batch, figures = self.batch, self._figures()
+        await self._finish(
+            lambda: self._store.finish_retry(batch, delay_s, error, count_attempt, figures)
+        )
 
     async def finish_review(
         self,
@@ -114,15 +117,25 @@ class UnderLease:
         extra: dict[str, Any] | None = None,
     ) -> None:
         """Parked for review, with what the turn's state says of its sends and hand-over."""
-        batch, state = self.batch, self.state
+        batch, state, figures = self.batch, self.state, self._figures()
         await self._finish(
             lambda: self._store.finish_review(
-                batch, reason, detail, at_ms, hand_over, state=state, extra=extra
+                batch, reason, detail, at_ms, hand_over, state=state, extra=extra, figures=figures
             )
         )
 
+    def _figures(self) -> tuple[tuple[str, int], ...]:
+        """What this attempt adds to the tenant's figures, written with its finish."""
+        state = self.state
+        return turn_figures.pairs(state.ai_calls_ms, state.sends_ms, state.usage.tokens())
+
     async def _finish(self, call: Callable[[], Awaitable[bool]]) -> None:
-        if not await self._write(call, "finish the turn"):
+        # From here on the turn only waits for its finish's answer: a renewal that finds the
+        # lock released (by this very finish, in the same round) must not stop it.
+        self._leases.finishing(self.batch)
+        if await self._write(call, "finish the turn"):
+            self.state.figures_recorded = True
+        else:
             log.warning(
                 "lease lost before finish tenant=%s batch=%s", self.batch.tenant, self.batch.id
             )
