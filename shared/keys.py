@@ -57,7 +57,8 @@ Layout (prefix `wa`, tenant 106540352242922, person 16505551234):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 
 # Outbound records (`out:<provider id>`) live as long as a provider may still send statuses.
 OUTBOUND_TTL_S = 7 * 24 * 3600
@@ -73,9 +74,18 @@ def _check(part: str, what: str) -> str:
     return part
 
 
+# How many tenants' keys a process keeps worked out (a fleet serves a few hundred at most; past
+# that each call spells them again).
+_TENANTS_CACHED = 10_000
+
+
 @dataclass(frozen=True)
 class Keys:
     prefix: str = "wa"
+    # Tenant id -> its keys (`tenant`), up to `_TENANTS_CACHED` of them.
+    _tenants: dict[str, TenantKeys] = field(
+        default_factory=dict, init=False, compare=False, repr=False
+    )
 
     # --- fleet-wide ---------------------------------------------------------------------
     @property
@@ -167,68 +177,75 @@ class Keys:
 
     # --- per tenant ---------------------------------------------------------------------
     def tenant(self, tenant: str) -> TenantKeys:
-        return TenantKeys(f"{self.prefix}:{{{_check(tenant, 'tenant')}}}")
+        """A tenant's keys; one object per tenant, so each name is spelled once per process
+        (a turn's script calls read five or six of them)."""
+        keys = self._tenants.get(tenant)
+        if keys is None:
+            keys = TenantKeys(f"{self.prefix}:{{{_check(tenant, 'tenant')}}}")
+            if len(self._tenants) < _TENANTS_CACHED:
+                self._tenants[tenant] = keys
+        return keys
 
 
 @dataclass(frozen=True)
 class TenantKeys:
     base: str
 
-    @property
+    @cached_property
     def inbox(self) -> str:
         return f"{self.base}:inbox"
 
     def seen(self, dedupe_id: str) -> str:
         return f"{self.base}:seen:{dedupe_id}"
 
-    @property
+    @cached_property
     def due(self) -> str:
         return f"{self.base}:due"
 
-    @property
+    @cached_property
     def running(self) -> str:
         return f"{self.base}:running"
 
-    @property
+    @cached_property
     def burst(self) -> str:
         return f"{self.base}:burst"
 
-    @property
+    @cached_property
     def review(self) -> str:
         return f"{self.base}:review"
 
-    @property
+    @cached_property
     def review_notify(self) -> str:
         """Review item id -> when its webhook may next be tried (ms): queued with the item by
         shared/lua/lib/review.lua when `REVIEW_WEBHOOK_URL` is set
         (worker/fleet/review_notifier.py)."""
         return f"{self.review}:notify"
 
-    @property
+    @cached_property
     def review_notify_events(self) -> str:
         """Review item id -> its notification (JSON); lib/review.lua finds it as
         `review_notify` + ':' + NOTIFY_EVENTS."""
         return f"{self.review_notify}:{NOTIFY_EVENTS}"
 
-    @property
+    @cached_property
     def outbox(self) -> str:
         return f"{self.base}:outbox"
 
-    @property
+    @cached_property
     def stats(self) -> str:
         return f"{self.base}:stats"
 
-    @property
+    @cached_property
     def unroutable(self) -> str:
         return f"{self.base}:unroutable"
 
-    @property
+    @cached_property
     def users(self) -> str:
         """A person's business-scoped user id -> the phone number their conversation is keyed
         by (claim.lua), so one seen with both keeps one conversation."""
         return f"{self.base}:users"
 
-    @property
+    @cached_property
     def conversation_prefix(self) -> str:
         """Scripts append `<person>:pending|batch|lock` to this to reach a conversation's keys."""
         return f"{self.base}:c:"
@@ -287,7 +304,7 @@ class TenantKeys:
             return key[len(head) : -len(tail)]
         return None
 
-    @property
+    @cached_property
     def outbound_prefix(self) -> str:
         """Scripts append a provider message id to this to reach its outbound record."""
         return f"{self.base}:out:"
@@ -295,7 +312,7 @@ class TenantKeys:
     def outbound(self, provider_id: str) -> str:
         return f"{self.outbound_prefix}{provider_id}"
 
-    @property
+    @cached_property
     def outbound_pattern(self) -> str:
         """A SCAN MATCH pattern for every outbound record of the tenant."""
         return f"{_glob_escape(self.outbound_prefix)}*"

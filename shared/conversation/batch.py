@@ -70,6 +70,9 @@ class Batch:
     # `what`, `type`, `text`, `target`, `target_text`, `ts`, `raw`); worker/brains/prompt.py shows
     # them.
     context: list[dict[str, Any]] = field(default_factory=list)
+    # The batch's presentations by time zone, computed once (shared/conversation/
+    # presentation.py `present`): the brain's prompt and the memory's exchange share one.
+    presented: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def from_claim(cls, tenant: str, row: list[Any]) -> Batch:
@@ -130,7 +133,9 @@ class Batch:
 def _history(raw: str) -> list[dict[str, Any]]:
     """The memory, oldest first; what people of the business said while the bot was silent
     (Chatwoot) reads like an exchange (shared/conversation/human_memory.py)."""
-    entries = orjson.loads(raw or "[]")
+    if raw in ("", "[]"):  # no memory yet: most batches of a busy hour
+        return []
+    entries = orjson.loads(raw)
     if not isinstance(entries, list):
         return []
     return [with_transcript(e) for e in entries if isinstance(e, dict)]
@@ -138,7 +143,9 @@ def _history(raw: str) -> list[dict[str, Any]]:
 
 def _context(raw: str) -> list[dict[str, Any]]:
     """The batch's context items; Lua's cjson writes an empty array as `{}`."""
-    items = orjson.loads(raw or "[]")
+    if raw in ("", "[]", "{}"):
+        return []
+    items = orjson.loads(raw)
     return [i for i in items if isinstance(i, dict)] if isinstance(items, list) else []
 
 

@@ -21,6 +21,7 @@ No I/O: the same batch and memory always give the same presentation.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -80,7 +81,16 @@ class Presentation:
 
 def present(batch: Batch, tenant: TenantConfig, settings: Settings) -> Presentation:
     """The presentation of `batch` for a tenant, `settings.tenant(batch.tenant)` (its time
-    zone; `settings` itself is not read, the parameter stays for custom brains' calls)."""
+    zone; `settings` itself is not read, the parameter stays for custom brains' calls).
+    Computed once per batch and time zone (a batch does not change): the prompt and the
+    memory's exchange read the same one."""
+    shown: Presentation | None = batch.presented.get(tenant.timezone)
+    if shown is None:
+        shown = batch.presented[tenant.timezone] = _present(batch, tenant)
+    return shown
+
+
+def _present(batch: Batch, tenant: TenantConfig) -> Presentation:
     header = [f"{HEADER_START}{local_time(batch_time(batch), tenant.timezone)}"]
     name = next((m.name for m in reversed(batch.messages) if m.name), "")
     if name:
@@ -98,7 +108,13 @@ def batch_time(batch: Batch) -> float:
 
 def local_time(unix_s: float, zone: str) -> str:
     """`Tuesday 1 December 2026, 19:40 (America/Argentina/Buenos_Aires)`."""
-    moment = datetime.fromtimestamp(unix_s, UTC).astimezone(ZoneInfo(zone))
+    return _local_minute(int(unix_s // 60), zone)
+
+
+@functools.lru_cache(maxsize=4096)
+def _local_minute(minute: int, zone: str) -> str:
+    # Every batch of a minute in a zone shows the same words: worked out once.
+    moment = datetime.fromtimestamp(minute * 60, UTC).astimezone(ZoneInfo(zone))
     day, month = DAYS[moment.weekday()], MONTHS[moment.month - 1]
     return f"{day} {moment.day} {month} {moment.year}, {moment:%H:%M} ({zone})"
 

@@ -35,6 +35,7 @@ import hashlib
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import Any
@@ -67,7 +68,7 @@ Command = tuple[ScriptArg, ...]  # "EVALSHA", sha, how many keys, the keys, the 
 
 # Header names a call may leave out: the tenant's keys hold them.
 TENANT_KEY_NAMES = frozenset(
-    name for name, attr in vars(TenantKeys).items() if isinstance(attr, property)
+    name for name, attr in vars(TenantKeys).items() if isinstance(attr, property | cached_property)
 )
 
 
