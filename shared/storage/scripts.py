@@ -197,7 +197,8 @@ class BoundCall:
             if self._rest:
                 items = values[self._rest]
                 if self._width:
-                    out.extend(value for item in items for value in item)
+                    for item in items:
+                        out.extend(item)
                 else:
                     out.extend(items)
         except KeyError as missing:
