@@ -11,7 +11,6 @@ from shared.conversation.batch import Batch, Message
 def _event(i: int, **changes: object) -> dict[str, object]:
     event = events.message_event(
         channel="whatsapp",
-        tenant="106540352242922",
         person="5491155550001",
         message_id=f"wamid.{i}",
         type="text",
