@@ -7,9 +7,10 @@
 --
 -- Returns one integer per item: 1 marked (a new delivery of it would be a duplicate), 0 not.
 --
--- uses: lib/dedupe.lua (is_marked)
+-- uses: lib/dedupe.lua (marker_of, is_marked)
 local out = {}
 for i = 1, #KEYS do
-  out[i] = is_marked(ARGV[1], KEYS[i]) and 1 or 0
+  local member, h = marker_of(KEYS[i])
+  out[i] = is_marked(ARGV[1], KEYS[i], member, h, true, nil) and 1 or 0
 end
 return out

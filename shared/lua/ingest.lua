@@ -13,30 +13,39 @@
 -- The marker and the push happen in the same script: a crash can never leave a message
 -- "seen" but not stored, which would make the provider's retry a duplicate and lose it.
 -- A delivery status gets no marker: applying one again changes nothing (lib/outbound.lua),
--- so a repeated status is stored again and comes to nothing.
+-- so a repeated status is stored again and comes to nothing. An item's marker goes to the
+-- newest generation with SADD, which also says whether it was there; the older generations
+-- are asked first. The items stored are pushed together, in order, at the end.
 --
 -- uses: lib/clock.lua (now_ms)
 -- uses: lib/book.lua (book_open, book_key, book_added)
--- uses: lib/dedupe.lua (is_marked)
+-- uses: lib/dedupe.lua (marker_of, is_marked, old_markers_possible, dedupe_gen_s, DEDUPE_FILL)
 local book, ttl = ARGV[1], tonumber(ARGV[2])
-local STATUS = '{"v":1,"kind":"status",'
-local gen = nil
-local out = {}
+local STATUS = '{"v":1,"kind":"status",'  -- 23 bytes
+local now_s, old, gen = nil, nil, nil
+local out, stored = {}, {}
 for i = 2, #KEYS do
   local ev = ARGV[i + 1]
-  local stored = 1
-  if string.sub(ev, 1, #STATUS) ~= STATUS then
-    local seen, digest, member = is_marked(book, KEYS[i])
-    if seen then
-      stored = 0
+  local new = true
+  if string.sub(ev, 1, 23) ~= STATUS then
+    if not now_s then
+      now_s = math.floor(now_ms() / 1000)
+      old = old_markers_possible(book, now_s, ttl)
+    end
+    if not gen or gen.full then
+      gen = book_open(book, now_s, ttl, dedupe_gen_s(ttl), DEDUPE_FILL, 'SCARD')
+    end
+    local member, h = marker_of(KEYS[i])
+    if is_marked(book, KEYS[i], member, h, old, gen) then
+      new = false
     else
-      gen = gen or book_open(book, math.floor(now_ms() / 1000), ttl, 256)
-      local key = book_key(book, gen, digest)
-      redis.call('SADD', key, member)
-      book_added(book, gen, key, ttl)
+      local key = book_key(gen, h)
+      new = redis.call('SADD', key, member) == 1
+      if new then book_added(book, gen, key, redis.call('SCARD', key), DEDUPE_FILL) end
     end
   end
-  if stored == 1 then redis.call('LPUSH', KEYS[1], ev) end
-  out[i - 1] = stored
+  if new then stored[#stored + 1] = ev end
+  out[i - 1] = new and 1 or 0
 end
+if #stored > 0 then redis.call('LPUSH', KEYS[1], unpack(stored)) end
 return out

@@ -5,98 +5,124 @@
 -- costs 8 B, in a small hash (a listpack) its bytes and two (docs/benchmarks/memory.md).
 --
 -- A book with prefix P (shared/keys.py `seen_book`, `outbound_book`):
---   P .. 'gens'                HASH  generation start (unix s) -> its shard count, and
---                                    '<start>:n' -> how many entries it was given
+--   P .. 'gens'                HASH  generation start (unix s) -> "<shard count>:<end>", and
+--                                    "<shard count>:<end>:full" once a shard of it filled up;
+--                                    `since` -> when the book's first generation began
 --   P .. <start> .. ':' .. <i>  SET or HASH  shard i of that generation: its entries, expiring
---                                    keep_s after the last one added
--- New entries go to the newest generation. A new one starts when that is a day old or holds
--- on average 1.5 × `fill` entries a shard; its shard count (a power of two) is what a day of
--- the last one's rate needs at `fill` a shard. Shards so stay within Redis's compact
--- encodings (the defaults: an intset up to 512 integers, a listpack hash up to 128 entries of
--- at most 64 bytes); one that outgrows them still works, at the cost of a plain set or hash.
--- An entry's shard is a hash of its id (a SHA-1, hex, `digest`) modulo the shard count, from
--- digits 17-24: what the entry is stored as comes from the first digits. Finding an entry
--- asks each live generation, newest first: about one command a day of `keep_s`.
+--                                    at the generation's end (EXPIREAT)
+-- A generation takes new entries for `gen_s` at most, and its shards live keep_s longer: its
+-- end is start + gen_s + keep_s, so every entry is found for at least keep_s (keep_s + gen_s / 2
+-- on average). A new one starts when the newest is gen_s old or one of its shards holds 1.5 ×
+-- `fill` entries; its shard count (a power of two) is what gen_s at the last one's rate (over
+-- 10 minutes at least) needs at `fill` a shard. Shards so stay within Redis's compact encodings (the defaults: an intset
+-- up to 512 integers, a listpack hash up to 128 entries of at most 64 bytes); one that
+-- outgrows them still works, at the cost of a plain set or hash. An entry's shard is `h` (a
+-- number from its id's SHA-1: digits 17-24, `book_hash`) modulo the shard count; what the
+-- entry is stored as comes from the first digits. Finding an entry asks each generation,
+-- newest first: one command for each of the (keep_s + gen_s) / gen_s or so that can hold
+-- entries. Scripts calling these run often: they allocate little (Lua's tables and strings
+-- cost Redis more than its commands do here).
 --
 -- uses: none
 
 local BOOK_GENS = '{{BOOK_GENS}}'
-local BOOK_GEN_S = 86400  -- a generation takes new entries for a day at most
 local BOOK_MAX_SHARDS = 65536
+local BOOK_RATE_S = 600  -- a rate is measured over 10 minutes at least (a burst is no rate)
 local book_loaded = {}  -- prefix -> its generations, newest first (read once per script call)
 
--- The generations of book `prefix`, newest first: {id, start, shards, n}.
+-- The number an entry's shard comes from, of its SHA-1 (hex).
+local function book_hash(digest)
+  return tonumber(string.sub(digest, 17, 24), 16)
+end
+
+-- The generations of book `prefix`, newest first: {id, start, shards, ends, full, head}, where
+-- a shard's key is head .. its index; `since` (a field of the list) when the book began.
 local function book_gens(prefix)
   local gens = book_loaded[prefix]
   if gens then return gens end
   gens = {}
-  local counts = {}
   local flat = redis.call('HGETALL', prefix .. BOOK_GENS)
   for i = 1, #flat, 2 do
-    local counted = string.match(flat[i], '^(%d+):n$')
-    if counted then
-      counts[counted] = tonumber(flat[i + 1]) or 0
-    elseif string.match(flat[i], '^%d+$') then
-      table.insert(gens, {id = flat[i], start = tonumber(flat[i]),
-        shards = math.max(1, tonumber(flat[i + 1]) or 1)})
+    local shards, ends, rest = string.match(flat[i + 1], '^(%d+):(%d+)(.*)$')
+    if flat[i] == 'since' then
+      gens.since = tonumber(flat[i + 1])
+    elseif shards then
+      gens[#gens + 1] = {id = flat[i], start = tonumber(flat[i]), ends = tonumber(ends),
+        shards = math.max(1, tonumber(shards)), full = rest == ':full',
+        head = prefix .. flat[i] .. ':'}
     end
   end
-  for _, gen in ipairs(gens) do gen.n = counts[gen.id] or 0 end
-  table.sort(gens, function(a, b) return a.start > b.start end)
+  if #gens > 1 then table.sort(gens, function(a, b) return a.start > b.start end) end
   book_loaded[prefix] = gens
   return gens
 end
 
--- The key of the shard of generation `gen` an entry of SHA-1 `digest` belongs to.
-local function book_key(prefix, gen, digest)
-  return prefix .. gen.id .. ':' .. (tonumber(string.sub(digest, 17, 24), 16) % gen.shards)
+-- The key of the shard of generation `gen` an entry of hash `h` belongs to.
+local function book_key(gen, h)
+  return gen.head .. (h % gen.shards)
 end
 
--- The first truthy answer of `probe(key)` over the entry's shard in each generation, newest
--- first, and that key; nil when no generation has it.
-local function book_find(prefix, digest, probe)
+-- The first answer of `redis.call(command, <the entry's shard>, arg)` that is neither nil nor
+-- 0 over the generations, newest first (but `skip`), and that shard's key; nil when none has
+-- it.
+local function book_find(prefix, h, command, arg, skip)
   for _, gen in ipairs(book_gens(prefix)) do
-    local key = book_key(prefix, gen, digest)
-    local found = probe(key)
-    if found then return found, key end
+    if gen ~= skip then
+      local key = gen.head .. (h % gen.shards)
+      local found = redis.call(command, key, arg)
+      if found and found ~= 0 then return found, key end
+    end
   end
   return nil, nil
 end
 
--- The generation new entries go to: the newest, or a new one when that is full or a day old
--- (generations that can hold nothing any more are forgotten then).
-local function book_open(prefix, now_s, keep_s, fill)
+-- The generation new entries go to: the newest, or a new one when that is full or gen_s old
+-- (generations whose shards have all expired are forgotten then). `size` is the command that
+-- counts a shard's entries (SCARD, HLEN).
+local function book_open(prefix, now_s, keep_s, gen_s, fill, size)
   local gens = book_gens(prefix)
   local last = gens[1]
-  if last and now_s - last.start < BOOK_GEN_S and last.n < last.shards * fill * 1.5 then
-    return last
-  end
+  if last and not last.full and now_s - last.start < gen_s then return last end
   local shards, start = 1, now_s
   if last then
-    local per_day = last.n * BOOK_GEN_S / math.max(now_s - last.start, 60)
-    while shards < BOOK_MAX_SHARDS and shards * fill < per_day do shards = shards * 2 end
+    -- Its entries: a full one has about 1.5 × fill a shard; else count a few shards.
+    local per_shard = fill * 1.5
+    if not last.full then
+      local counted, looked = 0, math.min(4, last.shards)
+      for i = 0, looked - 1 do counted = counted + redis.call(size, last.head .. i) end
+      per_shard = counted / looked
+    end
+    local per_gen = per_shard * last.shards * gen_s / math.max(now_s - last.start, BOOK_RATE_S)
+    while shards < BOOK_MAX_SHARDS and shards * fill < per_gen do shards = shards * 2 end
     if start <= last.start then start = last.start + 1 end
   end
   local meta = prefix .. BOOK_GENS
-  -- A generation's last entry came before the next one started: keep_s after that start,
-  -- every shard of it has expired.
-  for i = #gens, 2, -1 do
-    if gens[i - 1].start + keep_s < now_s then
-      redis.call('HDEL', meta, gens[i].id, gens[i].id .. ':n')
+  for i = #gens, 1, -1 do
+    if gens[i].ends < now_s then
+      redis.call('HDEL', meta, gens[i].id)
       table.remove(gens, i)
     end
   end
-  local gen = {id = tostring(start), start = start, shards = shards, n = 0}
-  redis.call('HSET', meta, gen.id, shards)
-  -- It outlives the shards of this generation, which takes entries for a day at most.
-  redis.call('EXPIRE', meta, keep_s + BOOK_GEN_S + 60)
+  local id = tostring(start)
+  local gen = {id = id, start = start, shards = shards, ends = start + gen_s + keep_s,
+    full = false, head = prefix .. id .. ':'}
+  redis.call('HSET', meta, id, shards .. ':' .. gen.ends)
+  if not gens.since then
+    gens.since = start
+    redis.call('HSET', meta, 'since', start)
+  end
+  redis.call('EXPIREAT', meta, gen.ends + 60)  -- it outlives every generation it lists
   table.insert(gens, 1, gen)
   return gen
 end
 
--- Note a new entry in shard `key` of generation `gen`: the shard lives keep_s from now.
-local function book_added(prefix, gen, key, keep_s)
-  redis.call('EXPIRE', key, keep_s)
-  redis.call('HINCRBY', prefix .. BOOK_GENS, gen.id .. ':n', 1)
-  gen.n = gen.n + 1
+-- A new entry went to shard `key` of generation `gen`, which holds `count` entries now: the
+-- shard's first lives until the generation's end; once one holds 1.5 × fill, the generation is
+-- full (the next entry opens a new one).
+local function book_added(prefix, gen, key, count, fill)
+  if count == 1 then redis.call('EXPIREAT', key, gen.ends) end
+  if count >= fill * 1.5 and not gen.full then
+    gen.full = true
+    redis.call('HSET', prefix .. BOOK_GENS, gen.id, gen.shards .. ':' .. gen.ends .. ':full')
+  end
 end

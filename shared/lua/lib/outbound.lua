@@ -3,7 +3,8 @@
 --
 -- A record is one reply part the provider accepted: its status, when it was sent, its index,
 -- the error of a failure, the person and the batch, kept OUTBOUND_TTL_S (7 days: Meta retries
--- a status webhook that long) in the tenant's book of records (lib/book.lua), as one field of
+-- a status webhook that long) in the tenant's book of records (lib/book.lua: a generation
+-- takes records for a day, so a status's lookup mostly stops at the newest), as one field of
 -- a small hash: field = the first 16 hex digits of the SHA-1 of the provider id, value =
 -- "<status code>|<sent_ms>|<part>|<error>|<person>|<batch>" (shared/ops/outbound.py reads it
 -- too). The key `out:<provider id>` (a hash) holds what came before the record: a status that
@@ -21,7 +22,7 @@
 -- turn's or a late failure's): never a second one, whatever statuses arrive.
 --
 -- uses: lib/keys.lua (conv_key, out_book, BATCH, LOCK, SENT, LATE)
--- uses: lib/book.lua (book_find, book_open, book_key, book_added)
+-- uses: lib/book.lua (book_find, book_open, book_key, book_added, book_hash)
 
 -- Delivery statuses only move forward: a late "delivered" never undoes "read".
 local STATUS_RANK = {accepted = 0, sent = 1, delivered = 2, read = 3, played = 4, failed = 5}
@@ -31,11 +32,12 @@ local STATUS_CODE = {accepted = 'a', sent = 's', delivered = 'd', read = 'r', pl
 local CODE_STATUS = {a = 'accepted', s = 'sent', d = 'delivered', r = 'read', p = 'played',
   f = 'failed'}
 local OUT_FILL = 48  -- records a shard of the book is sized for (a listpack holds 128)
+local OUT_GEN_S = 86400  -- a generation of the book takes records for a day
 
--- Where the record of provider id `id` lives in the book: its SHA-1 (hex) and field.
+-- Where the record of provider id `id` lives in the book: its shard hash and field.
 local function record_place(id)
   local digest = redis.sha1hex(id)
-  return digest, string.sub(digest, 1, 16)
+  return book_hash(digest), string.sub(digest, 1, 16)
 end
 
 local function record_value(r)
@@ -46,10 +48,8 @@ end
 -- The record of provider id `id` (a table: status, sent_ms, part, error, person, batch, and
 -- where it is kept), or nil when there is none.
 local function find_record(out_prefix, id)
-  local digest, field = record_place(id)
-  local value, key = book_find(out_book(out_prefix), digest, function(k)
-    return redis.call('HGET', k, field)
-  end)
+  local h, field = record_place(id)
+  local value, key = book_find(out_book(out_prefix), h, 'HGET', field)
   if value then
     local c, sent_ms, part, err, person, batch =
       string.match(value, '^(%a)|(%d*)|(%d*)|([^|]*)|([^|]*)|(.*)$')
@@ -219,14 +219,13 @@ local function record_outbound(prefix, stats_key, out_prefix, id, batch, person,
   local e = redis.call('HMGET', okey, 'early', 'early_failure', 'early_error')
   local early, failure = e[1], e[2]
   if early then redis.call('DEL', okey) end
-  local book, digest, field = out_book(out_prefix), record_place(id)
-  ttl = tonumber(ttl)
-  local gen = book_open(book, math.floor(now / 1000), ttl, OUT_FILL)
+  local book, h, field = out_book(out_prefix), record_place(id)
+  local gen = book_open(book, math.floor(now / 1000), tonumber(ttl), OUT_GEN_S, OUT_FILL, 'HLEN')
   local r = {status = STATUS_CODE[early or ''] and early or 'accepted', sent_ms = now,
-    part = part, error = '', person = person, batch = batch,
-    key = book_key(book, gen, digest), field = field}
+    part = part, error = '', person = person, batch = batch, key = book_key(gen, h),
+    field = field}
   if redis.call('HSET', r.key, field, record_value(r)) == 1 then
-    book_added(book, gen, r.key, ttl)
+    book_added(book, gen, r.key, redis.call('HLEN', r.key), OUT_FILL)
   end
   redis.call('HINCRBY', stats_key, 'parts_out', 1)
   local bkey = conv_key(prefix, person, BATCH)
