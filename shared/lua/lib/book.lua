@@ -52,7 +52,11 @@ local function book_gens(prefix)
         head = prefix .. flat[i] .. ':'}
     end
   end
-  if #gens > 1 then table.sort(gens, function(a, b) return a.start > b.start end) end
+  -- A small hash lists its fields in the order they came, oldest generation first: reversed.
+  local n, ordered = #gens, true
+  for i = 2, n do ordered = ordered and gens[i - 1].start < gens[i].start end
+  if not ordered then table.sort(gens, function(a, b) return a.start < b.start end) end
+  for i = 1, math.floor(n / 2) do gens[i], gens[n + 1 - i] = gens[n + 1 - i], gens[i] end
   book_loaded[prefix] = gens
   return gens
 end
