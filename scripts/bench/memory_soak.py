@@ -233,12 +233,12 @@ class Load:
             found[family(key, self.base)].append(key)
         return found
 
-    async def by_family(self) -> dict[str, tuple[int, int, int, float]]:
-        """Each kind of key: (keys, bytes, used_memory freed by deleting them, median TTL s).
-        Bytes: MEMORY USAGE (the value, the name, the key space's entry) plus the key space's
-        share Redis does not report per key: 24 B of expires entry for a key with a TTL and
-        about 8 B of table slot in each table it is in. Deletes everything."""
-        out: dict[str, tuple[int, int, int, float]] = {}
+    async def sizes(self) -> dict[str, tuple[list[str], int, float]]:
+        """Each kind of key: (its keys, bytes, median TTL s). Bytes: MEMORY USAGE (the value,
+        the name, the key space's entry) plus the key space's share Redis does not report per
+        key: 24 B of expires entry for a key with a TTL and about 8 B of table slot in each
+        table it is in."""
+        out: dict[str, tuple[list[str], int, float]] = {}
         for name, keys in sorted((await self.families()).items()):
             pipe = self.redis.pipeline(transaction=False)
             for key in keys:
@@ -248,11 +248,18 @@ class Load:
             usage, ttls = answers[0::2], [int(t) for t in answers[1::2]]
             size = sum(int(u or 0) for u in usage)
             size += sum(24 + 16 if ttl >= 0 else 8 for ttl in ttls)
+            out[name] = (keys, size, float(sorted(ttls)[len(ttls) // 2]))
+        return out
+
+    async def by_family(self) -> dict[str, tuple[int, int, int, float]]:
+        """Each kind of key: (keys, bytes as `sizes` counts them, used_memory freed by deleting
+        them, median TTL s). Deletes everything."""
+        out: dict[str, tuple[int, int, int, float]] = {}
+        for name, (keys, size, ttl) in (await self.sizes()).items():
             before = await self.used()
             for start in range(0, len(keys), 1000):
                 await self.redis.delete(*keys[start : start + 1000])
-            freed = before - await self.used()
-            out[name] = (len(keys), size, freed, float(sorted(ttls)[len(ttls) // 2]))
+            out[name] = (len(keys), size, before - await self.used(), ttl)
         return out
 
     async def script_usec(self) -> tuple[int, int]:
@@ -327,35 +334,40 @@ async def answered(url: str, people: int) -> dict[str, float]:
 
 
 async def soak(url: str, rate: float, duration_s: float, people: int) -> dict[str, float]:
+    """After a warm-up in which every person wrote once and was answered (so the people's own
+    keys exist, as in a steady day), `rate` messages a second for `duration_s`."""
     rng = random.Random(7)
     async with Load(url, 1.0) as load:
         expected = int(rate * duration_s)
-        await load.seed_books(markers=expected, records=expected)
+        await load.seed_books(markers=expected + people, records=expected + people)
+        warm: list[tuple[str, str]] = []
+        await load.ingest([load.message(person_id(i), 0) for i in range(people)])
+        await asyncio.sleep(1.05)
+        while len(warm) < people:
+            await load.answer_due(warm)
+            await asyncio.sleep(0.05)
+        for status in STATUSES:
+            await load.ingest([load.status(p, w, status) for p, w in warm])
+        await load.intake()
+        before = await load.sizes()
         start_used = await load.used()
         samples: list[tuple[float, int]] = []
         sent: list[dict[str, Any]] = []
         parts: list[tuple[str, str]] = []
         statuses: list[tuple[float, dict[str, Any]]] = []
         counts = {"messages": 0, "duplicates": 0, "statuses": 0}
-        seq = 0
         t0 = time.monotonic()
-        tick = 0.5
         next_sample = t0
-        while True:
-            now = time.monotonic()
-            if now - t0 >= duration_s:
-                break
+        while (now := time.monotonic()) - t0 < duration_s:
             batch = []
-            for _ in range(int(rate * tick)):
+            while counts["messages"] + counts["duplicates"] < rate * (now - t0):
                 if sent and rng.random() < 0.1:
                     batch.append(rng.choice(sent[-500:]))
                     counts["duplicates"] += 1
                 else:
-                    seq += 1
-                    event = load.message(person_id(rng.randrange(people)), seq)
-                    sent.append(event)
-                    batch.append(event)
                     counts["messages"] += 1
+                    sent.append(load.message(person_id(rng.randrange(people)), counts["messages"]))
+                    batch.append(sent[-1])
             due_statuses = [e for at, e in statuses if at <= now]
             statuses = [(at, e) for at, e in statuses if at > now]
             await load.ingest(batch + due_statuses)
@@ -371,21 +383,23 @@ async def soak(url: str, rate: float, duration_s: float, people: int) -> dict[st
             if now >= next_sample:
                 samples.append((now - t0, await load.used()))
                 next_sample += 5.0
-            await asyncio.sleep(max(0.0, tick - (time.monotonic() - now)))
+            await asyncio.sleep(max(0.0, 0.25 - (time.monotonic() - now)))
+        elapsed = time.monotonic() - t0
         grown = await load.used() - start_used
         fit = [(t, u) for t, u in samples if t >= 10.0] or samples
-        slope = _slope(fit)
         out = {
             "messages": float(counts["messages"]),
             "duplicates": float(counts["duplicates"]),
             "statuses": float(counts["statuses"]),
             "turns": float(len(parts)),
+            "seconds": elapsed,
             "grown_MB": grown / 2**20,
-            "growth_MB_per_h": slope * 3600 / 2**20,
+            "growth_MB_per_h": _slope(fit) * 3600 / 2**20,
         }
-        for name, (_, size, freed, ttl) in (await load.by_family()).items():
-            out[f"{name}_B"] = size / max(1, counts["messages"])
-            out[f"freed {name}_B"] = freed / max(1, counts["messages"])
+        after = await load.sizes()
+        for name, (_, size, ttl) in after.items():
+            grew = size - (before[name][1] if name in before else 0)
+            out[f"{name}_B"] = grew / max(1, counts["messages"])
             out[f"ttl {name}_s"] = ttl
         return out
 
@@ -402,25 +416,66 @@ def _slope(points: list[tuple[float, int]]) -> float:
 
 
 # --- report ---------------------------------------------------------------------------------
+PER_MESSAGE = ("dedupe", "status markers", "outbound")  # the kinds that grow with messages
+
+
+def lifetime_s(ttl_s: float) -> float:
+    """How long an entry of a kind whose newest keys have `ttl_s` left lives on average: a
+    key each lives its TTL (7 days); a book's entry lives from its write to its generation's
+    end, the newest shards' TTL just after it opened (lib/book.lua): on average halfway
+    between that and the 7 days every entry is kept at least."""
+    return (max(ttl_s, WEEK_S) + WEEK_S) / 2
+
+
+def summary(args: argparse.Namespace, parts: dict[str, dict[str, float]]) -> list[str]:
+    lines = ["[summary]"]
+    wait = parts.get("waiting")
+    if wait:
+        lines.append(
+            f"  a waiting conversation (3 messages, {wait['text_B']:.0f} B of text): "
+            f"{wait['per_conversation_B']:,.0f} B of used_memory"
+        )
+    done = parts.get("answered")
+    if done:
+        left = sum(done.get(f"{k}_B", 0.0) for k in PER_MESSAGE)
+        held = sum(
+            done.get(f"{k}_B", 0.0) * lifetime_s(done.get(f"ttl {k}_s", 0.0)) for k in PER_MESSAGE
+        )
+        per_h = left * args.rate * 3600 / 2**20
+        lines += [
+            f"  left per answered message (dedupe marker, statuses, outbound record): {left:,.1f}"
+            f" B, kept {held / max(left, 1e-9) / 86400:.1f} days on average",
+            f"  at {args.rate:g} msg/s: Redis grows {per_h:,.1f} MB/h with them until the oldest"
+            f" expire, then holds {held * args.rate / 2**30:,.2f} GiB of them",
+            f"  Redis CPU: ingest {done['ingest_message_us']:.1f} µs a message,"
+            f" {done['ingest_status_us']:.1f} µs a status (one item a call); a turn's scripts"
+            f" {done['turn_scripts_us']:.0f} µs; a status's intake"
+            f" {done['intake_status_us']:.1f} µs",
+        ]
+    soak = parts.get("soak")
+    if soak:
+        rate = (soak["messages"] + soak["duplicates"]) / soak["seconds"]
+        left = sum(soak.get(f"{k}_B", 0.0) for k in PER_MESSAGE)
+        held = sum(
+            soak.get(f"{k}_B", 0.0) * lifetime_s(soak.get(f"ttl {k}_s", 0.0)) for k in PER_MESSAGE
+        )
+        per_person = sum(v for k, v in soak.items() if k.startswith("person ") and k.endswith("_B"))
+        lines += [
+            f"  soak, {rate:.1f} deliveries/s for {soak['seconds']:.0f} s: Redis grew"
+            f" {soak['growth_MB_per_h']:,.1f} MB/h; a message added {left:,.1f} B of dedupe,"
+            f" statuses and outbound records, {per_person:,.0f} B to its person's keys",
+            f"  steady state of the per-message kinds at this rate:"
+            f" {held * soak['messages'] / soak['seconds'] / 2**30:,.2f} GiB",
+        ]
+    return lines
+
+
 def report(args: argparse.Namespace, parts: dict[str, dict[str, float]]) -> str:
     lines = [f"code: {revision.describe()}"]
     for name, values in parts.items():
         lines.append(f"[{name}]")
         lines += [f"  {key:40s} {value:14,.1f}" for key, value in values.items()]
-    done = parts.get("answered")
-    if done:
-        kinds = ("dedupe", "status markers", "outbound")
-        left = sum(done.get(f"{k}_B", 0.0) for k in kinds)
-        per_week = [done.get(f"{k}_B", 0.0) for k in kinds]
-        steady = sum(per_week) * args.rate * WEEK_S
-        lines.append("[per answered message, kept 7 days]")
-        lines.append(f"  dedupe + status markers + outbound      {left:14,.1f} B")
-        lines.append(
-            f"  growth at {args.rate:g} msg/s, first 7 days           "
-            f"{left * args.rate * 3600 / 2**20:8,.1f} MB/h"
-        )
-        lines.append(f"  steady state after 7 days            {steady / 2**30:12,.2f} GiB")
-    return "\n".join(lines)
+    return "\n".join(lines + summary(args, parts))
 
 
 async def run(args: argparse.Namespace) -> dict[str, dict[str, float]]:
