@@ -204,10 +204,12 @@ class Load:
             for age in range(1, live + 1):
                 start = now - age * gen_s + 60
                 # The newest filled up with half as many shards: the next one gets `shards`.
-                shape = f"{max(1, shards // 2)}:{start + gen_s + keep}:full"
-                await self.redis.hset(
-                    key, str(start), shape if age == 1 else f"1:{start + gen_s + keep}"
-                )
+                value = f"{start}:{max(1, shards // 2)}:{start + gen_s + keep}:full"
+                if age > 1:
+                    value = f"{start}:1:{start + gen_s + keep}"
+                await self.redis.hset(key, str(start), value)
+                if age == 1:
+                    await self.redis.hset(key, "newest", value)
             await self.redis.hset(key, "since", now - live * gen_s)  # upgraded long ago
 
     # --- measuring -------------------------------------------------------------------------
