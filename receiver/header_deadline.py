@@ -5,10 +5,10 @@ keep-alive timeout runs only between requests. A client that opens a socket and 
 or a few header bytes a minute, would hold it for ever and count against `--limit-concurrency`
 (`WEB_MAX_CONNECTIONS`) until every other client got 503. This protocol closes a connection
 whose request headers are not complete within `HEADERS_TIMEOUT_S` of the connection opening or
-of the request's first byte. The Procfile's `web` line names it (`--http
-receiver.header_deadline:HeaderDeadlineProtocol`); the body has its own deadline in the app
-(receiver/body_deadline.py). Behind Heroku's router, which forwards whole requests, it never
-fires.
+of the request's first byte (up to a quarter of that later: `HeaderWatch`). The Procfile's
+`web` line names it (`--http receiver.header_deadline:HeaderDeadlineProtocol`); the body has
+its own deadline in the app (receiver/body_deadline.py). Behind Heroku's router, which
+forwards whole requests, it never fires.
 """
 
 from __future__ import annotations
@@ -29,38 +29,79 @@ def headers_timeout_s() -> float:
         return Settings().headers_timeout_s
 
 
+# The watch looks this often per deadline, within these bounds (seconds): a connection is cut
+# up to a quarter of the deadline late, which is what the deadline is for anyway.
+TICKS_PER_DEADLINE = 4
+TICK_BOUNDS_S = (0.01, 1.0)
+
+
+class HeaderWatch:
+    """The connections of one server whose request headers are not all in, each with the loop
+    time they began; one timer looks over them a few times per deadline.
+
+    A timer per request (call_later, then cancel) cost ~6 800 instructions a webhook, a few
+    per cent of its whole cost (docs/benchmarks/receiver.md); noting a start in a dict costs
+    a small share of that."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, timeout_s: float) -> None:
+        self.started: dict[HeaderDeadlineProtocol, float] = {}
+        self._loop = loop
+        self._timeout_s = timeout_s
+        low, high = TICK_BOUNDS_S
+        self._tick_s = min(high, max(low, timeout_s / TICKS_PER_DEADLINE))
+        self._timer: asyncio.TimerHandle | None = None
+
+    def begin(self, protocol: HeaderDeadlineProtocol) -> None:
+        self.started[protocol] = self._loop.time()
+        if self._timer is None:
+            self._timer = self._loop.call_later(self._tick_s, self._look)
+
+    def end(self, protocol: HeaderDeadlineProtocol) -> None:
+        self.started.pop(protocol, None)
+
+    def _look(self) -> None:
+        self._timer = None
+        began_by = self._loop.time() - self._timeout_s
+        for protocol, began in list(self.started.items()):
+            if began <= began_by:
+                del self.started[protocol]
+                protocol.headers_late()
+        if self.started:
+            self._timer = self._loop.call_later(self._tick_s, self._look)
+
+
 class HeaderDeadlineProtocol(HttpToolsProtocol):
     """`HttpToolsProtocol`, closing a connection whose headers do not come in time."""
 
     headers_timeout_s = headers_timeout_s()
-    _headers_deadline: asyncio.TimerHandle | None = None
+    _watch: HeaderWatch | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        self._arm_headers_deadline()
+        # One watch per server (its state is shared by all of its connections).
+        watch = getattr(self.server_state, "header_watch", None)
+        if watch is None:
+            watch = HeaderWatch(self.loop, self.headers_timeout_s)
+            self.server_state.header_watch = watch  # type: ignore[attr-defined]
+        self._watch = watch
+        watch.begin(self)
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
-        self._arm_headers_deadline()
+        if self._watch is not None:
+            self._watch.begin(self)
 
     def on_headers_complete(self) -> None:
-        self._disarm_headers_deadline()
+        if self._watch is not None:
+            self._watch.end(self)
         super().on_headers_complete()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._disarm_headers_deadline()
+        if self._watch is not None:
+            self._watch.end(self)
         super().connection_lost(exc)
 
-    def _arm_headers_deadline(self) -> None:
-        self._disarm_headers_deadline()
-        self._headers_deadline = self.loop.call_later(self.headers_timeout_s, self._headers_late)
-
-    def _disarm_headers_deadline(self) -> None:
-        if self._headers_deadline is not None:
-            self._headers_deadline.cancel()
-            self._headers_deadline = None
-
-    def _headers_late(self) -> None:
-        self._headers_deadline = None
+    def headers_late(self) -> None:
+        """The headers did not come within the deadline: close without an answer."""
         if not self.transport.is_closing():
             self.transport.close()

@@ -106,6 +106,46 @@ def test_missing_or_unknown_name_raises_naming_it() -> None:
         scripts.renew.command(k, lease_ms=1, turns=[("p",)])
 
 
+def test_a_bound_call_builds_the_same_command_as_a_named_call() -> None:
+    """`bind` (the worker's finish and save_reply) fixes a tenant's values once; each call
+    then gives the same command `command` would, repeated group included."""
+    k = TenantKeys("wa:{t}")
+    finish = Scripts().finish
+    fixed = {
+        "window_ms": 2000,
+        "max_wait_ms": 8000,
+        "memory_turns": 10,
+        "memory_ttl_ms": 1000,
+        "outbound_ttl_s": 60,
+        "review_notify": "",
+    }
+    per_call = {
+        "person": "p",
+        "token": "t",
+        "outcome": "done",
+        "delay_ms_or_reason": "",
+        "error_or_item": "",
+        "remember": b"{}",
+        "last_part": 0,
+        "last_part_id": "wamid.1",
+        "unknown": "",
+        "count_attempt": 1,
+        "figures": [("ai_le:250", 1), ("ai_sum_ms", 120)],
+    }
+    bound = finish.bind(k, **fixed)
+    assert bound.command(per_call) == finish.command(k, **fixed, **per_call)
+    assert bound.command({**per_call, "figures": []}) == finish.command(
+        k, **fixed, **{**per_call, "figures": []}
+    )
+    without_token = {n: v for n, v in per_call.items() if n != "token"}
+    with pytest.raises(ScriptCallError, match=r"finish\.lua: no value for ARGV\[3\] token"):
+        bound.command(without_token)
+    with pytest.raises(ScriptCallError, match=r"finish\.lua has no KEYS or ARGV named windw_ms"):
+        finish.bind(k, windw_ms=1)
+    with pytest.raises(ScriptCallError, match=r"repeated KEYS cannot be bound"):
+        Scripts().ingest.bind(k)
+
+
 def test_order_comes_from_the_header(tmp_path: Path) -> None:
     """The same named values, two headers: each call follows its own header's order."""
     body = "-- Returns 1.\n-- uses: none\nreturn 1\n"

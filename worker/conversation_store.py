@@ -22,7 +22,7 @@ from shared.ops.takeover import pauses_for_review
 from shared.settings import Settings
 from shared.storage.group_commit import GroupCommitter
 from shared.storage.script_settings import ScriptSettings
-from shared.storage.scripts import Script, Scripts
+from shared.storage.scripts import BoundCall, Script, Scripts
 
 # A turn's figures: (stats field, increment) pairs (shared/fleet/turn_figures.py).
 Figures = tuple[tuple[str, int], ...]
@@ -68,6 +68,10 @@ class ConversationStore:
         # Called with the tenant after a finish stored a review item (the review notifier
         # looks at once instead of at the next sweep).
         self.reviewed: Callable[[str], None] | None = None
+        # Per tenant, the finish and save_reply calls with the tenant's values fixed: the two
+        # calls of every turn (claim's cost is shared by a whole round of batches).
+        self._finishes: dict[str, BoundCall] = {}
+        self._saves: dict[str, BoundCall] = {}
 
     async def _call(self, script: Script, k: TenantKeys, **values: Any) -> Any:
         """Run `script` with these values in the committer's next round; its reply."""
@@ -142,7 +146,12 @@ class ConversationStore:
     async def save_reply(self, batch: Batch, reply: str) -> str | None:
         """Store the reply before sending; returns the one the batch holds (an earlier
         attempt's wins), or None if this worker no longer holds the lock."""
-        result = await self._as_holder(self._scripts.save_reply, batch, reply=reply)
+        bound = self._saves.get(batch.tenant)
+        if bound is None:
+            k = self.keys.tenant(batch.tenant)
+            bound = self._saves[batch.tenant] = self._scripts.save_reply.bind(k)
+        values = {"person": batch.person, "token": batch.token, "reply": reply}
+        result = await self._committer.submit(bound.command(values))
         if result is None:
             return None
         return result.decode() if isinstance(result, bytes) else str(result)
@@ -280,13 +289,23 @@ class ConversationStore:
 
     async def _finish(self, batch: Batch, outcome: str, **used: Any) -> bool:
         """finish.lua for `outcome` with the values it uses (`used`); the others blank."""
-        t = self._units.tenant(batch.tenant)
-        k = self.keys.tenant(batch.tenant)
-        result = await self._as_holder(
-            self._scripts.finish,
-            batch,
-            outcome=outcome,
-            **{**_FINISH_UNUSED, **used},
+        bound = self._finishes.get(batch.tenant)
+        if bound is None:
+            bound = self._finishes[batch.tenant] = self._bind_finish(batch.tenant)
+        values = {
+            **_FINISH_UNUSED,
+            **used,
+            "person": batch.person,
+            "token": batch.token,
+            "outcome": outcome,
+        }
+        return bool(int(await self._committer.submit(bound.command(values))))
+
+    def _bind_finish(self, tenant: str) -> BoundCall:
+        t = self._units.tenant(tenant)
+        k = self.keys.tenant(tenant)
+        return self._scripts.finish.bind(
+            k,
             window_ms=t.window_ms,
             max_wait_ms=t.max_wait_ms,
             memory_turns=t.memory_turns,
@@ -294,4 +313,3 @@ class ConversationStore:
             outbound_ttl_s=OUTBOUND_TTL_S,
             review_notify=k.review_notify if self._notify else "",
         )
-        return bool(int(result))

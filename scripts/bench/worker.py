@@ -4,13 +4,15 @@
     scripts/bench_worker --only dispatch --repeat 2
     scripts/bench_worker --write             # also update docs/benchmarks/worker.md
     scripts/bench_worker --at HEAD~3         # the product code of another revision
+    scripts/bench_worker --only throughput --anchors all   # + BullMQ, arq, SAQ in the same run
 
 Scenarios (--only, comma-separated):
     dispatch    1 000 conversations coming due within 1 s (messages fed live over 1 s to a
                 running worker, window 2 s, WORKER_CONCURRENCY=200); lag = turn start - due_ms
     throughput  N one-message conversations all due at the same instant, zero-latency brain and
                 sender, WORKER_CONCURRENCY=200; 1 worker process, then 2; plus the baseline
-                (N LPUSH/RPOP pairs, one asyncio redis-py client, pipelines of 200)
+                (N LPUSH/RPOP pairs, one asyncio redis-py client, pipelines of 200); with
+                --anchors, BullMQ / arq / SAQ on the same terms (scripts/bench/anchors.py)
     slow        brain that takes 1 s, WORKER_CONCURRENCY=200: capacity (2 000 conversations due
                 at once) and a steady feed below capacity (lag p50/p99 per 5 s slice)
     memory      10 000 waiting conversations of 3 messages; 100 000 dedupe markers
@@ -39,7 +41,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from scripts.bench import revision
+from scripts.bench import anchors, revision
 from scripts.bench.worker_load import (
     Bench,
     Workers,
@@ -56,6 +58,7 @@ from shared.events import encode
 REPO = Path(__file__).resolve().parents[2]
 DOC = REPO / "docs" / "benchmarks" / "worker.md"
 START, END = "<!-- results:start -->", "<!-- results:end -->"
+CONCURRENCY = 200  # WORKER_CONCURRENCY of the throughput runs, and the anchors' concurrency
 Metrics = dict[str, float]
 
 
@@ -156,7 +159,7 @@ async def throughput_one(args: argparse.Namespace, procs: int, tag: str) -> Metr
             server.url,
             n,
             procs,
-            {"WORKER_CONCURRENCY": "200"},
+            {"WORKER_CONCURRENCY": str(CONCURRENCY)},
             profile=args.profile and f"{args.profile}-{tag}.txt",
         )
         rows = workers.rows()
@@ -173,6 +176,24 @@ async def throughput_one(args: argparse.Namespace, procs: int, tag: str) -> Metr
 async def baseline(args: argparse.Namespace) -> Metrics:
     with RedisServer() as server:
         return {"pairs_s": await redis_lpush_rpop_baseline(server.url, args.n)}
+
+
+def anchor_scenario(anchor: anchors.Anchor) -> Callable[[argparse.Namespace], Any]:
+    """The throughput scenario's terms for another library: N one-message jobs enqueued up
+    front, a no-op handler, one process at CONCURRENCY, its own private Redis."""
+
+    async def run(args: argparse.Namespace) -> Metrics:
+        payload = len(encode(make_event(person_id(0), 0)))  # one message, as a turn has
+        with RedisServer() as server:
+            try:
+                return await asyncio.to_thread(
+                    anchor.run, server.url, args.n, CONCURRENCY, payload, args.anchor_retention
+                )
+            except (RuntimeError, subprocess.TimeoutExpired) as exc:
+                print(f"anchor {anchor.label} failed: {exc}", file=sys.stderr, flush=True)
+                return {}
+
+    return run
 
 
 async def slow_capacity(args: argparse.Namespace) -> Metrics:
@@ -314,11 +335,18 @@ async def used_memory(redis: Any) -> int:
 SCENARIOS = ["dispatch", "throughput", "slow", "memory"]
 
 
-def run_all(args: argparse.Namespace) -> dict[str, list[Metrics]]:
-    wanted = args.only.split(",") if args.only else SCENARIOS
+def wanted_scenarios(args: argparse.Namespace) -> list[str]:
+    wanted: list[str] = args.only.split(",") if args.only else SCENARIOS
     unknown = set(wanted) - set(SCENARIOS)
     if unknown:
         sys.exit(f"unknown scenario(s) {sorted(unknown)}; choose from {SCENARIOS}")
+    if args.anchors and "throughput" not in wanted:
+        sys.exit("--anchors runs within the throughput scenario: add it to --only")
+    return wanted
+
+
+def run_all(args: argparse.Namespace, ready: dict[str, anchors.Anchor]) -> dict[str, list[Metrics]]:
+    wanted = wanted_scenarios(args)
     plan: list[tuple[str, Callable[[argparse.Namespace], Any]]] = []
     if "dispatch" in wanted:
         plan.append(("dispatch", dispatch))
@@ -328,6 +356,7 @@ def run_all(args: argparse.Namespace) -> dict[str, list[Metrics]]:
             ("throughput_1", lambda a: throughput_one(a, 1, "tp1")),
             ("throughput_2", lambda a: throughput_one(a, 2, "tp2")),
         ]
+        plan += [(f"anchor_{name}", anchor_scenario(anchor)) for name, anchor in ready.items()]
     if "slow" in wanted:
         plan += [("slow_capacity", slow_capacity), ("slow_steady", slow_steady)]
     if "memory" in wanted:
@@ -368,6 +397,21 @@ throughput_2 worker_cpu | 2. CPU used by the 2 worker processes | cores |
 throughput_2 redis_cpu | 2. CPU used by Redis, 2 processes | cores |
 throughput_2 worker_us | 2. worker CPU per turn, 2 processes | µs |
 throughput_2 redis_us | 2. Redis CPU per turn, 2 processes | µs |
+anchor_bullmq jobs_s | 2. anchor: BullMQ, 1 process, no-op jobs | jobs/s |
+anchor_bullmq ratio | 2. throughput, 1 process ÷ BullMQ | × |
+anchor_bullmq worker_us | 2. BullMQ: worker CPU per job | µs |
+anchor_bullmq redis_us | 2. BullMQ: Redis CPU per job | µs |
+anchor_bullmq cost_ratio | 2. CPU per turn (worker + Redis) ÷ BullMQ's per job | × |
+anchor_arq jobs_s | 2. anchor: arq, 1 process, no-op jobs | jobs/s |
+anchor_arq ratio | 2. throughput, 1 process ÷ arq | × |
+anchor_arq worker_us | 2. arq: worker CPU per job | µs |
+anchor_arq redis_us | 2. arq: Redis CPU per job | µs |
+anchor_arq cost_ratio | 2. CPU per turn (worker + Redis) ÷ arq's per job | × |
+anchor_saq jobs_s | 2. anchor: SAQ, 1 process, no-op jobs | jobs/s |
+anchor_saq ratio | 2. throughput, 1 process ÷ SAQ | × |
+anchor_saq worker_us | 2. SAQ: worker CPU per job | µs |
+anchor_saq redis_us | 2. SAQ: Redis CPU per job | µs |
+anchor_saq cost_ratio | 2. CPU per turn (worker + Redis) ÷ SAQ's per job | × |
 slow_capacity turns_s | 3. 1 s brain, 2 000 due at once: turns/s | turns/s | >= 150
 slow_steady starts_s | 3. 1 s brain, steady feed: turns/s | turns/s |
 slow_steady lag_p50 | 3. steady feed: dispatch lag p50 (whole run) | ms |
@@ -408,6 +452,14 @@ def add_ratios(results: dict[str, list[Metrics]]) -> None:
         if base and name in results:
             for run, b in zip(results[name], base, strict=False):
                 run["ratio"] = run["turns_s"] / b["pairs_s"]
+    # The project's 1-process run against each anchor's run of the same round.
+    project = results.get("throughput_1", [])
+    for name in anchors.NAMES:
+        for run, p in zip(results.get(f"anchor_{name}", []), project, strict=False):
+            if "jobs_s" in run:
+                run["ratio"] = p["turns_s"] / run["jobs_s"]
+                cost = run["worker_us"] + run["redis_us"]
+                run["cost_ratio"] = (p["worker_us"] + p["redis_us"]) / cost
 
 
 def fmt(v: float) -> str:
@@ -487,6 +539,17 @@ def environment(args: argparse.Namespace, code: str) -> str:
     )
 
 
+def anchors_environment(args: argparse.Namespace, ready: dict[str, anchors.Anchor]) -> str:
+    if not ready:
+        return ""
+    shown = "; ".join(anchor.describe() for anchor in ready.values())
+    payload = len(encode(make_event(person_id(0), 0)))
+    return (
+        f"\n- anchors: {shown}; one process each, concurrency {CONCURRENCY}, N={args.n} jobs "
+        f"of a {payload}-byte message, completed-job retention {args.anchor_retention}"
+    )
+
+
 def write_doc(text: str) -> None:
     DOC.parent.mkdir(parents=True, exist_ok=True)
     if DOC.exists() and START in DOC.read_text():
@@ -518,6 +581,18 @@ def main() -> int:
     p.add_argument("--at", default="", help="benchmark this git revision (default: working tree)")
     p.add_argument("--write", action="store_true", help=f"update {DOC.relative_to(REPO)}")
     p.add_argument(
+        "--anchors",
+        default="",
+        help=f"with throughput: also run these libraries ({','.join(anchors.NAMES)} or all), "
+        "fetched on first use into ~/.cache/wa-inbox-bench/ (scripts/bench/anchors.py)",
+    )
+    p.add_argument(
+        "--anchor-retention",
+        choices=("off", "default"),
+        default="off",
+        help="the anchors' completed-job retention: off (default) or each library's default",
+    )
+    p.add_argument(
         "--variants",
         default="",
         help="patch candidate optimisations into the workers (scripts/bench/worker_variants.py)",
@@ -534,14 +609,17 @@ def main() -> int:
     if args.variants:
         os.environ["BENCH_VARIANTS"] = args.variants
     env = environment(args, revision.describe())
+    wanted_scenarios(args)  # fail fast, before any fetch
+    ready = anchors.prepare(anchors.parse_names(args.anchors)) if args.anchors else {}
     try:
-        results = run_all(args)
+        results = run_all(args, ready)
     except BaseException:
         print("worker logs kept in /tmp/bench-worker-*", file=sys.stderr)
         raise
     cleanup()
     if hasattr(os, "getloadavg"):
         env += f"\n- load average at end {', '.join(f'{x:.2f}' for x in os.getloadavg())}"
+    env += anchors_environment(args, ready)
     add_ratios(results)
     text = f"{env}\n\n{table(results)}"
     print()

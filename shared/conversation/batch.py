@@ -81,11 +81,13 @@ class Batch:
     @classmethod
     def from_claim(cls, tenant: str, row: list[Any]) -> Batch:
         """Build from one `{person, token, field, value, ...}` row of claim.lua."""
-        person, token = _s(row[0]), _s(row[1])
-        flat = [_s(x) for x in row[2:]]
-        fields = dict(zip(flat[::2], flat[1::2], strict=True))
-        raw_messages = fields.pop("messages", "[]")
-        events = orjson.loads(raw_messages)
+        if isinstance(row[0], bytes):  # the worker's clients: bytes, decoded here at once
+            flat = [x.decode() if isinstance(x, bytes) else str(x) for x in row]
+        else:
+            flat = [_s(x) for x in row]
+        person, token = flat[0], flat[1]
+        fields = dict(zip(flat[2::2], flat[3::2], strict=True))
+        messages_json = fields.pop("messages", "[]").encode()
         return cls(
             tenant=tenant,
             person=person,
@@ -95,8 +97,8 @@ class Batch:
             claimed_ms=int(fields.get("claimed_ms", 0)),
             due_ms=int(float(fields.get("due_ms", 0))),
             requeued=fields.get("requeued") == "1",
-            messages=[Message.from_event(e) for e in events],
-            messages_json=raw_messages.encode(),
+            messages=[Message.from_event(e) for e in orjson.loads(messages_json)],
+            messages_json=messages_json,
             fields=fields,
             history=_history(fields.pop("history", "[]")),
             last_inbound_ts=int(fields.pop("last_inbound", 0) or 0),

@@ -16,9 +16,8 @@ they are written on the batch in Redis under the lease first (worker/turn/under_
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Mapping, Sequence
+from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -113,14 +112,20 @@ USAGE_FIELDS = (
 _current: ContextVar[TurnState | None] = ContextVar("turn_state", default=None)
 
 
-@contextmanager
-def running(state: TurnState) -> Iterator[None]:
-    """Make `state` the current turn's for the code run inside (the turn's task only)."""
-    token = _current.set(state)
-    try:
-        yield
-    finally:
-        _current.reset(token)
+class running:  # a class used as a function: `with running(state):`
+    """Make `state` the current turn's for the code run inside (the turn's task only). A
+    class, not a generator: it runs once per turn, on the hot path."""
+
+    def __init__(self, state: TurnState) -> None:
+        self._state = state
+        self._token: Token[TurnState | None] | None = None
+
+    def __enter__(self) -> None:
+        self._token = _current.set(self._state)
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._token is not None
+        _current.reset(self._token)
 
 
 def current() -> TurnState | None:

@@ -377,14 +377,19 @@ class TurnSettings:
     )
     ai_outage_pause_s: float = setting(
         "AI_OUTAGE_PAUSE_S",
-        2.0,
+        1.0,
         "when the AI fails as a whole (429, 529, 5xx, timeouts) the fleet stops calling it this"
         " long, or the `retry-after` it asked for, doubling while it keeps failing; batches wait,"
         " their attempts not counted",
         above=0,
     )
     ai_outage_max_pause_s: float = setting(
-        "AI_OUTAGE_MAX_PAUSE_S", 30.0, "the longest such pause (≥ `AI_OUTAGE_PAUSE_S`)", above=0
+        "AI_OUTAGE_MAX_PAUSE_S",
+        4.0,
+        "the longest such pause (≥ `AI_OUTAGE_PAUSE_S`): while the AI keeps failing, one worker"
+        " asks it again this often, so waiting people are answered within about this long of its"
+        " return; a longer `retry-after` is honoured",
+        above=0,
     )
     worker_concurrency: int = setting(
         "WORKER_CONCURRENCY", 5, "turns at once per worker process", above=0

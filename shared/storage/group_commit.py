@@ -34,7 +34,7 @@ class GroupCommitter:
         """
         self._timeout_s = timeout_s
         self._redis = redis
-        self._raw = None if is_cluster(redis) else RawPipeline(redis)
+        self._raw: RawPipeline | None = None  # made at the first round, on one server
         self._scripts = scripts
         self._max_batch = max_batch
         self._waiting: list[tuple[Command, asyncio.Future[Any]]] = []
@@ -91,7 +91,9 @@ class GroupCommitter:
 
     async def _exchange(self, commands: list[Command]) -> list[Any]:
         async with asyncio.timeout(self._timeout_s):
-            if self._raw is not None:
+            if not is_cluster(self._redis):
+                if self._raw is None:
+                    self._raw = RawPipeline(self._redis)
                 return await self._raw.exchange(commands)
             pipe = self._redis.pipeline(transaction=False)
             for command in commands:

@@ -387,6 +387,18 @@ def test_an_outage_probed_too_often_fails() -> None:
     assert failed_expectations(run, obs, stats) == ["the fleet probed at most once per pause"]
 
 
+def test_an_outage_probed_too_seldom_fails() -> None:
+    """Recovery at 20 s, the last probe at 13.2 s: the AI was back for a while before anyone
+    asked (the longest pause is 4 s by default)."""
+    run, obs, stats = outage_records()
+    run.faults[-1] = (20.0, "ai_recovered", "")
+    obs.calls = [c for c in obs.calls if c.tokens != ((ALICE, 2),) or not c.ok]
+    obs.calls += turn(ALICE, [2], 20.3)
+    assert failed_expectations(run, obs, stats) == [
+        "the fleet probed at least once per longest pause"
+    ]
+
+
 def test_an_outage_that_counted_attempts_or_parked_batches_fails() -> None:
     run, obs, stats = outage_records()
     stats["retries"] = 1

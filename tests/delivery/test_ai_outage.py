@@ -28,7 +28,7 @@ from shared.settings import Settings
 from tests.delivery.support import ai_requests
 from tests.worker.support import WorkerFleet, in_review, push_message, review_items, stats, wait_for
 from worker.brains.ai_errors import retry_after
-from worker.brains.ai_pause import GO, REFRESH_S, AIPause
+from worker.brains.ai_pause import GO, REFRESH_S, WAIT_MARGIN_S, AIPause
 
 # 0.7 s: what MAX_ATTEMPTS=4 retries at RETRY_BASE_S=0.1 would survive (tests/delivery/support.py).
 COUNTED_RETRIES_SURVIVE_S = 0.1 + 0.2 + 0.4
@@ -149,6 +149,70 @@ async def test_a_fleet_of_three_probes_the_ai_once_per_pause_honouring_retry_aft
     assert len(starts) >= 3, f"the outage was probed: {gaps}"
     assert min(gaps) >= RETRY_AFTER_S - 0.05, f"a call before its pause ended: {gaps}"
     assert len(starts) <= int(PROBED_OUTAGE_S / RETRY_AFTER_S) + 1, gaps
+    assert "retries" not in await turns_done(redis, prefix, len(texts))
+    assert await review_items(redis, prefix) == []
+
+
+DEFAULTS = Settings()
+DEFAULT_PAUSE = {
+    "AI_OUTAGE_PAUSE_S": str(DEFAULTS.ai_outage_pause_s),
+    "AI_OUTAGE_MAX_PAUSE_S": str(DEFAULTS.ai_outage_max_pause_s),
+}
+LONG_OUTAGE_S = 14.0
+# How late a probe or a waiting batch may come on a loaded 2-core machine: its claim, the
+# gate's reads, the turn itself.
+SLACK_S = 2.5
+
+
+@pytest.mark.slow
+async def test_with_the_default_pause_the_ai_is_asked_every_few_seconds_and_answers_resume_soon(
+    redis: Redis,
+    prefix: str,
+    env: dict[str, str],
+    fleet: WorkerFleet,
+    graph: GraphApiStandIn,
+    ai: MessagesApiStandIn,
+) -> None:
+    """Default AI_OUTAGE_PAUSE_S / AI_OUTAGE_MAX_PAUSE_S, two workers, a 14 s outage
+    (retry-after 1 s); people write as it starts and in its middle. While it fails, one call at
+    a time, never two within the shortest pause, never more than the longest pause (4 s) apart:
+    the fleet learns the AI is back within about 4 s of it (the doubling up to 30 s of before:
+    2, 4, 8 s pauses left the AI unasked from about 7 s to 16 s into such an outage).
+    Then the probe's answer alone, and every waiting batch soon after it, not a pause later."""
+    await fleet.start(2, **{**env, **DEFAULT_PAUSE})
+    outage = ai.fail_for(LONG_OUTAGE_S, "overloaded", retry_after=1)
+    first, *others = people(11, base=500)
+    texts = {person: f"pregunta {i}" for i, person in enumerate([first, *others])}
+    await push_message(redis, prefix, first, "wamid.d0", texts[first])
+    await fleet_paused(redis, prefix)
+    for i, person in enumerate(others, start=1):
+        if i == 6:  # the rest write in the middle of the outage
+            await asyncio.sleep(LONG_OUTAGE_S / 2)
+        await push_message(redis, prefix, person, f"wamid.d{i}", texts[person])
+
+    await all_answered(graph, texts, timeout_s=60)
+    recovered = fault_end(outage)
+    calls = ai_requests(ai)
+    failed = sorted(r.time for r in calls if not r.ok)
+    assert all(r.time < recovered for r in calls if not r.ok), "only the outage failed"
+    gaps = [round(b - a, 2) for a, b in itertools.pairwise(failed)]
+    shortest = max(DEFAULTS.ai_outage_pause_s, 1.0)  # the first pause: 1 s, retry-after 1 s
+    assert len(failed) >= 4, f"the outage probed too seldom: {gaps}"
+    assert min(gaps) >= shortest - 0.05, f"a call too soon: {gaps}"
+    assert max(gaps) <= DEFAULTS.ai_outage_max_pause_s + SLACK_S, f"a probe too late: {gaps}"
+    # After recovery: the first call is the probe, the next one starts once it is answered.
+    answered = sorted((r for r in calls if r.ok), key=lambda r: r.time)
+    assert len(answered) == len(texts), "one answer per batch"
+    probe, *rest = answered
+    assert probe.time - failed[-1] <= DEFAULTS.ai_outage_max_pause_s + SLACK_S, gaps
+    assert probe.time - recovered <= DEFAULTS.ai_outage_max_pause_s + SLACK_S
+    assert probe.answered is not None and all(r.time >= probe.answered for r in rest)
+    # Every waiting batch within a batch's jitter and a look again (1 s each by default) of
+    # the probe's answer, not at the pause after.
+    sends = [r.time for r in graph.requests if r.kind == "text" and r.ok]
+    assert max(sends) - probe.answered <= 2 * DEFAULTS.ai_outage_pause_s + SLACK_S, (
+        max(sends) - probe.answered
+    )
     assert "retries" not in await turns_done(redis, prefix, len(texts))
     assert await review_items(redis, prefix) == []
 
@@ -279,7 +343,7 @@ async def end_pause_now(redis: Redis, prefix: str) -> None:
     await asyncio.sleep(REFRESH_S + 0.05)
 
 
-async def test_the_pause_doubles_per_failed_probe_honours_retry_after_and_is_capped(
+async def test_the_pause_doubles_per_failed_probe_is_capped_and_honours_retry_after(
     redis: Redis, prefix: str
 ) -> None:
     worker = pause_of(redis, prefix, "w1")
@@ -288,22 +352,32 @@ async def test_the_pause_doubles_per_failed_probe_honours_retry_after_and_is_cap
     pause, pttl = await stored(redis, prefix)
     length = pause.until_ms / 1000 - time.time()
     assert pause.level == 1 and 0.9 <= length <= 1.2 and pause.why == "Anthropic 529: Overloaded"
-    assert length <= wait <= length + 1.0 + 0.1, "the batch waits the pause and its jitter"
+    # The batch that set the pause is the next probe: it waits the pause alone, no jitter.
+    assert length <= wait - WAIT_MARGIN_S <= length + 0.05, (wait, length)
     # The key outlives the pause by the longest pause (4 s): the level is remembered.
     assert 4000 + 800 <= pttl <= 4000 + 1200
-    # Another call in flight that fails too does not lengthen the pause.
-    await worker.failed(AIUnavailable("Anthropic 529: Overloaded"), GO)
+    # Another call in flight that fails too does not lengthen the pause, and its batch waits
+    # the pause plus a jitter of up to AI_OUTAGE_PAUSE_S (1 s).
+    other = await worker.failed(AIUnavailable("Anthropic 529: Overloaded"), GO)
     assert (await stored(redis, prefix))[0] == pause
-    # Each failed probe doubles it (2 s, 4 s), up to the cap (4 s); retry-after beyond the
-    # cap is capped too, and one within it is honoured over the backoff.
-    for level, least, retry in ((2, 2.0, None), (3, 4.0, None), (4, 4.0, 60.0)):
+    assert wait - 0.1 <= other <= wait + 1.0 + 0.05, (other, wait)
+    # Each failed probe doubles it (2 s, 4 s), up to the cap (4 s), and a retry-after within
+    # the cap does not lengthen it; one beyond the cap is honoured, exactly. The probe's batch
+    # waits the new pause alone: it probes again when it ends.
+    for level, least, most, retry in (
+        (2, 2.0, 2.4, None),
+        (3, 4.0, 4.0, None),
+        (4, 4.0, 4.0, 3.0),
+        (5, 60.0, 60.0, 60.0),
+    ):
         await end_pause_now(redis, prefix)
         probe = await worker.admit()
         assert probe.probe and probe.wait_s == 0, "the pause is over: this worker probes"
-        await worker.failed(AIUnavailable("Anthropic 429", retry), probe)
+        wait = await worker.failed(AIUnavailable("Anthropic 429", retry), probe)
         pause, _ = await stored(redis, prefix)
         length = pause.until_ms / 1000 - time.time()
-        assert pause.level == level and least - 0.1 <= length <= min(least * 1.2, 4.0), level
+        assert pause.level == level and least - 0.1 <= length <= most, (level, length)
+        assert length <= wait - WAIT_MARGIN_S <= length + 0.05, (level, wait, length)
         assert not await redis.exists(Keys(prefix).ai_probe), "the probe gave its token back"
     await redis.delete(Keys(prefix).ai_paused)
     await worker.failed(AIUnavailable("Anthropic 429", 3.0), GO)

@@ -126,3 +126,29 @@ async def test_a_turn_whose_lock_is_lost_is_cancelled_before_it_sends(
     # The brain's "end" record comes before the sender's reply: wait for the reply itself.
     (reply,) = await wait_for(lambda: outbox(redis, prefix), "the resumed turn's reply")
     assert reply["batch_id"] == resumed.batch and reply["sent_ms"] >= resumed.start["ms"]
+
+
+async def test_a_renewal_never_stops_a_turn_that_finished(
+    redis: Redis, prefix: str, fleet: WorkerFleet
+) -> None:
+    """A renewal in the same round as a turn's finish finds the lock released by that finish:
+    it must not stop the turn (no "lease lost" line) and the turn's figures, written with the
+    finish, are all there. Renewing every 10 ms over 150 turns hit that window many times
+    when the figures were a separate write after the finish (issue 24: 47 false ERRORs and 6
+    turns' figures lost in a soak)."""
+    await fleet.start(1, LEASE_S="5", LEASE_RENEW_S="0.01", WORKER_CONCURRENCY="50")
+    people = [f"54911000031{i:02d}" for i in range(150)]
+    for i, person in enumerate(people):
+        await push_message(redis, prefix, person, f"wamid.ends-once.{i}", "hola")
+
+    async def all_turns() -> dict[str, int] | None:
+        figures = await stats(redis, prefix)
+        return figures if figures.get("turns", 0) >= len(people) else None
+
+    figures = await wait_for(all_turns, "150 turns", timeout_s=60)
+    # Each turn made one AI call (the recording brain, timed by the turn) and sent one part.
+    assert figures["turns"] == len(people)
+    assert figures["ai_count"] == len(people), fleet.dump()
+    assert figures["send_count"] == len(people), fleet.dump()
+    log = fleet.dump()
+    assert "lease lost" not in log and "stopping the turn" not in log, log

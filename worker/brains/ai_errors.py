@@ -29,7 +29,7 @@ from shared.conversation.errors import AIUnavailable, NeedsReview, RetryLater
 
 # Statuses that say the provider, not the request, failed: wait for it.
 UNAVAILABLE_STATUS = frozenset({408, 429})
-# Longest retry-after taken as given; the pause is capped by AI_OUTAGE_MAX_PAUSE_S anyway.
+# Longest retry-after taken as given (the fleet's AI pause honours one, worker/brains/ai_pause.py).
 MAX_RETRY_AFTER_S = 3600.0
 
 

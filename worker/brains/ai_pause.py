@@ -4,23 +4,32 @@ When a call of the AI fails as a whole (`AIUnavailable`: 429, 529, another 5xx, 
 connection; worker/brains/ai_errors.py), the worker sets the fleet-wide key `<prefix>:ai:paused`
 (JSON `until_ms`, `level`, `since_ms`, `why`, `by`). Until `until_ms` no worker calls the AI:
 each batch it claims is put back to wait, finished as a retry that does not count the attempt
-(finish.lua's `count_attempt`), due again when the pause ends plus a jitter of up to
-`AI_OUTAGE_PAUSE_S`, before the read receipt and typing indicator (the person sees nothing
-promised). Only `REVIEW_AFTER_S` ends a batch's wait: claimed that old, it goes to review as
-too_old, as any batch does (worker/turn/turn.py).
+(finish.lua's `count_attempt`), before the read receipt and typing indicator (the person sees
+nothing promised). Only `REVIEW_AFTER_S` ends a batch's wait: claimed that old, it goes to
+review as too_old, as any batch does (worker/turn/turn.py).
 
-- **How long.** The first pause is `AI_OUTAGE_PAUSE_S`, or the provider's `retry-after` if
-  longer, times a jitter of up to +20 %, capped at `AI_OUTAGE_MAX_PAUSE_S`; each failed probe
-  doubles it (`level`), still capped. Calls that were in flight when the pause was set and fail
-  too do not lengthen it: only a probe's failure, or a failure while no pause is known, does.
+- **How long.** The first pause is `AI_OUTAGE_PAUSE_S` times a jitter of up to +20 %; each
+  failed probe doubles it (`level`), capped at `AI_OUTAGE_MAX_PAUSE_S`: while the AI keeps
+  failing the fleet asks it again every `AI_OUTAGE_MAX_PAUSE_S` (4 s by default), so it learns
+  it is back at most that long after. A `retry-after` the provider sent is honoured: the pause
+  is at least that long (with the jitter while under the cap; exactly it beyond the cap).
+  Calls that were in flight when the pause was set and fail too do not lengthen it: only a
+  probe's failure, or a failure while no pause is known, does.
+- **When batches come due.** The batch whose failure set the pause waits exactly the pause
+  (plus `WAIT_MARGIN_S`): it is the next probe, due when the pause ends, so the probe interval
+  is the pause and not the pause plus a jitter. Every other batch waits for the pause's end
+  plus a jitter of up to `AI_OUTAGE_PAUSE_S`, so the fleet's batches do not all come due at one
+  instant; one that comes due while the probe is out looks again after half to one
+  `AI_OUTAGE_PAUSE_S`. When the probe is answered, every waiting batch is therefore due within
+  about `AI_OUTAGE_PAUSE_S` of it, not a pause later.
 - **Who asks again.** When the pause ends the key stays (its PX is the pause plus
   `AI_OUTAGE_MAX_PAUSE_S`, so the level is remembered) and the first worker to `SET
   <prefix>:ai:probe <token> NX PX` asks the AI with its batch: the probe. The others put their
-  batches back for half to one `AI_OUTAGE_PAUSE_S` and look again. A probe that gets an answer
-  deletes the pause, and the fleet calls the AI again; one that fails sets a longer pause, then
-  releases the token (in that order: a worker that wins the token re-reads the pause after the
-  SET, so it cannot probe on a stale view). A probe whose worker dies leaves the token to expire
-  (`AI_TIMEOUT_S` + 5 s: the fleet's batches wait that long at most), and another worker probes.
+  batches back as above. A probe that gets an answer deletes the pause, and the fleet calls the
+  AI again; one that fails sets a longer pause, then releases the token (in that order: a
+  worker that wins the token re-reads the pause after the SET, so it cannot probe on a stale
+  view). A probe whose worker dies leaves the token to expire (`AI_TIMEOUT_S` + 5 s: the
+  fleet's batches wait that long at most), and another worker probes.
 - **How often Redis is read.** Each worker keeps the pause it last read for `REFRESH_S`: a
   healthy fleet reads the key about twice a second per process, not once per turn. A worker
   may therefore start calls for up to `REFRESH_S` after another paused the fleet; they fail
@@ -191,7 +200,8 @@ class AIPause:
                 now - pause.since_ms / 1000,
                 error.detail,
             )
-            return self._wait(pause, now).wait_s
+            # This batch is the next probe: due when the pause ends, without a jitter.
+            return self._wait(pause, now, jitter=False).wait_s
         except _REDIS_ERRORS as exc:
             log.warning("could not store the AI pause: %r", exc)
             return self._length(1, error.retry_after_s) + self._jitter_s()
@@ -271,17 +281,20 @@ class AIPause:
         )
 
     def _length(self, level: int, retry_after_s: float | None) -> float:
-        """The pause after `level` failures in a row: doubling from `AI_OUTAGE_PAUSE_S`, at
-        least the provider's retry-after, a jitter on top, capped."""
+        """The pause after `level` failures in a row: doubling from `AI_OUTAGE_PAUSE_S`, a
+        jitter on top, capped at `AI_OUTAGE_MAX_PAUSE_S`; never shorter than the provider's
+        retry-after (one beyond the cap is the pause, exactly)."""
         backoff = self._first_s * 2.0 ** min(level - 1, 30)
-        wanted = max(backoff, retry_after_s or 0.0)
-        return min(self._max_s, wanted * self._rng.uniform(1.0, 1.0 + PAUSE_JITTER))
+        asked = retry_after_s or 0.0
+        wanted = max(backoff, asked) * self._rng.uniform(1.0, 1.0 + PAUSE_JITTER)
+        return min(wanted, max(self._max_s, asked))
 
-    def _wait(self, pause: Pause, now: float) -> Admission:
-        """A batch waits for the pause's end, plus its own jitter, so the batches of the
-        fleet do not all come due at one instant."""
+    def _wait(self, pause: Pause, now: float, *, jitter: bool = True) -> Admission:
+        """A batch waits for the pause's end, plus its own jitter (unless it is the next
+        probe), so the batches of the fleet do not all come due at one instant."""
         left = max(0.0, pause.until_ms / 1000 - now)
-        return Admission(left + WAIT_MARGIN_S + self._jitter_s(), pause.why)
+        spread = self._jitter_s() if jitter else 0.0
+        return Admission(left + WAIT_MARGIN_S + spread, pause.why)
 
     def _jitter_s(self) -> float:
         return self._rng.uniform(0.0, self._first_s)
