@@ -417,7 +417,7 @@ slow_steady starts_s | 3. 1 s brain, steady feed: turns/s | turns/s |
 slow_steady lag_p50 | 3. steady feed: dispatch lag p50 (whole run) | ms |
 slow_steady lag_p99 | 3. steady feed: dispatch lag p99 (whole run) | ms |
 slow_steady lag_max | 3. steady feed: dispatch lag max | ms |
-memory conv_delta_B | 4. used_memory per waiting conversation (3 msgs + 3 dedupe keys) | B |
+memory conv_delta_B | 4. used_memory per waiting conversation (3 msgs + 3 dedupe markers) | B |
 memory key:* | 4. MEMORY USAGE per-person key | B |
 memory seen_B | 4. MEMORY USAGE of the dedupe markers, per message | B |
 memory due_B | 4. due ZSET share per conversation | B |
@@ -534,7 +534,7 @@ def environment(args: argparse.Namespace, code: str) -> str:
             f"- command: `{cmd}` ({args.repeat} runs of each, interleaved; median reported)",
             f"- sizes: dispatch {args.dispatch_n} conversations, throughput N={args.n}, "
             f"1 s brain {args.slow_n} at once and {args.rate}/s for {args.duration} s, memory "
-            f"{args.mem_people} conversations × 3 messages and {args.dedupe_n} dedupe keys",
+            f"{args.mem_people} conversations × 3 messages and {args.dedupe_n} dedupe markers",
         ]
     )
 
