@@ -7,7 +7,7 @@ leaves behind (its dedupe marker, its statuses, its outbound record), and how Re
 
 Everything goes through the product's own scripts, called in this process the way the receiver
 and the worker call them (ingest.lua per webhook; the worker's ConversationStore for intake,
-claim, reply, parts and finish), on a private Redis (appendonly off, no RDB saves). Three parts,
+claim, reply, parts and finish), on a private Redis (appendonly off, no RDB saves). Four parts,
 each on a fresh server:
 
 1. waiting: `--people` conversations of 3 text messages, waiting for their window (300 s);
@@ -20,6 +20,7 @@ each on a fresh server:
 3. soak: `--rate` messages a second for `--duration` seconds from `--people` people (one
    delivery in ten sent twice), each answered within about a second, its three statuses posted
    back (one in ten twice); used_memory sampled every 5 s and its growth per hour fitted.
+4. ingest: the Redis CPU of ingest.lua per message with 1, 10 and 100 messages a call.
 
 A book of dedupe markers or outbound records (shared/lua/lib/book.lua) sizes a generation's
 shards by the last generation's rate, so steady traffic fills them to a few hundred entries
@@ -134,22 +135,25 @@ class Load:
             )
         )
 
-    async def ingest(self, events: list[dict[str, Any]], chunk: int = 500) -> int:
-        """One ingest call per webhook of one item, pipelined; how many were new."""
+    async def ingest(self, events: list[dict[str, Any]], per_call: int = 1) -> int:
+        """One ingest call per webhook of one item (or `per_call` items, as the receiver's
+        group commit makes under load), pipelined; how many were new."""
         from scripts.bench.worker_load import DEDUPE_TTL_S
 
         stored = 0
-        for start in range(0, len(events), chunk):
+        for start in range(0, len(events), 500):
             pipe = self.redis.pipeline(transaction=False)
-            for event in events[start : start + chunk]:
+            chunk = events[start : start + 500]
+            for at in range(0, len(chunk), per_call):
+                items = chunk[at : at + per_call]
                 self.scripts.ingest.queue(
                     pipe,
                     self.tk,
-                    seen=[self.tk.seen(self.events.dedupe_id(event))],
+                    seen=[self.tk.seen(self.events.dedupe_id(e)) for e in items],
                     dedupe_ttl_s=DEDUPE_TTL_S,
-                    events=[self.events.encode(event)],
+                    events=[self.events.encode(e) for e in items],
                 )
-            stored += sum(int(r[0]) for r in await pipe.execute())
+            stored += sum(sum(int(x) for x in r) for r in await pipe.execute())
         return stored
 
     # --- what the worker does --------------------------------------------------------------
@@ -335,6 +339,15 @@ async def answered(url: str, people: int) -> dict[str, float]:
         return out
 
 
+async def ingest_cost(url: str, per_call: int, n: int = 6000) -> float:
+    """Redis µs (`EVALSHA`, `INFO commandstats`) per new message, `per_call` a call."""
+    async with Load(url, 300.0) as load:
+        await load.seed_books(markers=n, records=0)
+        await load.redis.config_resetstat()
+        await load.ingest([load.message(person_id(i), 0) for i in range(n)], per_call)
+        return (await load.script_usec())[1] / n
+
+
 async def soak(url: str, rate: float, duration_s: float, people: int) -> dict[str, float]:
     """After a warm-up in which every person wrote once and was answered (so the people's own
     keys exist, as in a steady day), `rate` messages a second for `duration_s`."""
@@ -491,6 +504,12 @@ async def run(args: argparse.Namespace) -> dict[str, dict[str, float]]:
     if "answered" in wanted:
         with RedisServer() as server:
             parts["answered"] = await answered(server.url, args.people)
+    if "ingest" in wanted:
+        parts["ingest"] = {}
+        for per_call in (1, 10, 100):
+            with RedisServer() as server:
+                cost = await ingest_cost(server.url, per_call)
+            parts["ingest"][f"ingest_{per_call}_a_call_us"] = cost
     if "soak" in wanted:
         with RedisServer() as server:
             parts["soak"] = await soak(server.url, args.rate, args.duration, args.people)
@@ -503,7 +522,7 @@ def main() -> int:
     p.add_argument("--people", type=int, default=5000)
     p.add_argument("--rate", type=float, default=40.0, help="soak: messages a second")
     p.add_argument("--duration", type=float, default=60.0, help="soak: seconds")
-    p.add_argument("--only", default="waiting,answered,soak")
+    p.add_argument("--only", default="waiting,answered,ingest,soak")
     args = p.parse_args()
     if args.at and not revision.exported():
         code, description = revision.export(args.at)
