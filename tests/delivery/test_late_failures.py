@@ -96,8 +96,8 @@ async def answered(
 async def push_raw_status(
     redis: Redis, prefix: str, wamid: str, status: str, code: int | None = None
 ) -> None:
-    """A status put in the inbox without its dedupe marker: Meta's retry of one the receiver
-    stored already, after the marker expired (or a second `failed`, which Meta never sends)."""
+    """A status put in the inbox as the receiver puts it (statuses have no dedupe marker): a
+    repeat of one taken in already (or a second `failed`, which Meta never sends)."""
     errors = [{"code": code, "title": f"Error {code}"}] if code is not None else []
     event = events.status_event(
         channel="whatsapp",
