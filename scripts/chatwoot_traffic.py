@@ -11,7 +11,7 @@ message created in the burst's conversation, and the stand-in's `message_created
 posting that reply back to the receiver (the bot's own message, `message_type: outgoing`).
 That echo must get a 200 and never be stored: its dedupe marker must not exist in Redis, and
 no second turn may follow. The turn a reply came from is read from its outbound record
-(`wa:{cw-1-3}:out:<message id>`). Only 127.0.0.1 is ever a target.
+(shared/ops/outbound.py). Only 127.0.0.1 is ever a target.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from scripts.traffic import Tally, answers_200, fleet_counters, post_until_taken
 from scripts.webhooks import chatwoot_headers, message_created
 from shared.chatwoot import tenant_id
 from shared.keys import Keys
+from shared.ops import markers, outbound
 
 ACCOUNT = 1
 INBOX = 3  # the stand-in's default inbox: its echoes name it
@@ -246,13 +247,13 @@ class ChatwootTraffic:
     async def check_echo(self, reply: CreatedReply, delivery: dict[str, Any] | None) -> None:
         tenant = self.keys.tenant(TENANT)
         if reply.batch_id is None:
-            batch = await self.redis.hget(tenant.outbound(str(reply.id)), "batch")
-            reply.batch_id = batch.decode() if batch else None
+            (record,) = await outbound.records(self.redis, tenant, [str(reply.id)])
+            reply.batch_id = record.get("batch") or None
         if delivery is not None and reply.echo_stored is None:
             reply.echo_status = delivery.get("response_status")
             reply.echo_error = delivery.get("error")
-            marker = tenant.seen(f"chatwoot:{reply.id}")
-            reply.echo_stored = bool(await self.redis.exists(marker))
+            (marked,) = await markers.marked(self.redis, tenant, [f"chatwoot:{reply.id}"])
+            reply.echo_stored = marked
         if reply.checked:
             self.echoes.remove(reply)
 

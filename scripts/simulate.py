@@ -79,6 +79,7 @@ from scripts.traffic import (
     webhook_body,
 )
 from shared.keys import Keys
+from shared.ops import outbound
 
 PEOPLE = (
     Person("5491155550001", "Ana Pérez"),
@@ -666,11 +667,11 @@ class Simulation:
         due = []
         for reply in self.awaiting:
             assert reply.wamid is not None
-            key = self.keys.tenant(reply.tenant).outbound(reply.wamid)
-            raw, batch = await self.redis.hmget(key, "status", "batch")
-            reply.status = raw.decode() if raw else None
-            if batch:  # the turn that sent it
-                reply.batch_id = batch.decode()
+            k = self.keys.tenant(reply.tenant)
+            (record,) = await outbound.records(self.redis, k, [reply.wamid])
+            reply.status = record.get("status")
+            if record.get("batch"):  # the turn that sent it
+                reply.batch_id = record["batch"]
             if reply.status in FINAL_STATUSES or time.monotonic() - reply.at_s > STATUS_WAIT_S:
                 due.append(reply)
         return due

@@ -2,11 +2,19 @@
 
 An event keeps everything the worker needs without the provider's original body. The first
 three fields are always `v`, `kind` and `person`, in that order: the claim script routes events
-by matching that prefix instead of decoding the whole JSON (it falls back to decoding).
+by matching that prefix instead of decoding the whole JSON (it falls back to decoding). No
+event names its tenant: the keys it is stored under do (a release before wrote `tenant`).
 
 Message event (kind "message"):
-    v, kind, person, tenant, channel, id, type, text, ts (provider unix seconds),
-    received_ms (receiver clock), name (profile name or ""), context (quoted id or ""), raw
+    v, kind, person, channel (left out for "whatsapp"), id, type, text, ts (provider
+    unix seconds), received_ms (receiver clock), name (profile name; left out when there is
+    none), context (quoted id; left out when none), raw (the provider's message)
+A message waits in its person's pending list until its turn, so its event holds what a turn,
+the ops page and a review item read, once: WhatsApp's `raw` leaves out what the fields above
+hold already (`id`, `from`, `timestamp`, a text's `type` and body) and is left out when nothing
+else is in it; `restore_raw` gives the message object whole (shared/conversation/batch.py
+`Message.raw`). A 3-message conversation so waits in about 0.6 KB plus its text
+(docs/benchmarks/memory.md).
 Events that are not messages (kinds from `message_kind`) carry the same fields as a message
 event plus `target` (the message they are about: reacted to, deleted, edited; "" when none)
 and `new_person` (a number change's new id; "" otherwise); they start no turn by themselves
@@ -21,18 +29,18 @@ and `new_person` (a number change's new id; "" otherwise); they start no turn by
                conversation, unless the intake finds it is the bot's own reply coming back
 Conversation event (kind "conversation", Chatwoot): a change of a conversation that starts or
 ends the bot's silence there (shared/lua/lib/silence.lua); never a turn:
-    v, kind, person, tenant, channel, id (Chatwoot's event name, the conversation and a hash
+    v, kind, person, channel, id (Chatwoot's event name, the conversation and a hash
     of the body: deliveries of one event are one), type (the event's name), effect ("silence"
     or "speak"), why (assignee, opened; pending, resolved, reopened), name (the assignee's),
     ts (Chatwoot's time of the change, unix seconds), received_ms, raw (the event's status,
     changed attributes and assignee)
 Echo event (kind "echo"): what the business itself wrote to `person` from the WhatsApp Business
 app (coexistence, the `smb_message_echoes` webhook field); the fields of an event that is not a
-message (`type` and `text` of what the business sent; `name`, `target`, `new_person` ""). It
+message (`type` and `text` of what the business sent; no `name`; `target`, `new_person` ""). It
 starts no turn: it pauses the bot for the person and enters their memory as written by a human
 (shared/lua/lib/human.lua).
 Status event (kind "status"):
-    v, kind, person (recipient), tenant, channel, id (our outbound id), status, ts,
+    v, kind, person (recipient), channel, id (our outbound id), status, ts,
     received_ms, errors (list), raw
 """
 
@@ -43,6 +51,7 @@ from typing import Any
 import orjson
 
 EVENT_VERSION = 1
+WHATSAPP = "whatsapp"  # the channel an event without `channel` is on
 
 
 class EventError(ValueError):
@@ -52,7 +61,6 @@ class EventError(ValueError):
 def message_event(
     *,
     channel: str,
-    tenant: str,
     person: str,
     message_id: str,
     type: str,
@@ -75,30 +83,78 @@ def message_event(
             kind = "message"
         else:
             kind = message_kind(type, raw)
-    event = {
-        "v": EVENT_VERSION,
-        "kind": kind,
-        "person": person,
-        "tenant": tenant,
-        "channel": channel,
-        "id": message_id,
-        "type": type,
-        "text": text,
-        "ts": ts,
-        "received_ms": received_ms,
-        "name": name,
-        "context": context,
-        "raw": raw,
-    }
+    event: dict[str, Any] = {"v": EVENT_VERSION, "kind": kind, "person": person}
+    if channel != WHATSAPP:
+        event["channel"] = channel
+    event["id"] = message_id
+    event["type"] = type
+    event["text"] = text
+    event["ts"] = ts
+    event["received_ms"] = received_ms
+    if name:
+        event["name"] = name
+    if context:
+        event["context"] = context
     if kind not in ("message", "human"):
         event["target"], event["new_person"] = _about(type, raw)
+    if channel == WHATSAPP:
+        raw = _slim(raw, person, message_id, type, text, ts)
+        if raw:
+            event["raw"] = raw
+    else:
+        event["raw"] = raw
     return event
+
+
+def _slim(raw: Any, person: str, message_id: str, type: str, text: str, ts: int) -> Any:
+    """WhatsApp's message object without what the event holds already, which `restore_raw`
+    puts back: `id`, `timestamp`, `from` (unless a `from_user_id` is beside it) and, for a
+    text, `type` and the body. What stays is what only the message says (a context, a
+    referral, the media object, a reply's choice, ...). A text's `type` and body alone go:
+    a worker of the release before finds the rest where it looks (media ids, a context)."""
+    if not isinstance(raw, dict):
+        return raw
+    slim = raw.copy()
+    if slim.get("id") == message_id:
+        del slim["id"]
+    if slim.get("from") == person and "from_user_id" not in slim:
+        del slim["from"]
+    stamp = slim.get("timestamp")
+    if stamp is not None and stamp == str(ts):
+        del slim["timestamp"]
+    if type == "text" and slim.get("type") == "text" and slim.get("text") == {"body": text}:
+        del slim["type"], slim["text"]
+    return slim
+
+
+def restore_raw(event: dict[str, Any]) -> Any:
+    """The provider's message object of a WhatsApp event as the receiver got it: `raw` with
+    what `_slim` left out put back (an event written before slimming has it all already)."""
+    raw = event.get("raw")
+    if raw is not None and not isinstance(raw, dict):
+        return raw
+    raw = raw or {}
+    whole: dict[str, Any] = {}
+    if "from" not in raw and "from_user_id" not in raw and event.get("kind") != "echo":
+        whole["from"] = event.get("person", "")
+    if "id" not in raw:
+        whole["id"] = event.get("id", "")
+    if "timestamp" not in raw:
+        whole["timestamp"] = str(event.get("ts", ""))
+    kind = event.get("type", "text")
+    if "type" not in raw:
+        whole["type"] = kind
+    if kind == "text" and "text" not in raw:
+        whole["text"] = {"body": event.get("text", "")}
+    if not whole:
+        return raw
+    whole.update(raw)
+    return whole
 
 
 def conversation_event(
     *,
     channel: str,
-    tenant: str,
     person: str,
     event_id: str,
     type: str,
@@ -115,7 +171,6 @@ def conversation_event(
         "v": EVENT_VERSION,
         "kind": "conversation",
         "person": person,
-        "tenant": tenant,
         "channel": channel,
         "id": event_id,
         "type": type,
@@ -136,7 +191,6 @@ _NOTE_TYPES = frozenset({"reaction", "system"})
 def echo_event(
     *,
     channel: str,
-    tenant: str,
     person: str,
     message_id: str,
     type: str,
@@ -149,7 +203,6 @@ def echo_event(
     a message event of kind "echo", with `target` and `new_person` "" (it is about nothing)."""
     return message_event(
         channel=channel,
-        tenant=tenant,
         person=person,
         message_id=message_id,
         type=type,
@@ -205,7 +258,6 @@ def _str(value: Any) -> str:
 def status_event(
     *,
     channel: str,
-    tenant: str,
     person: str,
     message_id: str,
     status: str,
@@ -218,7 +270,6 @@ def status_event(
         "v": EVENT_VERSION,
         "kind": "status",
         "person": person,
-        "tenant": tenant,
         "channel": channel,
         "id": message_id,
         "status": status,
@@ -231,9 +282,10 @@ def status_event(
 
 def dedupe_id(event: dict[str, Any]) -> str:
     """What makes two deliveries the same item: channel + provider id (+ status for receipts)."""
+    channel = event.get("channel", WHATSAPP)
     if event["kind"] == "status":
-        return f"{event['channel']}:{event['id']}:{event['status']}"
-    return f"{event['channel']}:{event['id']}"
+        return f"{channel}:{event['id']}:{event['status']}"
+    return f"{channel}:{event['id']}"
 
 
 def encode(event: dict[str, Any]) -> bytes:

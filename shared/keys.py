@@ -23,7 +23,11 @@ Layout (prefix `wa`, tenant 106540352242922, person 16505551234):
     wa:ops:{signin}:name:<name>         HASH    failed ops sign-ins under a name (TTL)
     wa:review:notify                    ZSET    tenant -> ms: review notifications to send
     wa:{106540352242922}:inbox          LIST    events from the receiver (LPUSH; worker RPOPs)
-    wa:{106540352242922}:seen:<id>      STRING  dedupe marker of one provider item (TTL)
+    wa:{106540352242922}:s:gens         HASH    the dedupe markers' generations: start (unix s) ->
+                                                shard count, `<start>:n` -> markers added
+    wa:{106540352242922}:s:<start>:<i>  SET     dedupe markers (integers: a hash of the item's id),
+                                                one shard of a generation (lib/book.lua; TTL)
+    wa:{106540352242922}:seen:<id>      STRING  dedupe marker of the release before (TTL; read only)
     wa:{106540352242922}:due            ZSET    person -> when its conversation is due (ms)
     wa:{106540352242922}:running        ZSET    person -> when the running turn's lease ends (ms)
     wa:{106540352242922}:burst          HASH    person -> "first_ms,last_ms" of waiting messages
@@ -52,7 +56,13 @@ Layout (prefix `wa`, tenant 106540352242922, person 16505551234):
                                                 for a late delivery failure (capped, TTL)
     wa:{…}:c:16505551234:late           HASH    late delivery failures waiting for the worker,
                                                 and the batches whose template went out (TTL)
-    wa:{106540352242922}:out:<wamid>    HASH    one sent reply part: batch, person, part, status
+    wa:{106540352242922}:o:gens         HASH    the outbound records' generations (as `s:gens`)
+    wa:{106540352242922}:o:<start>:<i>  HASH    outbound records: a hash of the provider id ->
+                                                "status|sent_ms|part|error|person|batch" of one
+                                                sent reply part (lib/outbound.lua; TTL)
+    wa:{106540352242922}:out:<wamid>    HASH    a status that came before its part's record
+                                                (early, early_failure; 1 h), or a record of the
+                                                release before: batch, person, part, status
 """
 
 from __future__ import annotations
@@ -60,7 +70,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 
-# Outbound records (`out:<provider id>`) live as long as a provider may still send statuses.
+# Outbound records live as long as a provider may still send statuses: Meta retries a webhook
+# for up to 7 days, so a `failed` status may come that long after it happened.
 OUTBOUND_TTL_S = 7 * 24 * 3600
 
 
@@ -196,7 +207,29 @@ class TenantKeys:
         return f"{self.base}:inbox"
 
     def seen(self, dedupe_id: str) -> str:
-        return f"{self.base}:seen:{dedupe_id}"
+        """The dedupe marker of one item as the release before kept it (a key each). The
+        ingest script reads it (one may live `DEDUPE_TTL_S` after an upgrade), hashes its name
+        into the tenant's book of markers (`seen_book`) and writes only there."""
+        return f"{self.base}:{SEEN}:{dedupe_id}"
+
+    @cached_property
+    def seen_book(self) -> str:
+        """The prefix of the tenant's dedupe markers, packed by shared/lua/lib/book.lua."""
+        return f"{self.base}:{SEEN_BOOK}:"
+
+    @cached_property
+    def seen_gens(self) -> str:
+        """The generations of `seen_book` (lib/book.lua)."""
+        return f"{self.seen_book}{BOOK_GENS}"
+
+    def seen_shard(self, start: str, shard: str) -> str:
+        """One shard of a generation of `seen_book` (the scripts build these names)."""
+        return f"{self.seen_book}{start}:{shard}"
+
+    @cached_property
+    def seen_book_pattern(self) -> str:
+        """A SCAN MATCH pattern for every key of `seen_book`, its generations included."""
+        return f"{_glob_escape(self.seen_book)}*"
 
     @cached_property
     def due(self) -> str:
@@ -306,16 +339,39 @@ class TenantKeys:
 
     @cached_property
     def outbound_prefix(self) -> str:
-        """Scripts append a provider message id to this to reach its outbound record."""
-        return f"{self.base}:out:"
+        """What scripts are given to reach the outbound records: a provider id appended to it
+        names the key of a status that came before its record (`outbound`), and
+        lib/keys.lua's `out_book` turns it into `outbound_book`."""
+        return f"{self.base}:{OUTBOUND}:"
 
     def outbound(self, provider_id: str) -> str:
+        """A status parked before its part's record existed, or a record of the release
+        before (a hash each); records themselves are in `outbound_book`."""
         return f"{self.outbound_prefix}{provider_id}"
 
     @cached_property
     def outbound_pattern(self) -> str:
-        """A SCAN MATCH pattern for every outbound record of the tenant."""
+        """A SCAN MATCH pattern for every `outbound` key of the tenant."""
         return f"{_glob_escape(self.outbound_prefix)}*"
+
+    @cached_property
+    def outbound_book(self) -> str:
+        """The prefix of the tenant's outbound records, packed by shared/lua/lib/book.lua."""
+        return f"{self.base}:{OUTBOUND_BOOK}:"
+
+    @cached_property
+    def outbound_gens(self) -> str:
+        """The generations of `outbound_book` (lib/book.lua)."""
+        return f"{self.outbound_book}{BOOK_GENS}"
+
+    def outbound_shard(self, start: str, shard: str) -> str:
+        """One shard of a generation of `outbound_book` (the scripts build these names)."""
+        return f"{self.outbound_book}{start}:{shard}"
+
+    @cached_property
+    def outbound_book_pattern(self) -> str:
+        """A SCAN MATCH pattern for every key of `outbound_book`, its generations included."""
+        return f"{_glob_escape(self.outbound_book)}*"
 
 
 # Suffixes of a conversation's keys. Scripts that visit many conversations (claim, intake)
@@ -329,6 +385,13 @@ SILENT = "silent"
 # The suffix of a tenant's review notifications (after its notification queue's key), written
 # into shared/lua/lib/review.lua by the loader like the suffixes above.
 NOTIFY_EVENTS = "events"
+
+# The dedupe markers and the outbound records: the keys of the release before (`seen:<id>`,
+# `out:<id>`) and the books that replaced them (lib/book.lua: `<book>:gens`, its generations,
+# and `<book>:<start>:<shard>`); lib/keys.lua gets these by the loader too.
+SEEN, SEEN_BOOK = "seen", "s"
+OUTBOUND, OUTBOUND_BOOK = "out", "o"
+BOOK_GENS = "gens"
 
 # Every kind of conversation key: forgetting a person (shared/ops/forget.py) deletes the keys of
 # each kind listed here, so a new kind of conversation key must be added to this tuple too

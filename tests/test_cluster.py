@@ -98,6 +98,8 @@ async def test_three_masters_share_every_slot_and_a_tenant_is_one_slot(
         k = Keys("wa").tenant(tenant)
         keys = [k.inbox, k.due, k.running, k.burst, k.stats, k.review, k.seen("whatsapp:w")]
         keys += [k.pending("549"), k.batch("549"), k.lock("549"), k.outbound("wamid.X")]
+        keys += [k.seen_gens, k.seen_shard("1796304483", "3"), k.outbound_gens]
+        keys += [k.outbound_shard("1796304483", "3")]  # the scripts build these names
         # The server's own hash of every key of the tenant: one slot, on node `index`.
         slots = {int(await redis.cluster_keyslot(key)) for key in keys}
         assert len(slots) == 1

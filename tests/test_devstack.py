@@ -8,6 +8,7 @@ apply (a 3 s debounce window).
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import os
 import queue
@@ -19,14 +20,17 @@ import threading
 import time
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import httpx
 import pytest
 import redis
+import redis.asyncio
 from prometheus_client.parser import text_string_to_metric_families
 
 from scripts.dev.redis_server import RedisServer, free_port
 from shared.keys import Keys
+from shared.ops import markers, outbound
 from shared.settings import env_names
 from tests.support.helpers import alive, stop_process
 
@@ -195,20 +199,28 @@ def check_chatwoot_against_redis(output: str, data_dir: Path) -> None:
     assert dups == dropped == 1, output
     assert fleet == [sent, 1, 1, 0, 0], output
     with RedisServer(directory=data_dir / "redis", appendonly=True) as server:
-        client = redis.Redis.from_url(server.url)
-        keys = Keys()
-        assert b"cw-1-3" in client.smembers(keys.tenants)
-        k = keys.tenant("cw-1-3")
-        stats = {name.decode(): int(v) for name, v in client.hgetall(k.stats).items()}
-        markers = list(client.scan_iter(match=k.seen("chatwoot:*"), count=1000))
-        outbound = client.hgetall(k.outbound(reply_id))
-        echo_marker = client.exists(k.seen(f"chatwoot:{reply_id}"))
-        client.close()
+        stats, marked, count, record = asyncio.run(_chatwoot_state(server.url, reply_id))
     # The bot's reply came back as a webhook and was not taken in: no marker, no second turn.
-    assert echo_marker == 0, output
-    assert len(markers) == sent, markers
+    assert marked == [False], output
+    assert count == sent
     assert (stats.get("messages"), stats.get("turns"), stats.get("replies")) == (sent, 1, 1)
-    assert outbound[b"batch"].decode() == turn and outbound[b"person"].decode() == conversation
+    assert record["batch"] == turn and record["person"] == conversation
+
+
+async def _chatwoot_state(url: str, reply_id: str) -> tuple[dict[str, int], list[bool], int, Any]:
+    """The Chatwoot tenant's counters, whether the reply's echo is marked, how many dedupe
+    markers it has, the reply's outbound record."""
+    client = redis.asyncio.Redis.from_url(url)
+    try:
+        keys = Keys()
+        assert b"cw-1-3" in await client.smembers(keys.tenants)
+        k = keys.tenant("cw-1-3")
+        stats = {name.decode(): int(v) for name, v in (await client.hgetall(k.stats)).items()}
+        marked = await markers.marked(client, k, [f"chatwoot:{reply_id}"])
+        (record,) = await outbound.records(client, k, [reply_id])
+        return stats, marked, await markers.count(client, k), record
+    finally:
+        await client.aclose()
 
 
 @pytest.mark.slow

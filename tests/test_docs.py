@@ -9,6 +9,7 @@ import ast
 import inspect
 import re
 from collections.abc import Iterator
+from functools import cached_property
 from pathlib import Path
 
 from shared.keys import Keys, TenantKeys
@@ -31,6 +32,10 @@ NOT_KEYS = frozenset(
         "person_in",
         "outbound_prefix",
         "outbound_pattern",
+        "seen_book",
+        "seen_book_pattern",
+        "outbound_book",
+        "outbound_book_pattern",
         "conversation",  # any kind of a conversation's keys: each kind has its own row
     }
 )
@@ -46,7 +51,7 @@ def _keys_of(obj: Keys | TenantKeys) -> Iterator[str]:
     for name, member in inspect.getmembers(type(obj)):
         if name.startswith("_") or name in NOT_KEYS:
             continue
-        if isinstance(member, property):
+        if isinstance(member, property | cached_property):
             yield getattr(obj, name)
         elif inspect.isfunction(member):
             params = list(inspect.signature(member).parameters)[1:]

@@ -208,7 +208,7 @@ def test_every_constant_is_used() -> None:
 
 def test_chunk_holds_only_declared_helpers_each_once() -> None:
     scripts = Scripts()
-    assert "now_ms" not in scripts.ingest.source
+    assert "now_ms" not in scripts.deadletter.source
     assert "record_dispatch_lag" not in scripts.finish.source
     claim = scripts.claim.source
     for lib in ("lib/keys.lua", "lib/clock.lua", "lib/outbound.lua", "lib/dispatch_lag.lua"):

@@ -18,7 +18,7 @@ import orjson
 
 from shared.fleet.ai_pause import Pause
 from shared.keys import KeyError_, Keys
-from shared.ops import audit, live_state
+from shared.ops import audit, live_state, outbound
 from shared.ops.review import ReviewError, ReviewList
 
 PAGE = 50
@@ -234,14 +234,9 @@ async def _sent(redis: Any, keys: Keys, tenant: str, ids: list[str]) -> list[dic
     ids = list(dict.fromkeys(ids))
     if not ids:
         return []
-    k = keys.tenant(tenant)
-    pipe = redis.pipeline(transaction=False)
-    for provider_id in ids:
-        pipe.hgetall(k.outbound(provider_id))
-    records = await pipe.execute()
+    found = await outbound.records(redis, keys.tenant(tenant), ids)
     rows = []
-    for provider_id, record in zip(ids, records, strict=True):
-        fields = {_text(n): _text(v) for n, v in record.items()}
+    for provider_id, fields in zip(ids, found, strict=True):
         rows.append(
             {
                 "id": provider_id,

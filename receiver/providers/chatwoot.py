@@ -232,7 +232,6 @@ def message_from(
     sender_name = field(payload.get("sender"), "name")
     event = message_event(
         channel=CHANNEL,
-        tenant=tenant_id(int(account), int(inbox_id)),
         person=person,
         message_id=message_id,
         type=kind,
@@ -244,7 +243,7 @@ def message_from(
         context=str(reply_to) if isinstance(reply_to, int | str) and reply_to != "" else "",
         kind=event_kind,
     )
-    return event["tenant"], event
+    return tenant_id(int(account), int(inbox_id)), event
 
 
 def describe(payload: dict[str, Any]) -> tuple[str, str]:

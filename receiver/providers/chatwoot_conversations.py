@@ -114,7 +114,6 @@ def conversation_change(
     digest = hashlib.sha1(body, usedforsecurity=False).hexdigest()[:16]
     event = conversation_event(
         channel=CHANNEL,
-        tenant=tenant_id(int(account), int(inbox)),
         person=person,
         event_id=f"{name}:{person}:{digest}",
         type=name,
@@ -125,7 +124,7 @@ def conversation_change(
         received_ms=received_ms,
         raw=raw,
     )
-    return event["tenant"], event
+    return tenant_id(int(account), int(inbox)), event
 
 
 def _account_of(payload: dict[str, Any]) -> Any:

@@ -162,7 +162,6 @@ def _lone_message(
     context_id = context.get("id") if type(context) is dict else None
     event = message_event(
         channel=CHANNEL,
-        tenant=tenant,
         person=person,
         message_id=message_id,
         type=kind,
@@ -190,7 +189,6 @@ def _lone_status(status: Any, tenant: str, received_ms: int) -> dict[str, Any] |
     errors = status.get("errors")
     return status_event(
         channel=CHANNEL,
-        tenant=tenant,
         person=person,
         message_id=status_id,
         status=state,
@@ -298,7 +296,6 @@ def message_from(message: Any, tenant: str, contacts: Contacts, received_ms: int
         raise Invalid("media id is not digits")
     event = message_event(
         channel=CHANNEL,
-        tenant=tenant,
         person=person,
         message_id=message_id,
         type=kind,
@@ -331,7 +328,6 @@ def echo_from(echo: Any, tenant: str, received_ms: int) -> dict[str, Any]:
         raise Invalid("media id is not digits")
     return echo_event(
         channel=CHANNEL,
-        tenant=tenant,
         person=checked_id(person, is_person_id, "message echo without to"),
         message_id=checked_id(echo.get("id"), is_message_id, "message echo without id"),
         type=kind,
@@ -349,7 +345,6 @@ def status_from(status: Any, tenant: str, received_ms: int) -> dict[str, Any]:
     person = status.get("recipient_id") or status.get("recipient_user_id")
     return status_event(
         channel=CHANNEL,
-        tenant=tenant,
         person=checked_id(person, is_person_id, "status without recipient"),
         message_id=checked_id(status.get("id"), is_message_id, "status without id"),
         status=_required_str(status.get("status"), "status without status"),

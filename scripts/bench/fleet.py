@@ -691,7 +691,6 @@ async def park_conversations(
                 tenant = tenants[i % len(tenants)]
                 event = message_event(
                     channel="whatsapp",
-                    tenant=tenant,
                     person=f"548{i:010d}",
                     message_id=f"wamid.parked.{i}",
                     type="text",

@@ -61,7 +61,6 @@ def events_of(payload: Any, received_ms: int) -> dict[str, list[dict[str, Any]]]
                 by_tenant.setdefault(tenant, []).append(
                     message_event(
                         channel="whatsapp",
-                        tenant=tenant,
                         person=msg["from"],
                         message_id=msg["id"],
                         type=msg["type"],

@@ -15,7 +15,8 @@ Scenarios (--only, comma-separated):
                 --anchors, BullMQ / arq / SAQ on the same terms (scripts/bench/anchors.py)
     slow        brain that takes 1 s, WORKER_CONCURRENCY=200: capacity (2 000 conversations due
                 at once) and a steady feed below capacity (lag p50/p99 per 5 s slice)
-    memory      10 000 waiting conversations of 3 messages; 100 000 dedupe keys
+    memory      10 000 waiting conversations of 3 messages; 100 000 dedupe markers
+                (a soak and the steady state: scripts/bench/memory_soak.py)
 
 Every run uses a private Redis server (scripts.dev.redis_server.RedisServer: appendonly off, no
 RDB saves) and real `python -m worker` subprocesses; the brain and sender come from
@@ -27,9 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
 import datetime as dt
-import hashlib
 import os
 import platform
 import re
@@ -54,7 +53,7 @@ from scripts.bench.worker_load import (
     redis_lpush_rpop_baseline,
 )
 from scripts.dev.redis_server import RedisServer, find_server_binary
-from shared.events import dedupe_id, encode
+from shared.events import encode
 
 REPO = Path(__file__).resolve().parents[2]
 DOC = REPO / "docs" / "benchmarks" / "worker.md"
@@ -274,16 +273,16 @@ async def memory(args: argparse.Namespace) -> Metrics:
             await b.intake(300_000, 600_000)
             after = await used_memory(r)
             assert await r.zcard(tk.due) == people and await r.llen(tk.inbox) == 0
-            seen = [await r.memory_usage(tk.seen(dedupe_id(make_event(p, 0)))) for p in sample]
             out["conv_delta_B"] = (after - before) / people
             for kind, size in (await b.key_sizes(sample)).items():
                 out[f"key:{kind}"] = size
-            out["seen_B"] = median(seen)
+            # Dedupe markers: a key each (releases before the books) or the tenant's book.
+            out["seen_B"] = await _usage(r, [f"{tk.base}:seen:*", f"{tk.base}:s:*"]) / len(events)
             out["due_B"] = await r.memory_usage(tk.due, samples=0) / people
             out["burst_B"] = await r.memory_usage(tk.burst, samples=0) / people
             out["event_B"] = sum(len(encode(e)) for e in events[:300]) / 300
     # (b) what an answered one-message conversation leaves behind (zero-latency brain, a
-    #     sender that returns a provider id as WhatsApp does), its dedupe key included.
+    #     sender that returns a provider id as WhatsApp does), its dedupe marker included.
     empty = await _empty_used_memory()
     with RedisServer() as server:
         await _all_due_at_once(server.url, people, 1, {"WORKER_CONCURRENCY": "200"}, lead_s=3.0)
@@ -293,12 +292,10 @@ async def memory(args: argparse.Namespace) -> Metrics:
             out["answered_keys"] = await r.dbsize() / people
             for kind, size in (await b.key_sizes(sample)).items():
                 out[f"after:{kind}"] = size
-            outbound = [k async for k in r.scan_iter(match=f"{b.tk.base}:out:*", count=1000)]
-            if outbound:
-                out["after:out:<id>"] = median(
-                    [await r.memory_usage(k, samples=0) for k in outbound[:100]]
-                )
-    # (c) 100 000 dedupe keys alone.
+            # Outbound records: a hash each (`out:`) or the tenant's book (`o:`).
+            patterns = [f"{b.tk.base}:out:*", f"{b.tk.base}:o:*"]
+            out["after:outbound record"] = await _usage(r, patterns) / people
+    # (c) 100 000 dedupe markers alone.
     with RedisServer() as server:
         async with Bench(server.url) as b:
             r = b.redis
@@ -307,26 +304,19 @@ async def memory(args: argparse.Namespace) -> Metrics:
             await b.ingest_bulk([make_event(person_id(i), 0) for i in range(n)])
             await r.delete(b.tk.inbox)  # keep only the dedupe markers
             after = await used_memory(r)
-            assert await r.dbsize() == n + 1  # markers + the tenant registry
             out["dedupe_used_MB"] = after / 2**20
             out["dedupe_delta_MB"] = (after - before) / 2**20
             out["dedupe_per_key_B"] = (after - before) / n
-    # (d) the same markers keyed by a 12-byte BLAKE2b of the dedupe id (what-if, see the doc).
-    with RedisServer() as server:
-        async with Bench(server.url) as b:
-            r = b.redis
-            before = await used_memory(r)
-            for start in range(0, n, 1000):
-                pipe = r.pipeline(transaction=False)
-                for i in range(start, min(n, start + 1000)):
-                    digest = hashlib.blake2b(
-                        dedupe_id(make_event(person_id(i), 0)).encode(), digest_size=12
-                    ).digest()
-                    key = b.tk.seen(base64.b64encode(digest).decode())
-                    pipe.set(key, 1, nx=True, ex=604800)
-                await pipe.execute()
-            out["dedupe_hashed_per_key_B"] = (await used_memory(r) - before) / n
     return out
+
+
+async def _usage(redis: Any, patterns: list[str]) -> int:
+    """MEMORY USAGE of every key matching one of `patterns` (SCAN), summed."""
+    total = 0
+    for pattern in patterns:
+        async for key in redis.scan_iter(match=pattern, count=1000):
+            total += int(await redis.memory_usage(key, samples=0) or 0)
+    return total
 
 
 async def _empty_used_memory() -> int:
@@ -427,19 +417,18 @@ slow_steady starts_s | 3. 1 s brain, steady feed: turns/s | turns/s |
 slow_steady lag_p50 | 3. steady feed: dispatch lag p50 (whole run) | ms |
 slow_steady lag_p99 | 3. steady feed: dispatch lag p99 (whole run) | ms |
 slow_steady lag_max | 3. steady feed: dispatch lag max | ms |
-memory conv_delta_B | 4. used_memory per waiting conversation (3 msgs + 3 dedupe keys) | B |
+memory conv_delta_B | 4. used_memory per waiting conversation (3 msgs + 3 dedupe markers) | B |
 memory key:* | 4. MEMORY USAGE per-person key | B |
-memory seen_B | 4. MEMORY USAGE one dedupe key | B |
+memory seen_B | 4. MEMORY USAGE of the dedupe markers, per message | B |
 memory due_B | 4. due ZSET share per conversation | B |
 memory burst_B | 4. burst HASH share per conversation | B |
 memory event_B | 4. encoded event size | B |
 memory answered_B | 4. used_memory per answered 1-message conversation | B |
 memory answered_keys | 4. keys left per answered conversation | |
 memory after:* | 4. MEMORY USAGE after the turn | B |
-memory dedupe_used_MB | 4. used_memory with 100 000 dedupe keys (total) | MiB |
-memory dedupe_delta_MB | 4. … of which the 100 000 keys | MiB |
-memory dedupe_per_key_B | 4. … per dedupe key | B |
-memory dedupe_hashed_per_key_B | 4. … per dedupe key if keyed by a 12-byte hash of the id | B |
+memory dedupe_used_MB | 4. used_memory with 100 000 dedupe markers (total) | MiB |
+memory dedupe_delta_MB | 4. … of which the 100 000 markers | MiB |
+memory dedupe_per_key_B | 4. … per dedupe marker | B |
 """
 
 
@@ -545,7 +534,7 @@ def environment(args: argparse.Namespace, code: str) -> str:
             f"- command: `{cmd}` ({args.repeat} runs of each, interleaved; median reported)",
             f"- sizes: dispatch {args.dispatch_n} conversations, throughput N={args.n}, "
             f"1 s brain {args.slow_n} at once and {args.rate}/s for {args.duration} s, memory "
-            f"{args.mem_people} conversations × 3 messages and {args.dedupe_n} dedupe keys",
+            f"{args.mem_people} conversations × 3 messages and {args.dedupe_n} dedupe markers",
         ]
     )
 

@@ -9,6 +9,7 @@ run on the code under test (scripts/bench/revision.py).
 from __future__ import annotations
 
 import asyncio
+import inspect
 import os
 import shutil
 import signal
@@ -32,6 +33,8 @@ from shared.storage.scripts import Scripts
 
 # Revisions before named script calls (`bench_worker --at`) took KEYS and ARGV as two lists.
 NAMED_CALLS = hasattr(scripts_module, "Signature")
+# Revisions whose events named their tenant (`bench_worker --at`) take it as an argument.
+EVENT_TENANT = "tenant" in inspect.signature(message_event).parameters
 
 # The product code the workers run: this checkout, or a revision exported by bench_worker --at.
 CODE = revision.code_dir()
@@ -78,8 +81,8 @@ def make_event(person: str, n: int, received_ms: int | None = None) -> dict[str,
         "text": {"body": text},
     }
     return message_event(
+        **({"tenant": TENANT} if EVENT_TENANT else {}),
         channel="whatsapp",
-        tenant=TENANT,
         person=person,
         message_id=mid,
         type="text",

@@ -88,9 +88,9 @@ def classify(key: str, keys: Keys) -> tuple[str, str | None]:
         }
         if key in exact:
             return exact[key], None
-        if key.startswith(k.seen("")):
+        if key.startswith((k.seen(""), k.seen_book)):
             return "seen", None
-        if key.startswith(k.outbound_prefix):
+        if key.startswith((k.outbound_prefix, k.outbound_book)):
             return "out", None
         if key.startswith(k.conversation_prefix):
             person, _, kind = key[len(k.conversation_prefix) :].rpartition(":")

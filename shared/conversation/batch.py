@@ -8,6 +8,7 @@ from typing import Any
 import orjson
 
 from shared.conversation.human_memory import with_transcript
+from shared.events import WHATSAPP, restore_raw
 
 SERVICE_WINDOW_S = 24 * 3600  # WhatsApp's customer-service window
 
@@ -27,15 +28,18 @@ class Message:
 
     @classmethod
     def from_event(cls, event: dict[str, Any]) -> Message:
+        channel = str(event.get("channel") or WHATSAPP)
         return cls(
-            channel=str(event.get("channel") or "whatsapp"),
+            channel=channel,
             id=str(event.get("id", "")),
             type=str(event.get("type", "text")),
             text=str(event.get("text", "")),
             ts=int(event.get("ts") or 0),
             name=str(event.get("name", "")),
             context=str(event.get("context", "")),
-            raw=event.get("raw"),
+            # WhatsApp's message object whole: the event keeps only what its fields do not
+            # (shared/events.py).
+            raw=restore_raw(event) if channel == WHATSAPP else event.get("raw"),
         )
 
 

@@ -11,7 +11,7 @@ For privacy requests (docs/operating.md#forgetting-a-person). One call deletes:
   conversation until its finish;
 - the person's review items (`person` field), read with `HSCAN`, and their review webhook
   events not sent yet;
-- the person's outbound records (`out:<wamid>`, `person` field): found with a `SCAN` of the
+- the person's outbound records (shared/ops/outbound.py): found with a `SCAN` of the
   whole keyspace (every key of every tenant is looked at once, about 1 s per few million keys;
   fine for a rare action, run it off-peak on a very large Redis);
 - the person's replies on the tenant's `outbox` list and entries on its `unroutable` list;
@@ -39,7 +39,7 @@ from typing import Any
 import orjson
 
 from shared.keys import CONVERSATION_KINDS, LOCK, KeyError_, Keys, TenantKeys
-from shared.ops import audit
+from shared.ops import audit, outbound
 from shared.storage.scripts import Scripts
 
 SCAN_COUNT = 1000  # keys, fields or entries looked at per SCAN/HSCAN round trip
@@ -114,7 +114,7 @@ async def forget_person(
         queue_entries=int(queue_entries),
         users_fields=int(users_fields),
         review_items=await _forget_review_items(redis, k, person),
-        outbound_records=await _forget_outbound(redis, k, person),
+        outbound_records=await outbound.forget(redis, k, person),
         outbox_entries=await _forget_list_entries(redis, k.outbox, person),
         unroutable_entries=await _forget_list_entries(redis, k.unroutable, person),
         audit_entries=await audit.forget_person(redis, keys, tenant, person),
@@ -182,29 +182,6 @@ async def _forget_review_items(redis: Any, k: TenantKeys, person: str) -> int:
     pipe.hdel(k.review_notify_events, *ids)
     deleted, _, _ = await pipe.execute()
     return int(deleted)
-
-
-async def _forget_outbound(redis: Any, k: TenantKeys, person: str) -> int:
-    """SCAN every key for the tenant's outbound records, in chunks: HGET person, DEL its own."""
-    deleted = 0
-    chunk: list[Any] = []
-
-    async def flush() -> int:
-        pipe = redis.pipeline(transaction=False)
-        for key in chunk:
-            pipe.hget(key, "person")
-        owners = await pipe.execute()
-        mine = [key for key, owner in zip(chunk, owners, strict=True) if _text(owner) == person]
-        chunk.clear()
-        return int(await redis.delete(*mine)) if mine else 0
-
-    async for key in redis.scan_iter(match=k.outbound_pattern, count=SCAN_COUNT):
-        chunk.append(key)
-        if len(chunk) >= SCAN_COUNT:
-            deleted += await flush()
-    if chunk:
-        deleted += await flush()
-    return deleted
 
 
 async def _forget_list_entries(redis: Any, key: str, person: str) -> int:

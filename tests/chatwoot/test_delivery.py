@@ -12,9 +12,10 @@ from redis.asyncio import Redis
 
 from scripts.standins import ChatwootApiStandIn, ChatwootFault
 from shared.keys import Keys
+from shared.ops import markers
 from tests.chatwoot import brains
 from tests.chatwoot.support import CONVERSATION, TENANT, ended, post_message
-from tests.delivery.support import InProcessWorkers, hash_of
+from tests.delivery.support import InProcessWorkers, outbound
 from tests.worker.support import in_review, outbox, push_message, review_items, stats, wait_for
 
 WA_TENANT = "106540352242922"
@@ -48,7 +49,7 @@ async def test_a_burst_of_three_is_one_reply_and_the_bots_own_reply_is_not_taken
     counts = await ended(redis, prefix)
     assert counts["messages"] == 3 and counts["turns"] == 1 and counts["parts_out"] == 1
     # The part is recorded under Chatwoot's message id: a retry would not send it again.
-    record = await hash_of(redis, Keys(prefix).tenant(TENANT).outbound(str(reply.id)))
+    record = await outbound(redis, prefix, str(reply.id), TENANT)
     assert (record["person"], record["part"], record["status"]) == ("42", "0", "accepted")
 
     # Chatwoot posts the bot's reply back as an outgoing message_created: answered, not stored.
@@ -56,7 +57,7 @@ async def test_a_burst_of_three_is_one_reply_and_the_bots_own_reply_is_not_taken
     k = Keys(prefix).tenant(TENANT)
     assert await redis.llen(k.inbox) == 0
     assert await redis.exists(k.pending("42")) == 0
-    assert len([key async for key in redis.scan_iter(match=k.seen("*"))]) == 3
+    assert await markers.count(redis, k) == 3
     assert chatwoot.replies() == [reply] and chatwoot.notes() == []
 
 

@@ -30,10 +30,10 @@ def test_an_incoming_message_is_one_event_of_the_inbox_tenant_and_the_conversati
     assert parsed.problems == [] and parsed.ignored_fields == []
     ((tenant, [event]),) = parsed.events.items()
     assert tenant == "cw-1-3"
-    assert event["channel"] == "chatwoot" and event["tenant"] == "cw-1-3"
+    assert event["channel"] == "chatwoot" and "tenant" not in event
     assert event["person"] == "42" and event["id"] == "9001"
     assert (event["type"], event["text"]) == ("text", "hola, ¿tienen turno?")
-    assert event["name"] == "Ana Pérez" and event["context"] == ""
+    assert event["name"] == "Ana Pérez" and "context" not in event, "left out when none"
     assert event["ts"] == 1795964400  # 2026-11-29T15:00:00Z
     assert event["received_ms"] == NOW_MS
     assert event["raw"]["conversation_id"] == 42 and event["raw"]["delivery"] == "d-1"

@@ -21,6 +21,7 @@ from scripts.standins import GraphApiStandIn, MessagesApiStandIn
 from scripts.webhooks import inbound_webhook, meta_headers
 from shared import events
 from shared.keys import Keys
+from shared.ops import outbound as outbound_records
 from shared.senders.loading import Sender
 from shared.settings import Settings
 from shared.storage.scripts import Scripts
@@ -154,7 +155,6 @@ async def push_failed_status(
     """A `failed` status with Meta's error, stored as the receiver stores it."""
     event = events.status_event(
         channel="whatsapp",
-        tenant=tenant,
         person=person,
         message_id=wamid,
         status="failed",
@@ -192,7 +192,9 @@ async def batch_hash(
 
 
 async def outbound(redis: Redis, prefix: str, wamid: str, tenant: str = TENANT) -> dict[str, str]:
-    return await hash_of(redis, Keys(prefix).tenant(tenant).outbound(wamid))
+    """The outbound record of `wamid` ({} when none), as the ops page reads it."""
+    (record,) = await outbound_records.records(redis, Keys(prefix).tenant(tenant), [wamid])
+    return record
 
 
 def ai_requests(ai: MessagesApiStandIn) -> list[Any]:

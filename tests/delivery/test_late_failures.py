@@ -96,12 +96,11 @@ async def answered(
 async def push_raw_status(
     redis: Redis, prefix: str, wamid: str, status: str, code: int | None = None
 ) -> None:
-    """A status put in the inbox without its dedupe marker: Meta's retry of one the receiver
-    stored already, after the marker expired (or a second `failed`, which Meta never sends)."""
+    """A status put in the inbox as the receiver puts it (statuses have no dedupe marker): a
+    repeat of one taken in already (or a second `failed`, which Meta never sends)."""
     errors = [{"code": code, "title": f"Error {code}"}] if code is not None else []
     event = events.status_event(
         channel="whatsapp",
-        tenant=TENANT,
         person=PERSON,
         message_id=wamid,
         status=status,
@@ -126,7 +125,7 @@ async def test_failed_twice_then_read_is_one_late_failure(
     store = make_store(redis, settings, prefix)
     batch = await answered(store, redis, prefix, ["wamid.o0"])
     await push_failed_status(redis, prefix, PERSON, "wamid.o0", 131026)
-    await push_failed_status(redis, prefix, PERSON, "wamid.o0", 131026)  # deduped on arrival
+    await push_failed_status(redis, prefix, PERSON, "wamid.o0", 131026)  # applied again: no-op
     await store.claim(TENANT, 0, "intake")
     late = await late_batch(redis, prefix)
     assert late["late_of"] == batch.id and late["late_template"] == "0"
@@ -141,7 +140,7 @@ async def test_failed_twice_then_read_is_one_late_failure(
     record = await outbound(redis, prefix, "wamid.o0")
     assert record["status"] == "failed" and record["error"] == "131026"
     counts = await stats(redis, prefix)
-    assert counts["parts_failed"] == 1 and counts["statuses"] == 4
+    assert counts["parts_failed"] == 1 and counts["statuses"] == 5
     assert "parts_read" not in counts and "parts_delivered" not in counts
 
 
@@ -155,8 +154,9 @@ async def test_failed_before_sent_and_before_the_record_is_applied_once_by_the_f
     await push_failed_status(redis, prefix, PERSON, "wamid.o0", 131047)
     await push_raw_status(redis, prefix, "wamid.o0", "sent")
     await store.claim(TENANT, 0, "intake")
-    record = await outbound(redis, prefix, "wamid.o0")
-    assert record["early"] == "failed" and orjson.loads(record["early_failure"])["code"] == 131047
+    assert await outbound(redis, prefix, "wamid.o0") == {}, "no record yet"
+    parked = await hash_of(redis, Keys(prefix).tenant(TENANT).outbound("wamid.o0"))
+    assert parked["early"] == "failed" and orjson.loads(parked["early_failure"])["code"] == 131047
 
     batch = await answered(store, redis, prefix, ["wamid.o0"])
     record = await outbound(redis, prefix, "wamid.o0")
@@ -427,7 +427,7 @@ async def test_chatwoot_batches_keep_nothing_for_late_failures(
     assert await store.finish_done(batch, b"", (1, "cw.out.1"))
     k = Keys(prefix).tenant(tenant)
     assert await redis.exists(k.sent(PERSON)) == 0
-    assert await redis.exists(k.outbound("cw.out.0")) == 1
+    assert (await outbound(redis, prefix, "cw.out.0", tenant))["batch"] == batch.id
 
 
 async def test_a_worker_of_the_release_before_parks_a_late_batch_without_sending(

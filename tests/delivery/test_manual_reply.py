@@ -86,7 +86,10 @@ async def conversation(redis: Redis, prefix: str, tenant: str = TENANT) -> dict[
         "due": await redis.zscore(k.due, PERSON) is not None,
         "burst": await redis.hget(k.burst, PERSON),
         "memory": await redis.lrange(k.memory(PERSON), 0, -1),
-        "outbound": [key async for key in redis.scan_iter(match=f"{k.outbound_prefix}*")],
+        "outbound": [
+            (key, await redis.hgetall(key))
+            async for key in redis.scan_iter(match=k.outbound_book_pattern)
+        ],
         "manual_replies": stats.get(b"manual_replies"),
     }
 

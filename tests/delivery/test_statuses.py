@@ -245,4 +245,6 @@ async def test_an_early_status_is_parked_and_applied_by_record_part(
     assert counts["parts_out"] == 2 and counts["parts_delivered"] == 1
     assert counts["parts_failed"] == 1 and "parts_sent" not in counts
     assert 0 < await redis.ttl(k.outbound("wamid.out.other")) <= 3600, "not ours: expires soon"
-    assert 3600 < await redis.ttl(k.outbound("wamid.out.0"))
+    assert not await redis.exists(k.outbound("wamid.out.0")), "the parked status was applied"
+    book = [key async for key in redis.scan_iter(match=k.outbound_book_pattern)]
+    assert book and all([3600 < await redis.ttl(key) for key in book]), "records: 7 days"

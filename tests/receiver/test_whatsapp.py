@@ -17,6 +17,7 @@ from receiver.providers.whatsapp import (
     timestamp,
 )
 from receiver.providers.whatsapp_text import describe
+from shared.events import restore_raw
 from tests.receiver.support import TENANT, TENANT_2, payload, text_message
 from tests.support.helpers import FIXTURES, fixture_bytes, fixture_json
 
@@ -216,24 +217,21 @@ def test_fixture_parses_to_the_right_events(name: str) -> None:
     body = fixture_bytes(f"whatsapp/{name}")
     parsed = parse_body(body, NOW_MS)
     assert parsed.problems == []
-    got = [event for events in parsed.events.values() for event in events]
+    got = [(t, event) for t, events in parsed.events.items() for event in events]
     assert len(got) == len(EXPECTED[name])
-    for event, (tenant, kind, person, item_id, what, text, extra) in zip(
+    for (of, event), (tenant, kind, person, item_id, what, text, extra) in zip(
         got, EXPECTED[name], strict=True
     ):
         assert list(event)[:3] == ["v", "kind", "person"]  # the prefix the claim script matches
-        assert (event["tenant"], event["kind"], event["person"], event["id"]) == (
-            tenant,
-            kind,
-            person,
-            item_id,
-        )
-        assert event["channel"] == "whatsapp"
+        assert (of, event["kind"], event["person"], event["id"]) == (tenant, kind, person, item_id)
+        assert "tenant" not in event, "the keys it is stored under name the tenant"
+        assert event.get("channel", "whatsapp") == "whatsapp"
         assert event["received_ms"] == NOW_MS
         if kind != "status":
+            assert "channel" not in event, "left out for WhatsApp"
             assert (event["type"], event["text"]) == (what, text)
-            assert event["context"] == extra.get("context", "")
-            assert event["name"] == extra.get("name", event["name"])
+            assert event.get("context", "") == extra.get("context", "")
+            assert event.get("name", "") == extra.get("name", event.get("name", ""))
             if kind != "message":
                 assert event["target"] == extra.get("target", "")
                 assert event["new_person"] == extra.get("new_person", "")
@@ -250,8 +248,28 @@ def test_raw_is_the_provider_object() -> None:
     doc = fixture_json("whatsapp/messages_and_statuses.json")
     value = doc["entry"][0]["changes"][0]["value"]
     events = parse_payload(doc, NOW_MS).events[TENANT]
-    assert events[0]["raw"] == value["messages"][0]
+    assert "raw" not in events[0], "a text: the event's fields hold all of it"
+    assert restore_raw(events[0]) == value["messages"][0]
     assert events[1]["raw"] == value["statuses"][0]
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_every_message_object_comes_back_whole_from_its_event(name: str) -> None:
+    """The event keeps of `raw` only what its fields do not hold: `restore_raw` (what a turn
+    reads as `Message.raw`) gives back Meta's message object exactly, field for field."""
+    doc = fixture_json(f"whatsapp/{name}")
+    sent = {
+        m["id"]: m
+        for entry in doc["entry"]
+        for change in entry["changes"]
+        for key in ("messages", "message_echoes")
+        for m in change["value"].get(key, [])
+    }
+    events = [e for es in parse_payload(doc, NOW_MS).events.values() for e in es]
+    for event in events:
+        if event["kind"] != "status":
+            assert restore_raw(orjson.loads(orjson.dumps(event))) == sent[event["id"]]
+            assert len(orjson.dumps(event.get("raw"))) < len(orjson.dumps(sent[event["id"]]))
 
 
 def test_failed_status_keeps_its_errors() -> None:

@@ -17,6 +17,7 @@ def test_every_key_of_a_tenant_is_in_one_cluster_slot() -> None:
     names = [k.inbox, k.seen("wamid.X"), k.due, k.running, k.burst, k.review, k.outbox]
     names += [k.stats, k.unroutable, k.outbound("wamid.Y"), k.pending(person), k.batch(person)]
     names += [k.lock(person), k.last_inbound(person), k.memory(person)]
+    names += [k.seen_book, k.outbound_book, k.outbound_gens]
     assert {key_slot(name.encode()) for name in names} == {key_slot(TENANT.encode())}
 
 

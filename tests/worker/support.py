@@ -95,7 +95,6 @@ def message_event(
     (now when None); by default one made up whole, received at 0 with nothing raw."""
     return events.message_event(
         channel=channel,
-        tenant=tenant,
         person=person,
         message_id=message_id,
         type=type,
@@ -118,7 +117,6 @@ async def push_status(
 ) -> bool:
     event = events.status_event(
         channel=channel,
-        tenant=tenant,
         person=person,
         message_id=message_id,
         status=status,

@@ -11,14 +11,13 @@ from shared.conversation.batch import Batch, Message
 def _event(i: int, **changes: object) -> dict[str, object]:
     event = events.message_event(
         channel="whatsapp",
-        tenant="106540352242922",
         person="5491155550001",
         message_id=f"wamid.{i}",
         type="text",
         text=f"mensaje {i}",
         ts=1_700_000_000 + i,
         received_ms=1_700_000_000_000 + i,
-        raw={"id": f"wamid.{i}"},
+        raw={"from": "5491155550001", "id": f"wamid.{i}", "type": "text", "context": {}},
     )
     event.update(changes)
     return event
@@ -52,8 +51,11 @@ def test_from_claim_reads_every_field_and_the_messages_in_order() -> None:
     assert batch.due_ms == 1_700_000_004_321 and batch.requeued is False
     assert [m.id for m in batch.messages] == ["wamid.0", "wamid.1", "wamid.2"]
     assert batch.texts == ["mensaje 0", "mensaje 1", "mensaje 2"]
+    # The event keeps of WhatsApp's message what its fields do not hold; `raw` is it whole.
+    raw = {"from": "5491155550001", "id": "wamid.1", "timestamp": "1700000001", "type": "text"}
+    raw |= {"text": {"body": "mensaje 1"}, "context": {}}
     assert batch.messages[1] == Message(
-        id="wamid.1", type="text", text="mensaje 1", ts=1_700_000_001, raw={"id": "wamid.1"}
+        id="wamid.1", type="text", text="mensaje 1", ts=1_700_000_001, raw=raw
     )
     assert batch.oldest_ts == 1_700_000_000
     # The messages' JSON is kept byte for byte (review items embed it unparsed).

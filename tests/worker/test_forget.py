@@ -18,7 +18,7 @@ from redis.asyncio import Redis
 
 from shared import events
 from shared.keys import CONVERSATION_KINDS, Keys, TenantKeys
-from shared.ops import audit, takeover
+from shared.ops import audit, outbound, takeover
 from shared.ops.forget import ForgetError, ForgetReport, forget_person
 from shared.senders.loading import OutboxSender
 from shared.settings import Settings
@@ -145,6 +145,8 @@ def about(person: str, k: TenantKeys, key: str, value: Any) -> Any:
         return None
     if key.startswith(k.outbound_prefix):
         return None if value.get(b"person") == person.encode() else value
+    if key.startswith(k.outbound_book) and key != k.outbound_gens:
+        return {f: v for f, v in value.items() if outbound.person_of(v) != person} or None
     if key in (k.due, k.running):
         return [(m, s) for m, s in value if m != person.encode()] or None
     if key == k.burst:

@@ -10,6 +10,7 @@ import orjson
 from redis.asyncio import Redis
 
 from shared.keys import Keys
+from shared.ops import outbound
 from shared.storage.scripts import Scripts
 
 SCRIPTS = Scripts()
@@ -87,7 +88,7 @@ async def test_a_reply_that_lost_its_lock_records_what_went_out_and_leaves_pendi
     assert await end(redis, "manual:a", "sent", ["wamid.OUT"]) == [0, 0]
     assert await redis.get(K.lock(PERSON)) == b"worker:2", "the turn keeps its lock"
     assert await redis.lrange(K.pending(PERSON), 0, -1) == [EVENT], "the turn's to answer"
-    assert await redis.hget(K.outbound("wamid.OUT"), "batch") == b"manual-1"
+    assert (await outbound.records(redis, K, ["wamid.OUT"]))[0]["batch"] == "manual-1"
     assert await redis.llen(K.memory(PERSON)) == 1, "it did reach the person"
 
 

@@ -10,10 +10,11 @@ import pytest
 from redis.asyncio import Redis
 
 from shared.keys import Keys
+from shared.ops import outbound
 from shared.settings import Settings
 from shared.storage.group_commit import GroupCommitter
 from shared.storage.scripts import Scripts
-from tests.worker.support import TENANT, claim_due_now, push_message, quick_store
+from tests.worker.support import TENANT, claim_due_now, push_message, push_status, quick_store
 from worker.conversation_store import ConversationStore
 
 PERSON = "5491155550001"
@@ -180,8 +181,28 @@ async def test_recording_a_part_again_counts_it_once(
     await push_message(redis, prefix, PERSON, "m1", "hola")
     batch = await claim_due_now(redis, store, prefix, PERSON, "tok")
     assert await store.record_part(batch, 0, "wamid.P0")
-    await redis.hset(k.outbound("wamid.P0"), "status", "delivered")  # a status came meanwhile
+    await push_status(redis, prefix, PERSON, "wamid.P0", "delivered")  # a status came meanwhile
+    await store.claim(TENANT, 0, "intake")
     assert await store.record_part(batch, 0, "wamid.P0")
     assert await redis.hget(k.stats, "parts_out") == b"1"
-    assert await redis.hget(k.outbound("wamid.P0"), "status") == b"delivered"
+    assert (await outbound.records(redis, k, ["wamid.P0"]))[0]["status"] == "delivered"
     assert not await store.record_part(replace(batch, token="wrong"), 0, "wamid.P0")
+
+
+async def test_a_status_applied_again_changes_nothing(
+    redis: Redis, store: ConversationStore, prefix: str
+) -> None:
+    """Statuses get no dedupe marker (ingest.lua): a redelivered one is taken in again and must
+    neither move the record nor count its part again; only `status:<status>` counts it."""
+    k = Keys(prefix).tenant(TENANT)
+    await push_message(redis, prefix, PERSON, "m1", "hola")
+    batch = await claim_due_now(redis, store, prefix, PERSON, "tok")
+    assert await store.record_part(batch, 0, "wamid.P0")
+    for status in ("sent", "delivered", "read", "delivered", "read", "sent", "read"):
+        await push_status(redis, prefix, PERSON, "wamid.P0", status)
+    await store.claim(TENANT, 0, "intake")
+    [record] = await outbound.records(redis, k, ["wamid.P0"])
+    assert record["status"] == "read" and record["person"] == PERSON and record["part"] == "0"
+    counts = {f.decode(): int(v) for f, v in (await redis.hgetall(k.stats)).items()}
+    assert counts["statuses"] == 7 and counts["status:read"] == 3
+    assert counts["parts_sent"] == counts["parts_delivered"] == counts["parts_read"] == 1

@@ -57,7 +57,6 @@ async def push(redis: Redis, prefix: str, message_id: str, text: str, ts: int = 
         prefix,
         events.message_event(
             channel="whatsapp",
-            tenant=TENANT,
             person=ANA,
             message_id=message_id,
             type="text",

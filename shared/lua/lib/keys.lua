@@ -12,3 +12,11 @@ local SENT, LATE = '{{SENT}}', '{{LATE}}'
 local function conv_key(prefix, person, kind)
   return prefix .. person .. ':' .. kind
 end
+
+-- The outbound records' book (lib/book.lua) of the tenant whose outbound prefix is `out_prefix`
+-- ("wa:{t}:out:" -> "wa:{t}:o:").
+local OUTBOUND, OUTBOUND_BOOK = '{{OUTBOUND}}', '{{OUTBOUND_BOOK}}'
+
+local function out_book(out_prefix)
+  return string.sub(out_prefix, 1, -(#OUTBOUND + 2)) .. OUTBOUND_BOOK .. ':'
+end

@@ -1,5 +1,16 @@
--- The outbound records (`out:<provider id>`: batch, person, part, status) that delivery
--- statuses update, what a late delivery failure needs, and its queue for the worker.
+-- The outbound records that delivery statuses update, what a late delivery failure needs, and
+-- its queue for the worker.
+--
+-- A record is one reply part the provider accepted: its status, when it was sent, its index,
+-- the error of a failure, the person and the batch, kept OUTBOUND_TTL_S (7 days: Meta retries
+-- a status webhook that long) in the tenant's book of records (lib/book.lua: a generation
+-- takes records for a day, so a status's lookup mostly stops at the newest), as one field of
+-- a small hash: field = the first 16 hex digits of the SHA-1 of the provider id, value =
+-- "<status code>|<sent_ms>|<part>|<error>|<person>|<batch>" (shared/ops/outbound.py reads it
+-- too). The key `out:<provider id>` (a hash) holds what came before the record: a status that
+-- overtook the send's answer (`early`, `early_failure`, parked for an hour), and, after an
+-- upgrade, the records of the release before (batch, person, part, status, sent_ms, error),
+-- still moved forward here until they expire.
 --
 -- A `failed` status for a part Meta had accepted is a late failure: it is queued on the
 -- person's `late` hash (field `job:<wamid>`), and a batch is made of it as soon as the person
@@ -10,10 +21,64 @@
 -- recorded. `template:<batch>` = "sent" on the same hash: the batch's template went out (its
 -- turn's or a late failure's): never a second one, whatever statuses arrive.
 --
--- uses: lib/keys.lua (conv_key, BATCH, LOCK, SENT, LATE)
+-- uses: lib/keys.lua (conv_key, out_book, BATCH, LOCK, SENT, LATE)
+-- uses: lib/book.lua (book_find, book_open, book_key, book_added, book_hash)
 
 -- Delivery statuses only move forward: a late "delivered" never undoes "read".
 local STATUS_RANK = {accepted = 0, sent = 1, delivered = 2, read = 3, played = 4, failed = 5}
+-- A status as a record holds it, and back.
+local STATUS_CODE = {accepted = 'a', sent = 's', delivered = 'd', read = 'r', played = 'p',
+  failed = 'f'}
+local CODE_STATUS = {a = 'accepted', s = 'sent', d = 'delivered', r = 'read', p = 'played',
+  f = 'failed'}
+local OUT_FILL = 48  -- records a shard of the book is sized for (a listpack holds 128)
+local OUT_GEN_S = 86400  -- a generation of the book takes records for a day
+
+-- Where the record of provider id `id` lives in the book: its shard hash and field.
+local function record_place(id)
+  local digest = redis.sha1hex(id)
+  return book_hash(digest), string.sub(digest, 1, 16)
+end
+
+local function record_value(r)
+  return STATUS_CODE[r.status] .. '|' .. r.sent_ms .. '|' .. r.part .. '|' .. r.error .. '|'
+    .. r.person .. '|' .. r.batch
+end
+
+-- The record of provider id `id` (a table: status, sent_ms, part, error, person, batch, and
+-- where it is kept), or nil when there is none.
+local function find_record(out_prefix, id)
+  local h, field = record_place(id)
+  local value, key = book_find(out_book(out_prefix), h, 'HGET', field)
+  if value then
+    local c, sent_ms, part, err, person, batch =
+      string.match(value, '^(%a)|(%d*)|(%d*)|([^|]*)|([^|]*)|(.*)$')
+    if c and CODE_STATUS[c] then
+      return {status = CODE_STATUS[c], sent_ms = sent_ms, part = part, error = err,
+        person = person, batch = batch, key = key, field = field}
+    end
+  end
+  -- A record of the release before.
+  local okey = out_prefix .. id
+  local r = redis.call('HMGET', okey, 'status', 'sent_ms', 'part', 'error', 'person', 'batch')
+  if not r[1] then return nil end
+  return {status = r[1], sent_ms = r[2] or '0', part = r[3] or '0', error = r[4] or '',
+    person = r[5], batch = r[6], legacy = okey}
+end
+
+-- Write back a record's status and error.
+local function save_record(r)
+  if r.legacy then
+    redis.call('HSET', r.legacy, 'status', r.status, 'error', r.error)
+  else
+    redis.call('HSET', r.key, r.field, record_value(r))
+  end
+end
+
+-- Whether provider id `id` is a part we sent (and is still recorded).
+local function outbound_known(out_prefix, id)
+  return find_record(out_prefix, id) ~= nil
+end
 
 -- The start of a `sent` entry of `batch`: {"batch":<id>,"reply":<text>,"messages":[...]}.
 local function sent_head(batch)
@@ -135,17 +200,17 @@ local function start_late_job(prefix, person, due_key, now)
   return true
 end
 
--- A `failed` status applied to our record `okey`: count its error, queue it for the worker
--- and, when the person has no batch and `due_key` is given, start it.
-local function failed_part(prefix, okey, id, failure, due_key, now)
-  redis.call('HSET', okey, 'error', failure.code and tostring(failure.code) or '')
-  local r = redis.call('HMGET', okey, 'batch', 'person', 'part', 'sent_ms')
-  if not r[1] or not r[2] then return end
-  queue_late(prefix, r[2], r[1], r[3] or 0, id, failure, r[4] or 0, now)
-  if due_key then start_late_job(prefix, r[2], due_key, now) end
+-- A `failed` status applied to our record `r`: note its error, queue it for the worker and,
+-- when the person has no batch and `due_key` is given, start it.
+local function failed_part(prefix, r, id, failure, due_key, now)
+  r.error = failure.code and tostring(failure.code) or ''
+  save_record(r)
+  if not r.batch or not r.person then return end
+  queue_late(prefix, r.person, r.batch, r.part or 0, id, failure, r.sent_ms or 0, now)
+  if due_key then start_late_job(prefix, r.person, due_key, now) end
 end
 
--- The provider accepted part `part` of `batch` as `id`: create its outbound record, keep the
+-- The provider accepted part `part` of `batch` as `id`: record it in the book, keep the
 -- batch's messages for a late failure, note a template, and apply a status that overtook the
 -- send's answer (parked as `early` by apply_status). A late failure found here is only
 -- queued: the batch is still running; finish.lua starts it.
@@ -153,10 +218,15 @@ local function record_outbound(prefix, stats_key, out_prefix, id, batch, person,
   local okey = out_prefix .. id
   local e = redis.call('HMGET', okey, 'early', 'early_failure', 'early_error')
   local early, failure = e[1], e[2]
-  redis.call('HSET', okey, 'batch', batch, 'person', person, 'part', part,
-    'status', early or 'accepted', 'sent_ms', now)
-  redis.call('HDEL', okey, 'early', 'early_error', 'early_failure')
-  redis.call('EXPIRE', okey, ttl)
+  if early then redis.call('DEL', okey) end
+  local book, h, field = out_book(out_prefix), record_place(id)
+  local gen = book_open(book, math.floor(now / 1000), tonumber(ttl), OUT_GEN_S, OUT_FILL, 'HLEN')
+  local r = {status = STATUS_CODE[early or ''] and early or 'accepted', sent_ms = now,
+    part = part, error = '', person = person, batch = batch, key = book_key(gen, h),
+    field = field}
+  if redis.call('HSET', r.key, field, record_value(r)) == 1 then
+    book_added(book, gen, r.key, redis.call('HLEN', r.key), OUT_FILL)
+  end
   redis.call('HINCRBY', stats_key, 'parts_out', 1)
   local bkey = conv_key(prefix, person, BATCH)
   keep_sent(prefix, person, batch, bkey)
@@ -172,14 +242,15 @@ local function record_outbound(prefix, stats_key, out_prefix, id, batch, person,
   local ok, f = pcall(cjson.decode, failure or '')
   -- (`early_error`: the code alone, as the release before late failures parked it)
   if not ok or type(f) ~= 'table' then f = {code = tonumber(e[3] or '')} end
-  failed_part(prefix, okey, id, f, nil, now)
+  failed_part(prefix, r, id, f, nil, now)
 end
 
 -- One status event (kind "status") of the intake: move its outbound record forward. A status
 -- whose record does not exist yet overtook the send's answer: the furthest one is parked on
--- the record (`early`, with its failure) for record_outbound; ids that are not ours expire.
+-- `out:<id>` (`early`, with its failure) for record_outbound; ids that are not ours expire.
 -- The event is decoded: its id is never pattern-matched in the JSON (an escaped quote would
--- cut it short, and the cut id could name another record).
+-- cut it short, and the cut id could name another record). Applying a status again changes
+-- nothing but the `status:<status>` count, so statuses need no dedupe marker (ingest.lua).
 local function apply_status(prefix, out_prefix, stats_key, due_key, ev, early_ttl, now)
   local ok, obj = pcall(cjson.decode, ev)
   if not ok or type(obj) ~= 'table' then obj = {} end
@@ -188,11 +259,11 @@ local function apply_status(prefix, out_prefix, stats_key, due_key, ev, early_tt
   redis.call('HINCRBY', stats_key, 'status:' .. st, 1)
   local id = obj.id
   if type(id) ~= 'string' or id == '' then return end
-  local okey = out_prefix .. id
-  local current = redis.call('HGET', okey, 'status')
-  if not current and STATUS_RANK[st] then
+  local r = find_record(out_prefix, id)
+  if not r and STATUS_RANK[st] then
+    local okey = out_prefix .. id
     local early = redis.call('HGET', okey, 'early')
-    if not early or STATUS_RANK[st] > STATUS_RANK[early] then
+    if not early or STATUS_RANK[st] > (STATUS_RANK[early] or -1) then
       redis.call('HSET', okey, 'early', st)
       if st == 'failed' then
         redis.call('HSET', okey, 'early_failure', cjson.encode(failure_of(obj)))
@@ -201,10 +272,11 @@ local function apply_status(prefix, out_prefix, stats_key, due_key, ev, early_tt
     end
     return
   end
-  if not current or not STATUS_RANK[st] or STATUS_RANK[st] <= (STATUS_RANK[current] or 0) then
+  if not r or not STATUS_RANK[st] or STATUS_RANK[st] <= (STATUS_RANK[r.status] or 0) then
     return
   end
-  redis.call('HSET', okey, 'status', st)
+  r.status = st
+  save_record(r)
   redis.call('HINCRBY', stats_key, 'parts_' .. st, 1)
-  if st == 'failed' then failed_part(prefix, okey, id, failure_of(obj), due_key, now) end
+  if st == 'failed' then failed_part(prefix, r, id, failure_of(obj), due_key, now) end
 end

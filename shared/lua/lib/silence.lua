@@ -8,6 +8,7 @@
 -- which shared/conversation/human_memory.py shows the AI.
 --
 -- uses: lib/keys.lua (conv_key, PENDING, BATCH, LOCK, MEMORY, SILENT)
+-- uses: lib/outbound.lua (outbound_known)
 
 local HUMAN_LINES_MAX = 40  -- the newest lines of one such entry; older ones are dropped
 
@@ -138,14 +139,14 @@ local function held_silent(prefix, person, ev, stats_key, memory_ttl_s, silence_
 end
 
 -- An agent's message (kind "human"). The bot's own reply comes back the same way when its
--- token is a user's: its id is recorded (`out:<id>`), or, when the echo overtook the record,
+-- token is a user's: its id is recorded (lib/outbound.lua), or, when the echo overtook the record,
 -- the batch's stored reply holds its text. Anything else silences the bot and is remembered.
 local function take_agent_message(prefix, out_prefix, person, ev, keys, now, ttls)
   local ok, obj = pcall(cjson.decode, ev)
   if not ok or type(obj) ~= 'table' then return false end
   local text = text_of(obj.text)
   local reply = redis.call('HGET', conv_key(prefix, person, BATCH), 'reply')
-  if redis.call('HEXISTS', out_prefix .. text_of(obj.id), 'batch') == 1
+  if outbound_known(out_prefix, text_of(obj.id))
       or (reply and text ~= '' and string.find(reply, text, 1, true)) then
     redis.call('HINCRBY', keys.stats, 'event:own_reply', 1)
     return true
