@@ -2,7 +2,8 @@
 
 Every ~10 s two or three people write to one of three businesses (tenants) in bursts of 3-4
 lines, 0.3-1.5 s apart, as people do on WhatsApp; in each round one delivery arrives twice, as
-Meta's sometimes do, and a status webhook or two is delivered again, late (duplicates too).
+Meta's sometimes do, and a status webhook or two is delivered again, late (taken in again and
+changing nothing: a status has no dedupe marker).
 Meanwhile it watches the replies and prints each one next to the burst it answers, so one sees
 four lines become one reply. Where it finds them:
 
