@@ -410,7 +410,8 @@ class TurnSettings:
     dedupe_ttl_s: int = setting(
         "DEDUPE_TTL_S",
         604800,
-        "how long a provider id is remembered (Meta retries for 7 days)",
+        "how long a provider id is remembered at least (Meta retries for 7 days; a marker is"
+        " kept 1.5 × on average: [memory](benchmarks/memory.md))",
         above=0,
     )
 
