@@ -133,8 +133,12 @@ class TurnEndings:
             outcome = await self._hand_over(state.journal, reason, detail, resumed)
             if outcome and batch.channel == CHATWOOT:
                 # A person answers in Chatwoot now: the customer's next messages go to the
-                # memory, not to the AI, until the conversation is back with the bot.
-                await self._lease.silence("hand_over")
+                # memory, not to the AI, until the conversation is back with the bot. A
+                # hand-over Chatwoot refused (or whose outcome is unknown) may have left the
+                # conversation pending: then "pending" on a later message does not mean a
+                # person gave it back (shared/lua/lib/silence.lua `held_silent`).
+                why = "hand_over" if outcome == "done" else "hand_over_unconfirmed"
+                await self._lease.silence(why)
         except LeaseLost:
             log.warning("lease lost during the review tenant=%s batch=%s", batch.tenant, batch.id)
             return
