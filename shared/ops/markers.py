@@ -10,17 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from shared.keys import TenantKeys
-from shared.storage.scripts import Scripts
+from shared.storage.scripts import Scripts, shared_scripts
 
 SCAN_COUNT = 1000
-_SCRIPTS: Scripts | None = None  # loaded on first use, then shared
-
-
-def _scripts() -> Scripts:
-    global _SCRIPTS
-    if _SCRIPTS is None:
-        _SCRIPTS = Scripts()
-    return _SCRIPTS
 
 
 async def marked(
@@ -30,7 +22,7 @@ async def marked(
     would be a duplicate."""
     if not dedupe_ids:
         return []
-    script = (scripts or _scripts()).dedupe_marked
+    script = (scripts or shared_scripts()).dedupe_marked
     found = await script(redis, k, seen=[k.seen(i) for i in dedupe_ids])
     return [bool(int(x)) for x in found]
 

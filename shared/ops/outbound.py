@@ -14,19 +14,11 @@ from __future__ import annotations
 from typing import Any
 
 from shared.keys import TenantKeys
-from shared.storage.scripts import Scripts
+from shared.storage.scripts import Scripts, shared_scripts
 
 # What a record holds, in the order outbound_get.lua answers.
 FIELDS = ("status", "sent_ms", "part", "error", "person", "batch")
 SCAN_COUNT = 1000  # keys or fields looked at per SCAN round trip
-_SCRIPTS: Scripts | None = None  # loaded on first use, then shared
-
-
-def _scripts() -> Scripts:
-    global _SCRIPTS
-    if _SCRIPTS is None:
-        _SCRIPTS = Scripts()
-    return _SCRIPTS
 
 
 async def records(
@@ -36,7 +28,7 @@ async def records(
     expired), in the order given."""
     if not provider_ids:
         return []
-    script = (scripts or _scripts()).outbound_get
+    script = (scripts or shared_scripts()).outbound_get
     found = await script(redis, k, ids=provider_ids)
     return [dict(zip(FIELDS, (_text(v) for v in row), strict=True)) if row else {} for row in found]
 

@@ -30,7 +30,7 @@ import orjson
 from shared.conversation import late_failure_codes
 from shared.fleet import wake
 from shared.keys import Keys
-from shared.storage.scripts import Scripts
+from shared.storage.scripts import shared_scripts
 
 # Review reasons after which the bot does NOT pause for the person: they say nothing about this
 # conversation that a person must answer first. `too_old` is an outage's backlog (pausing would
@@ -52,8 +52,6 @@ NO_PAUSE_REVIEW_REASONS = frozenset(
 # Only WhatsApp conversations pause: a Chatwoot conversation is handed over in Chatwoot.
 PAUSING_CHANNELS = frozenset({"whatsapp"})
 
-_SCRIPTS: Scripts | None = None
-
 
 class TakeoverError(ValueError):
     """A pause that cannot be set as asked (the message says why)."""
@@ -62,13 +60,6 @@ class TakeoverError(ValueError):
 def pauses_for_review(channel: str, reason: str) -> bool:
     """Whether a batch of `channel` parked for review as `reason` pauses the bot for its person."""
     return channel in PAUSING_CHANNELS and reason not in NO_PAUSE_REVIEW_REASONS
-
-
-def _scripts() -> Scripts:
-    global _SCRIPTS
-    if _SCRIPTS is None:
-        _SCRIPTS = Scripts()
-    return _SCRIPTS
 
 
 async def pause(
@@ -82,7 +73,9 @@ async def pause(
     pause_ms = max(1, int(seconds * 1000))
     k = keys.tenant(tenant)
     k.human(person)  # checks the person id before anything is written
-    raw = await _scripts().pause_human(redis, k, person=person, by=by, why=why, pause_ms=pause_ms)
+    raw = await shared_scripts().pause_human(
+        redis, k, person=person, by=by, why=why, pause_ms=pause_ms
+    )
     return _decode(raw)
 
 
@@ -93,7 +86,7 @@ async def resume(redis: Any, keys: Keys, tenant: str, person: str, *, by: str) -
     it (for the caller's audit log; the pause itself is deleted)."""
     k = keys.tenant(tenant)
     k.human(person)
-    paused, due = await _scripts().resume_human(redis, k, person=person)
+    paused, due = await shared_scripts().resume_human(redis, k, person=person)
     if int(due):
         await wake.add(redis, keys.relay_queue, [tenant])
     return bool(int(paused))

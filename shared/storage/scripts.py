@@ -31,6 +31,7 @@ To see or run the chunk Redis gets for a script (e.g. with `redis-cli --eval`):
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import sys
 from collections.abc import Callable, Mapping
@@ -284,6 +285,13 @@ class Scripts:
         """SCRIPT LOAD every script (on a cluster the client sends it to every primary)."""
         for script in self._by_name.values():
             await redis.script_load(script.source)
+
+
+@functools.cache
+def shared_scripts() -> Scripts:
+    """One `Scripts` per process for callers that are handed none (the ops library's
+    functions): the Lua files are read and assembled once, on first use."""
+    return Scripts()
 
 
 def is_noscript(result: object) -> bool:
