@@ -363,12 +363,13 @@ class Receiver:
             Route("/healthz", self.healthz, methods=["GET"]),
             Route("/readyz", never_500(self.readyz), methods=["GET"]),
             *(metrics if self.settings.metrics_token else []),
-            *(self._ops() if self.settings.ops_token else []),
+            *(self._ops() if self.settings.ops_enabled else []),
         ]
 
     def _ops(self) -> list[BaseRoute]:
-        """The ops page (receiver/ops/), a sub-app of its own under /ops: without OPS_TOKEN it
-        is neither imported nor mounted (404), and its guards never wrap the webhook routes."""
+        """The ops page (receiver/ops/), a sub-app of its own under /ops: without OPS_TOKEN or
+        OPS_USERS it is neither imported nor mounted (404), and its guards never wrap the
+        webhook routes."""
         from receiver.ops.routes import OpsPage
 
         return [Mount("/ops", app=OpsPage(self).app())]

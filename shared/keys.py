@@ -169,6 +169,13 @@ class Keys:
         receiver process (receiver/ops/auth.py)."""
         return f"{self.prefix}:ops:session:{session_id}"
 
+    @property
+    def ops_sessions(self) -> str:
+        """The sessions of the ops page as its sessions page lists them: HASH session id ->
+        JSON who, admin, since_ms, expires_ms, address. Only a list: `ops_session` decides
+        whether a session is live, and entries whose key is gone are dropped when read."""
+        return f"{self.prefix}:ops:sessions"
+
     def ops_signin_client(self, address: str) -> str:
         """Failed sign-ins to the ops page from one client address: `failures`, `until_ms`
         (receiver/ops/backoff.py). The `{signin}` hash tag puts it in one slot with the

@@ -1,4 +1,5 @@
-"""The ops page's routes, mounted at `/ops` by the receiver when `OPS_TOKEN` is set.
+"""The ops page's routes, mounted at `/ops` by the receiver when `OPS_TOKEN` or `OPS_USERS` is
+set.
 
     GET  /ops/                  review items across tenants (filters: reason, tenant, age)
     GET  /ops/item              one item (?tenant=&id=)
@@ -14,6 +15,8 @@
     GET  /ops/forget            the confirmation step of forgetting a person
     POST /ops/forget            forget the person (form: tenant, person, confirm=yes)
     GET/POST /ops/signin, POST /ops/signout
+    GET  /ops/sessions          the sessions signed in now
+    POST /ops/sessions/end      end one (form: sid): one's own, or anyone's for the admin
 
 Ids travel in query strings and form fields, never in the path, so any id a provider
 gives (colons, slashes, anything) round-trips. A POST that succeeds answers 303 to a page
@@ -35,18 +38,14 @@ from starlette.routing import Route
 
 from receiver.ops import queries
 from receiver.ops.actions import ActionError, Actions
-from receiver.ops.auth import (
-    Session,
-    Sessions,
-    SessionStore,
-    clean_name,
-    clear_cookie,
-    token_matches,
-)
-from receiver.ops.backoff import SigninBackoff, client_address
+from receiver.ops.auth import Session, Sessions, SessionStore, session_secret
+from receiver.ops.backoff import SigninBackoff
 from receiver.ops.person_actions import PersonActions
-from receiver.ops.web import ROOT, Web, field, link, read_form, redirect
+from receiver.ops.signin import SigninPages
+from receiver.ops.web import ROOT, Web, field, link, redirect
 from shared.keys import Keys
+from shared.ops import audit
+from shared.ops.accounts import parse_accounts
 from shared.ops.manual_reply import ManualReplies
 from shared.ops.review import ReviewList
 from shared.settings import Settings
@@ -85,9 +84,17 @@ class OpsPage:
     def __init__(self, receiver: OpsHost) -> None:
         self._receiver = receiver
         settings = receiver.settings
-        sessions = Sessions(settings.ops_token, settings.ops_session_s)
+        secret = session_secret(settings.ops_token, settings.ops_users)
+        sessions = Sessions(secret, settings.ops_session_s)
         self.web = Web(SessionStore(sessions, receiver.keys, lambda: self._redis))
-        self._backoff = SigninBackoff(receiver.keys, receiver.scripts, settings)
+        self.signin = SigninPages(
+            self.web,
+            SigninBackoff(receiver.keys, receiver.scripts, settings),
+            settings.ops_token,
+            parse_accounts(settings.ops_users),
+            lambda: self._redis,
+            self._audit,
+        )
         self._replies: ManualReplies | None = None
         receiver.on_close.append(self._close)
 
@@ -116,63 +123,22 @@ class OpsPage:
             self._replies = ManualReplies(self._redis, r.keys, r.scripts, r.settings)
         return PersonActions(self._redis, r.keys, r.scripts, r.settings, self._replies)
 
+    async def _audit(self, who: str, action: str, detail: str) -> None:
+        r = self._receiver
+        await audit.record(
+            self._redis,
+            r.keys,
+            who=who,
+            action=action,
+            detail=detail,
+            retention_s=r.settings.review_retention_s,
+        )
+
     def _render(
         self, request: Request, name: str, session: Session, status: int = 200, **context: Any
     ) -> Response:
         done = DONE.get(request.query_params.get("done", ""), "")
         return self.web.render(request, name, session, status, done=done, **context)
-
-    # --- signing in and out --------------------------------------------------------------------
-    async def signin_form(self, request: Request) -> Response:
-        return self.web.render(request, "signin.html", None, next=_safe_next(request))
-
-    async def signin(self, request: Request) -> Response:
-        form = await read_form(request)
-        if isinstance(form, Response):
-            return form
-        return await self.web.guarded(request, None, lambda: self._sign_in(request, form))
-
-    async def _sign_in(self, request: Request, form: FormData) -> Response:
-        target = _safe_next(request, field(form, "next"))
-        name = clean_name(field(form, "name"))
-        address = client_address(request)
-        attempt = await self._backoff.take(self._redis, address, name)
-        if attempt.wait_s:
-            logger.debug("ops page: sign-in from %s refused for %d s", address, attempt.wait_s)
-            return self._backing_off(request, target, attempt.wait_s)
-        if not token_matches(field(form, "token"), self._receiver.settings.ops_token):
-            logger.warning(
-                "ops page: sign-in refused (wrong token; %d attempts from %s or for the name)",
-                attempt.failures,
-                address,
-            )
-            return self.web.render(
-                request, "signin.html", None, 401, next=target, message="Wrong token."
-            )
-        await self._backoff.reset(self._redis, address, name)
-        if name is None:
-            message = "Give your name (at most 64 characters): the audit log records it."
-            return self.web.render(request, "signin.html", None, 400, next=target, message=message)
-        session = await self.web.store.start(name)
-        response = redirect(target)
-        self.web.store.sessions.set_cookie(response, request, session)
-        logger.info("ops page: %s signed in", name)
-        return response
-
-    def _backing_off(self, request: Request, target: str, wait_s: int) -> Response:
-        """429: too many failed sign-ins from this address or for this name; the token is
-        not even compared, so guessing on gains nothing until the wait is over."""
-        message = f"Too many failed sign-ins from here or for this name: try again in {wait_s} s."
-        response = self.web.render(request, "signin.html", None, 429, next=target, message=message)
-        response.headers["retry-after"] = str(wait_s)
-        return response
-
-    async def signout(self, request: Request, session: Session, form: FormData) -> Response:
-        await self.web.store.end(session)  # the cookie and its CSRF token die here, everywhere
-        response = redirect(f"{ROOT}/signin")
-        clear_cookie(response, request)
-        logger.info("ops page: %s signed out", session.who)
-        return response
 
     # --- pages -----------------------------------------------------------------------------------
     async def overview(self, request: Request, session: Session) -> Response:
@@ -273,9 +239,11 @@ class OpsPage:
         return Starlette(
             routes=[
                 Route("/", page(self.overview), methods=["GET"]),
-                Route("/signin", self.signin_form, methods=["GET"]),
-                Route("/signin", self.signin, methods=["POST"]),
-                Route("/signout", action(self.signout), methods=["POST"]),
+                Route("/signin", self.signin.form, methods=["GET"]),
+                Route("/signin", self.signin.signin, methods=["POST"]),
+                Route("/signout", action(self.signin.signout), methods=["POST"]),
+                Route("/sessions", page(self.signin.sessions), methods=["GET"]),
+                Route("/sessions/end", action(self.signin.end), methods=["POST"]),
                 Route("/item", page(self.item), methods=["GET"]),
                 Route("/conversation", page(self.conversation), methods=["GET"]),
                 Route("/audit", page(self.audit), methods=["GET"]),
@@ -293,11 +261,3 @@ class OpsPage:
 
 def _conversation(item: dict[str, Any], done: str) -> str:
     return link("/conversation", tenant=item["tenant"], person=item.get("person"), done=done)
-
-
-def _safe_next(request: Request, given: str | None = None) -> str:
-    """Where to go after signing in: a page of ours, never another site (`//evil`)."""
-    target = request.query_params.get("next", "") if given is None else given
-    if target.startswith(f"{ROOT}/") and not target.startswith("//") and "\\" not in target:
-        return target
-    return f"{ROOT}/"

@@ -77,6 +77,7 @@ class Settings(
         _check_tls(self)
         self.check_review_webhook()
         self.check_signin_backoff()
+        self.check_ops_users()
         if self.max_wait_s < self.debounce_window_s:
             raise ConfigError(
                 f"MAX_WAIT_S ({self.max_wait_s}) must be >= DEBOUNCE_WINDOW_S "

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from shared.ops.accounts import accounts_problem
 from shared.settings.spec import ConfigError, mask_url, setting
 
 _DAY_S = 86400.0
@@ -38,10 +39,19 @@ class OpsSettings:
             f"be at least {OPS_TOKEN_MIN_CHARS} characters (make one: `openssl rand -hex 32`)",
         ),
     )
+    ops_users: str = setting(
+        "OPS_USERS",
+        "",
+        "the ops page's accounts, one per operator, comma-separated `name:credential`"
+        " (`python -m shared.ops.accounts password NAME` or `token NAME` makes one); the audit"
+        " records the account's name. Works beside or without `OPS_TOKEN`",
+        secret=True,
+    )
     ops_session_s: float = setting(
         "OPS_SESSION_S",
         12 * 3600.0,
-        "how long a sign-in to the ops page lasts (changing `OPS_TOKEN` ends every sign-in)",
+        "how long a sign-in to the ops page lasts (changing `OPS_TOKEN` or `OPS_USERS` ends"
+        " every sign-in)",
         above=0,
     )
     ops_signin_free_attempts: int = setting(
@@ -114,6 +124,18 @@ class OpsSettings:
                 f"OPS_SIGNIN_BACKOFF_MAX_S ({self.ops_signin_backoff_max_s}) must be >="
                 f" OPS_SIGNIN_BACKOFF_S ({self.ops_signin_backoff_s})"
             )
+
+    def check_ops_users(self) -> None:
+        """Every account of `OPS_USERS` can be checked: a typo stops the process at start-up
+        rather than locking an operator out at the first sign-in."""
+        problem = accounts_problem(self.ops_users)
+        if problem:
+            raise ConfigError(f"OPS_USERS: {problem}")
+
+    @property
+    def ops_enabled(self) -> bool:
+        """The ops page exists: someone can sign in to it."""
+        return bool(self.ops_token or self.ops_users)
 
     def check_review_webhook(self) -> None:
         """Cross-field rule: a review webhook is always signed, so a receiver can trust it."""
