@@ -13,8 +13,13 @@ byte for byte the same and the prompt cache holds:
   emails, a location's coordinates, the click-to-WhatsApp ad that started the chat, forwarded
   markers, and the text a reply quotes when it is known (a message of the same burst, or one
   of the remembered exchanges: their inbound message ids and the ids of our reply's parts are
-  remembered beside them). A message of another type, or from another channel, shows the
-  receiver's text (`Message.text`).
+  remembered beside them). A message Meta could not deliver in full (an `errors` entry,
+  `unsupported`, an interactive message or a button without its reply) is one sentence the model
+  can act on (shared/conversation/files.py `could_not_show`). A file (an image, a voice note, a
+  Chatwoot attachment, ...) is said once: by the receiver's label (`[image: caption]`) in its
+  place, or, when the brain shows the files beside the text (`files_beside`: the built-in
+  brain's worker/brains/media.py, label and file together), not in the body at all. A message of
+  another type, or from another channel, shows the receiver's text (`Message.text`).
 
 No I/O: the same batch and memory always give the same presentation.
 """
@@ -30,7 +35,16 @@ from zoneinfo import ZoneInfo
 
 import orjson
 
+from shared.chatwoot import CHANNEL as CHATWOOT
 from shared.conversation.batch import Batch, Message
+from shared.conversation.files import (
+    A_KIND,
+    FILE_TYPES,
+    chatwoot_beside,
+    could_not_show,
+    items_of_message,
+    undelivered,
+)
 from shared.settings import Settings, TenantConfig
 
 HEADER_START = "Date and time: "
@@ -41,6 +55,8 @@ HEADER_START = "Date and time: "
 BY_HUMAN = "human"
 HUMAN_REPLY_NOTE = "[Written by a person of the business, not by you:]"
 NO_NEW_MESSAGE = "[The customer wrote nothing new before this reply.]"
+# Types the receiver's text says in full (an edit's new content, a system notice, ...).
+SAID_BY_THE_RECEIVER = frozenset({"edit", "revoke", "reaction", "system", "request_welcome"})
 QUOTE_CHARS = 300  # a quoted text longer than this is cut (with "…")
 # English names whatever the process' locale (strftime's %A and %B follow it).
 DAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
@@ -79,24 +95,29 @@ class Presentation:
         return f"{self.header}\n\n{self.body}" if self.body else self.header
 
 
-def present(batch: Batch, tenant: TenantConfig, settings: Settings) -> Presentation:
+def present(
+    batch: Batch, tenant: TenantConfig, settings: Settings, *, files_beside: bool = False
+) -> Presentation:
     """The presentation of `batch` for a tenant, `settings.tenant(batch.tenant)` (its time
     zone; `settings` itself is not read, the parameter stays for custom brains' calls).
-    Computed once per batch and time zone (a batch does not change): the prompt and the
-    memory's exchange read the same one."""
-    shown: Presentation | None = batch.presented.get(tenant.timezone)
+    `files_beside`: the brain shows the batch's files after the text, each with its label
+    (worker/brains/media.py), so the body leaves them out rather than say them twice.
+    Computed once per batch, time zone and `files_beside` (a batch does not change): the
+    prompt and the memory's exchange read the same one."""
+    key = f"{tenant.timezone}\x00files" if files_beside else tenant.timezone
+    shown: Presentation | None = batch.presented.get(key)
     if shown is None:
-        shown = batch.presented[tenant.timezone] = _present(batch, tenant)
+        shown = batch.presented[key] = _present(batch, tenant, files_beside)
     return shown
 
 
-def _present(batch: Batch, tenant: TenantConfig) -> Presentation:
+def _present(batch: Batch, tenant: TenantConfig, files_beside: bool) -> Presentation:
     header = [f"{HEADER_START}{local_time(batch_time(batch), tenant.timezone)}"]
     name = next((m.name for m in reversed(batch.messages) if m.name), "")
     if name:
         header.append(f"From: {name}")
     quotes = Quotes(batch)
-    body = [present_message(m, quotes) for m in batch.messages]
+    body = [present_message(m, quotes, files_beside) for m in batch.messages]
     return Presentation("\n".join(header), "\n".join(p for p in body if p))
 
 
@@ -146,15 +167,39 @@ class Quotes:
         return self.texts.get(wamid, "a message not in this conversation's memory")
 
 
-def present_message(message: Message, quotes: Quotes) -> str:
+def present_message(message: Message, quotes: Quotes, files_beside: bool = False) -> str:
     """One message as the model reads it: what surrounds it (the ad that brought the person,
-    forwarded markers, the message it quotes) on lines of their own, then its content."""
+    forwarded markers, the message it quotes) on lines of their own, then its content. With
+    `files_beside`, a file is left to the brain's blocks (its label goes with the file)."""
     raw = message.raw if isinstance(message.raw, dict) else None
+    if message.channel == CHATWOOT and raw is not None and files_beside:
+        return chatwoot_beside(message, raw)
     if message.channel != "whatsapp" or raw is None:
         return message.text
-    render = _RENDERERS.get(message.type)
-    content = render(raw.get(message.type), message) if render else message.text
-    return "\n".join(x for x in (*_surroundings(raw, message, quotes), content) if x)
+    surroundings = _surroundings(raw, message, quotes)
+    why = undelivered(raw)
+    if why or message.type == "unsupported":
+        content = could_not_show(_undelivered_kind(raw, message.type), why)
+    elif message.type in FILE_TYPES:
+        content = message.text
+        if files_beside and items_of_message(message):
+            # Its label comes with the file; in its place, only a pointer when lines about it
+            # (forwarded, quoting, an ad) would otherwise stand over nothing.
+            content = f"[sent {A_KIND[message.type]}, shown below]" if surroundings else ""
+    elif render := _RENDERERS.get(message.type):
+        content = render(raw.get(message.type), message)
+    elif message.type in SAID_BY_THE_RECEIVER:
+        content = message.text
+    else:  # a type Meta added since, or a message without one: never a bare `[type]`
+        content = could_not_show(message.type)
+    return "\n".join(x for x in (*surroundings, content) if x)
+
+
+def _undelivered_kind(raw: dict[str, Any], kind: str) -> str:
+    """`interactive`, `unsupported: poll`: the message's type as the sentence names it."""
+    if kind == "unsupported":
+        return f"unsupported: {field_str(raw.get('unsupported'), 'type') or 'unknown'}"
+    return kind
 
 
 def _surroundings(raw: dict[str, Any], message: Message, quotes: Quotes) -> list[str]:
@@ -197,7 +242,7 @@ def _text(body: Any, message: Message) -> str:
 
 def _interactive(body: Any, message: Message) -> str:
     if not isinstance(body, dict):
-        return message.text
+        return could_not_show("interactive")
     kind = field_str(body, "type")
     reply = body.get(kind)
     if kind == "button_reply" and isinstance(reply, dict):
@@ -208,7 +253,8 @@ def _interactive(body: Any, message: Message) -> str:
         return f"{chosen}: {description}]" if description else f"{chosen}]"
     if kind == "nfm_reply" and isinstance(reply, dict):
         return _flow_reply(reply)
-    return message.text
+    # No reply this product can read (Meta left it out, or a kind it does not know yet).
+    return could_not_show(f"interactive {kind}" if kind else "interactive")
 
 
 def _flow_reply(reply: dict[str, Any]) -> str:
@@ -230,7 +276,7 @@ def _flow_reply(reply: dict[str, Any]) -> str:
 def _button(body: Any, message: Message) -> str:
     text, payload = field_str(body, "text"), field_str(body, "payload")
     if not text and not payload:
-        return message.text
+        return could_not_show("button")
     return f'[pressed the button "{text}" (payload {payload})]'
 
 
@@ -318,7 +364,10 @@ def exchange(
     batch's message ids, the provider ids of the reply's parts `sent` (what a later reply may
     quote) and, when the batch had files, the texts the model read of them (`media`: a voice
     note's transcription, a file's label; shared/conversation/turn_state.py `record_media`)."""
-    shown = present(batch, settings.tenant(batch.tenant), settings)
+    notes = [note for note in media if note]
+    # The files were shown beside the text when the brain recorded texts of them (the
+    # built-in brain always does): the memory keeps the body the model was sent.
+    shown = present(batch, settings.tenant(batch.tenant), settings, files_beside=bool(notes))
     remembered: dict[str, Any] = {
         "header": shown.header,
         "user": shown.body,
@@ -326,7 +375,6 @@ def exchange(
         "ids": [m.id for m in batch.messages],
         "out": [s for s in sent if s],
     }
-    notes = [note for note in media if note]
     if notes:
         remembered["media"] = notes
     return remembered
