@@ -134,14 +134,19 @@ def chatwoot_attachments(raw: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return [a for a in listed if isinstance(a, Mapping)] if isinstance(listed, list) else []
 
 
-def chatwoot_beside(message: Message, raw: dict[str, Any]) -> str:
-    """A Chatwoot message when the brain shows its files: the files are left to it (the first
-    one's label carries the content as its caption); the content when no file carries it; the
-    attachments that are no files (a location, a contact, a story mention) said here."""
+def chatwoot_content(message: Message, raw: dict[str, Any], files_beside: bool) -> str:
+    """A Chatwoot message with attachments: its files by their labels (the first one's caption
+    is the message's content), or nothing of them when the brain shows them beside the text
+    (`files_beside`); the content when no file carries it; the attachments that are no files
+    (a location, a contact) said here, and one Chatwoot could not show as a sentence."""
     attachments = chatwoot_attachments(raw)
     if not attachments:
         return message.text
-    lines = [] if items_of_message(message) else [_field(raw, "content")]
+    files = items_of_message(message)
+    if files:
+        lines = [] if files_beside else [item.label for item in files]
+    else:
+        lines = [_field(raw, "content")]
     for attachment in attachments:
         kind = _field(attachment, "file_type")
         if kind in CHATWOOT_KINDS:

@@ -40,7 +40,7 @@ from shared.conversation.batch import Batch, Message
 from shared.conversation.files import (
     A_KIND,
     FILE_TYPES,
-    chatwoot_beside,
+    chatwoot_content,
     could_not_show,
     items_of_message,
     undelivered,
@@ -172,8 +172,8 @@ def present_message(message: Message, quotes: Quotes, files_beside: bool = False
     forwarded markers, the message it quotes) on lines of their own, then its content. With
     `files_beside`, a file is left to the brain's blocks (its label goes with the file)."""
     raw = message.raw if isinstance(message.raw, dict) else None
-    if message.channel == CHATWOOT and raw is not None and files_beside:
-        return chatwoot_beside(message, raw)
+    if message.channel == CHATWOOT and raw is not None:
+        return chatwoot_content(message, raw, files_beside)
     if message.channel != "whatsapp" or raw is None:
         return message.text
     surroundings = _surroundings(raw, message, quotes)
@@ -196,10 +196,12 @@ def present_message(message: Message, quotes: Quotes, files_beside: bool = False
 
 
 def _undelivered_kind(raw: dict[str, Any], kind: str) -> str:
-    """`interactive`, `unsupported: poll`: the message's type as the sentence names it."""
+    """`interactive`, `unsupported: poll`, `image with the caption "..."`: the message's type
+    as the sentence names it, with what the customer wrote that did arrive."""
     if kind == "unsupported":
         return f"unsupported: {field_str(raw.get('unsupported'), 'type') or 'unknown'}"
-    return kind
+    caption = field_str(raw.get(kind), "caption")
+    return f'{kind} with the caption "{caption}"' if caption else kind
 
 
 def _surroundings(raw: dict[str, Any], message: Message, quotes: Quotes) -> list[str]:

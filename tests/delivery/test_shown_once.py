@@ -18,11 +18,8 @@ the speech-to-text stand-in. In what Claude was sent for it:
 
 from __future__ import annotations
 
-import itertools
-import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +30,7 @@ from receiver.providers.whatsapp import parse_body
 from scripts.standins import GraphApiStandIn, MessagesApiStandIn, TranscribeApiStandIn
 from tests.delivery.support import TENANT, InProcessWorkers, ai_requests, inbound, post_webhook
 from tests.support.helpers import FIXTURES, standin_fixtures
+from tests.support.shown import Sample, texts_of, what_is_wrong
 
 pytestmark = pytest.mark.slow
 
@@ -43,27 +41,7 @@ PDF = b"%PDF-1.4\n1 0 obj << /Type /Catalog >> endobj\n%%EOF\n"
 DOCX = b"PK\x03\x04" + bytes(range(64))
 OGG = b"OggS\x00\x02" + bytes(range(200))
 TRANSCRIPT = "Hola, quería saber si tienen turno el sábado"
-SHOWN_ELSEWHERE = "could not be shown here"
-ASK = "ask them to send it again or to describe it"
-# A label with nothing in it where there is a thing or a reason.
-BARE = re.compile(
-    r"\[(?:image|audio|video|document|sticker|interactive|button|unsupported|contacts|"
-    r"location|order|unknown|attachment|file|edit)\]"
-)
-LABEL = re.compile(r"\[[^\[\]]+\]")
-
 stt_server, stt = standin_fixtures("stt", lambda: TranscribeApiStandIn(api_keys=STT_KEY))
-
-
-@dataclass
-class Sample:
-    """One inbound message and what Claude must get of it."""
-
-    name: str
-    message: dict[str, Any]
-    said: list[str] = field(default_factory=list)  # each appears exactly once
-    blocks: list[str] = field(default_factory=list)  # the content block types it brings
-    sentence: bool = False  # told it could not be shown, and what to do
 
 
 def _fixture_messages() -> list[tuple[str, dict[str, Any]]]:
@@ -199,41 +177,6 @@ def _samples() -> list[Sample]:
 SAMPLES = _samples()
 
 
-def _texts(content: list[dict[str, Any]]) -> str:
-    return "\n".join(b["text"] for b in content if b["type"] == "text")
-
-
-def _check(sample: Sample, content: list[dict[str, Any]]) -> list[str]:
-    """What is wrong with what Claude got for `sample` (nothing: [])."""
-    wrong = []
-    texts = _texts(content)
-    for said in sample.said:
-        if texts.count(said) != 1:
-            wrong.append(f"{said!r} appears {texts.count(said)} times")
-    labels = LABEL.findall(texts)
-    twice = sorted({label for label in labels if labels.count(label) > 1})
-    if twice:
-        wrong.append(f"labels twice: {twice}")
-    # `[image]` right before the image is its label; anywhere else it stands for nothing.
-    labels_of_things = {
-        id(block)
-        for block, after in itertools.pairwise(content)
-        if block["type"] == "text" and after["type"] != "text"
-    }
-    alone = _texts([b for b in content if id(b) not in labels_of_things])
-    if BARE.search(alone):
-        wrong.append(f"a bare label: {BARE.findall(alone)}")
-    kinds = [b["type"] for b in content if b["type"] != "text"]
-    if kinds != sample.blocks:
-        wrong.append(f"blocks {kinds}, expected {sample.blocks}")
-    told = ASK in texts and ("could not" in texts or "cannot" in texts)
-    if sample.sentence and not told:
-        wrong.append("not told it could not be shown, nor what to do")
-    if sample.message.get("errors") and SHOWN_ELSEWHERE not in texts:
-        wrong.append("the sentence for a message Meta could not deliver is missing")
-    return wrong
-
-
 async def test_every_sample_reaches_claude_with_each_thing_once(
     receiver_url: str,
     workers: InProcessWorkers,
@@ -263,9 +206,9 @@ async def test_every_sample_reaches_claude_with_each_thing_once(
         await post_webhook(receiver_url, inbound(TENANT, person, message))
         await graph.await_for(_sent_to(graph, person), timeout=20)
         content = ai_requests(ai)[-1].body["messages"][-1]["content"]
-        wrong = _check(sample, content)
+        wrong = what_is_wrong(sample, content)
         if wrong:
-            problems[sample.name] = [*wrong, _texts(content)]
+            problems[sample.name] = [*wrong, texts_of(content)]
     assert problems == {}
     assert len(ai_requests(ai)) == len(SAMPLES), "one turn each, no retry for a file"
 
