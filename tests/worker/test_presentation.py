@@ -239,3 +239,77 @@ def test_a_reaction_names_our_reply_it_was_about_from_the_memory() -> None:
     assert render_context([unknown], quotes) == [
         "[the customer reacted 👍 to the message (id wamid.GONE)]"
     ]
+
+
+# --- each thing once (issue 22, item 4) ---------------------------------------------------------
+IMAGE_BLOCKS = [
+    {"type": "text", "text": "[image: así está la canilla]"},
+    {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBO"}},
+]
+
+
+def test_an_event_stored_by_the_old_receiver_presents_its_file_once() -> None:
+    """Events already in Redis carry the label in their text (`[image: caption]`): with the
+    files beside, the body leaves the file to its blocks whatever the text says; without (a
+    custom brain that shows no files), the label stands in its place, once."""
+    settings = Settings()
+    tenant = settings.tenant(TENANT)
+    (image,) = messages_of("image.json")
+    assert image.text == "[image: así está la canilla]"
+    (hello,) = messages_of("text.json")
+    both = batch(hello, image)
+    beside = present(both, tenant, settings, files_beside=True).body
+    assert "canilla" not in beside and "[image" not in beside
+    assert present(both, tenant, settings).body.count("así está la canilla") == 1
+
+    quoting = replace(image, raw={**image.raw, "context": {"forwarded": True}})
+    pointer = present(batch(quoting), tenant, settings, files_beside=True).body
+    assert pointer == "(forwarded)\n[sent an image, shown below]"
+
+
+def test_a_burst_of_files_only_sends_no_empty_body_and_is_remembered_so() -> None:
+    """An image alone: the user turn is the header, then the label and the image (no
+    "[empty message]"); the memory keeps an empty body and the label, which the next turn
+    renders as header and label, the same bytes up to where the image was."""
+    settings = Settings()
+    (image,) = messages_of("image.json")
+    first = batch(image)
+    request = build_request(settings, settings.tenant(TENANT), first, media=IMAGE_BLOCKS)
+    current = request["messages"][-1]["content"]
+    assert [b["type"] for b in current] == ["text", "text", "image"]
+    assert current[0]["text"].startswith("Date and time: ")
+    assert current[1]["text"] == "[image: así está la canilla]"
+
+    notes = ["[image: así está la canilla]"]
+    remembered = orjson.loads(orjson.dumps(exchange(first, settings, "¡Uh!", [], notes)))
+    assert remembered["user"] == "" and remembered["media"] == notes
+    later = build_request(
+        settings, settings.tenant(TENANT), batch(*messages_of("text.json"), history=[remembered])
+    )["messages"]
+    assert [b["text"] for b in later[0]["content"]] == [current[0]["text"], notes[0]]
+
+
+def test_a_message_meta_could_not_deliver_is_a_sentence_to_act_on() -> None:
+    """An `errors` entry (131000 on an interactive message), `unsupported`, an interactive
+    message or a button without the reply: what it was, and what to do."""
+    (list_reply,) = messages_of("interactive_list_reply.json")
+    error = {
+        "code": 131000,
+        "title": "Something went wrong",
+        "error_data": {"details": "Unsupported webhook payload"},
+    }
+    broken = replace(list_reply, raw={"type": "interactive", "errors": [error]})
+    assert body_of_message(broken) == (
+        "[the customer sent something that could not be shown here (interactive: Something"
+        " went wrong: Unsupported webhook payload (code 131000)); ask them to send it again"
+        " or to describe it]"
+    )
+    (unsupported,) = messages_of("unsupported.json")
+    assert body_of_message(unsupported).startswith(
+        "[the customer sent something that could not be shown here (unsupported: edit:"
+        " Message type unknown: Message type is currently not supported. (code 131051));"
+    )
+    empty = replace(list_reply, raw={"type": "interactive", "interactive": {"type": "x"}})
+    assert "(interactive x);" in body_of_message(empty)
+    (button,) = messages_of("button_template_reply.json")
+    assert "(button);" in body_of_message(replace(button, raw={"type": "button", "button": {}}))
