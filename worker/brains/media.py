@@ -15,10 +15,11 @@ Where the files come from:
   `CHATWOOT_BASE_URL`'s host or one of `CHATWOOT_MEDIA_HOSTS`; any other is not fetched.
 Every fetch, redirects and addresses checked, goes through worker/brains/fetch.py.
 
-What Claude gets:
+What Claude gets (each file once: the batch's text leaves the files to these blocks,
+shared/conversation/files.py):
 - images (jpeg, png, webp, gif) as image blocks, base64, after a text block naming the message
-  (`[image: caption]`, so the caption is kept); PDFs as document blocks the same way; a static
-  sticker as the image ("a sticker"), an animated one as a sentence;
+  (`[image: caption]`, the only place the caption is); PDFs as document blocks the same way;
+  a static sticker as the image ("a sticker"), an animated one as a sentence;
 - a voice note or audio file as its transcription (worker/brains/transcribe.py):
   `[voice note, transcribed]: ...`; with no transcriber configured, a sentence saying a voice
   note arrived that the AI cannot hear;
@@ -27,8 +28,9 @@ What Claude gets:
 A file larger than `MEDIA_MAX_BYTES` (an image larger than 3.75 MB, past the API's limit of 5 MB
 of base64; the files of one turn past 30 MB of base64, the request's limit being 32), of a type
 Claude cannot read, gone (404, 410: Meta keeps media 7 days), unreachable, refused or slower than
-`MEDIA_TIMEOUT_S` becomes one plain sentence for the AI ("[the customer sent an image that could
-not be downloaded]"); never a retry of the turn, which would only fetch it again. All of a
+`MEDIA_TIMEOUT_S` becomes one plain sentence for the AI, with what came with the file and what to
+do ('[the customer sent an image ("caption") that could not be downloaded; ask them to send it
+again or to describe it]'); never a retry of the turn, which would only fetch it again. All of a
 turn's files are fetched at once, each bounded by `MEDIA_TIMEOUT_S` and by half of the time the
 turn has left (the AI call needs the rest); the turn's lease renewal cancels them with the turn.
 """
