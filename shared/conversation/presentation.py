@@ -6,7 +6,10 @@ remembered as they were sent (the exchange's `header` and `user`), so the next t
 byte for byte the same and the prompt cache holds:
 
 - `header`: when the batch arrived, in the tenant's time zone (`timezone` in `TENANTS_FILE`,
-  else `TIMEZONE`), and who sent it (the WhatsApp profile name);
+  else `TIMEZONE`), and who sent it (the WhatsApp profile name); when the batch is answered
+  `LATE_AFTER_S` or more after its latest message (a webhook the provider redelivered after an
+  outage, a batch requeued from review, a long wait for the AI), also the time of the answer and
+  how late it is, so the model does not answer as if they had just written;
 - `body`: each message of the burst, in order, rendered from the raw message the receiver
   stored (`raw`), so nothing is lost: a list reply's description, a button's payload, a Flow
   reply's answers, an order's product ids, quantities and prices, a contact card's phones and
@@ -26,12 +29,9 @@ No I/O: the same batch and memory always give the same presentation.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
-from zoneinfo import ZoneInfo
 
 import orjson
 
@@ -45,6 +45,7 @@ from shared.conversation.files import (
     items_of_message,
     undelivered,
 )
+from shared.conversation.when import late_note, local_time
 from shared.settings import Settings, TenantConfig
 
 HEADER_START = "Date and time: "
@@ -58,22 +59,6 @@ NO_NEW_MESSAGE = "[The customer wrote nothing new before this reply.]"
 # Types the receiver's text says in full (an edit's new content, a system notice, ...).
 SAID_BY_THE_RECEIVER = frozenset({"edit", "revoke", "reaction", "system", "request_welcome"})
 QUOTE_CHARS = 300  # a quoted text longer than this is cut (with "…")
-# English names whatever the process' locale (strftime's %A and %B follow it).
-DAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
-MONTHS = (
-    "January",
-    "February",
-    "March",
-    "April",
-    "May",
-    "June",
-    "July",
-    "August",
-    "September",
-    "October",
-    "November",
-    "December",
-)
 
 
 @dataclass(frozen=True)
@@ -112,10 +97,14 @@ def present(
 
 
 def _present(batch: Batch, tenant: TenantConfig, files_beside: bool) -> Presentation:
-    header = [f"{HEADER_START}{local_time(batch_time(batch), tenant.timezone)}"]
+    written = batch_time(batch)
+    header = [f"{HEADER_START}{local_time(written, tenant.timezone)}"]
     name = next((m.name for m in reversed(batch.messages) if m.name), "")
     if name:
         header.append(f"From: {name}")
+    late = late_note(written, batch.claimed_ms / 1000, tenant.timezone)
+    if late:
+        header.append(late)
     quotes = Quotes(batch)
     body = [present_message(m, quotes, files_beside) for m in batch.messages]
     return Presentation("\n".join(header), "\n".join(p for p in body if p))
@@ -125,19 +114,6 @@ def batch_time(batch: Batch) -> float:
     """Unix seconds of the batch: its latest message's provider time, else its claim."""
     stamps = [m.ts for m in batch.messages if m.ts]
     return float(max(stamps)) if stamps else batch.claimed_ms / 1000
-
-
-def local_time(unix_s: float, zone: str) -> str:
-    """`Tuesday 1 December 2026, 19:40 (America/Argentina/Buenos_Aires)`."""
-    return _local_minute(int(unix_s // 60), zone)
-
-
-@functools.lru_cache(maxsize=4096)
-def _local_minute(minute: int, zone: str) -> str:
-    # Every batch of a minute in a zone shows the same words: worked out once.
-    moment = datetime.fromtimestamp(minute * 60, UTC).astimezone(ZoneInfo(zone))
-    day, month = DAYS[moment.weekday()], MONTHS[moment.month - 1]
-    return f"{day} {moment.day} {month} {moment.year}, {moment:%H:%M} ({zone})"
 
 
 class Quotes:

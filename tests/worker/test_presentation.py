@@ -25,6 +25,8 @@ from worker.brains.prompt import build_request, render_context
 
 TENANT = "106500000000001"
 BA = "America/Argentina/Buenos_Aires"
+# Claimed 96 s after the last fixture message (order.json, 1764422104): answered on time.
+CLAIMED_MS = 1_764_422_200_000
 
 
 def messages_of(name: str) -> list[Message]:
@@ -35,7 +37,7 @@ def messages_of(name: str) -> list[Message]:
 
 
 def batch(*messages: Message, history: list[dict[str, Any]] | None = None) -> Batch:
-    return batch_of(list(messages), tenant=TENANT, claimed_ms=1_764_500_000_000, history=history)
+    return batch_of(list(messages), tenant=TENANT, claimed_ms=CLAIMED_MS, history=history)
 
 
 def body_of(name: str) -> str:
@@ -106,8 +108,34 @@ def test_the_time_is_the_latest_messages_and_the_claim_when_no_message_has_one()
     both = present(batch(early, late), settings.tenant(TENANT), settings)
     assert "13:15 (UTC)" in both.header
     unknown = present(batch(replace(late, ts=0, name="")), settings.tenant(TENANT), settings)
-    # claimed_ms 1 764 500 000 000 is Sunday 30 November 2025, 10:53:20 UTC; no name, no From.
-    assert unknown.header == "Date and time: Sunday 30 November 2025, 10:53 (UTC)"
+    # claimed_ms 1 764 422 200 000 is Saturday 29 November 2025, 13:16:40 UTC; no name, no From.
+    assert unknown.header == "Date and time: Saturday 29 November 2025, 13:16 (UTC)"
+
+
+def test_a_late_answer_says_when_and_how_late() -> None:
+    """A batch answered LATE_AFTER_S (5 minutes) or more after its latest message (Meta
+    redelivering after an outage, a requeue from review) says so under the sender's name, in
+    the tenant's time zone; one answered sooner does not."""
+    (order,) = messages_of("order.json")  # 13:15:01 UTC, 10:15 in Buenos Aires
+    settings = Settings().with_overrides(tenants={TENANT: {"timezone": BA}})
+    tenant = settings.tenant(TENANT)
+
+    def header(late_s: int) -> str:
+        claimed_ms = (order.ts + late_s) * 1000
+        late = batch_of([order], tenant=TENANT, claimed_ms=claimed_ms)
+        return present(late, tenant, settings).header
+
+    assert header(299).splitlines() == [
+        f"Date and time: Saturday 29 November 2025, 10:15 ({BA})",
+        "From: Ana Pérez",
+    ]
+    assert header(3 * 3600 + 5 * 60).splitlines()[2] == (
+        f"Answered: Saturday 29 November 2025, 13:20 ({BA}), 3 hours 5 minutes after their"
+        " last message; this reply is late."
+    )
+    assert "Answered: Monday 1 December 2025, 13:15" in header(2 * 86400 + 3 * 3600)
+    assert ", 2 days 3 hours after their last message" in header(2 * 86400 + 3 * 3600)
+    assert ", 5 minutes after" in header(300)
 
 
 def test_local_time_crosses_midnight_and_daylight_saving() -> None:
