@@ -316,6 +316,12 @@ def test_a_burst_of_files_only_sends_no_empty_body_and_is_remembered_so() -> Non
     )["messages"]
     assert [b["text"] for b in later[0]["content"]] == [current[0]["text"], notes[0]]
 
+    # A reaction since the last turn still comes in a block of its own, after the header.
+    reacted = replace(first, context=[{"what": "request_welcome"}], presented={})
+    request = build_request(settings, settings.tenant(TENANT), reacted, media=IMAGE_BLOCKS)
+    texts = [b.get("text") for b in request["messages"][-1]["content"]]
+    assert texts[1:] == ["[the customer opened the chat]", IMAGE_BLOCKS[0]["text"], None]
+
 
 def test_a_message_meta_could_not_deliver_is_a_sentence_to_act_on() -> None:
     """An `errors` entry (131000 on an interactive message), `unsupported`, an interactive

@@ -95,9 +95,10 @@ def build_request(
     turns = tenant.memory_turns
     # The files come with their labels (worker/brains/media.py): the body leaves them out.
     shown = present(batch, tenant, settings, files_beside=bool(media))
-    # A burst of files only has no body: the header, then the files.
-    current = shown.blocks if shown.body or not media else [shown.header]
-    messages = render_messages(batch, turns, current)
+    messages = render_messages(batch, turns, shown.blocks)
+    current = messages[-1]["content"]
+    if media and len(current) > 1 and current[-1]["text"] == EMPTY_TEXT:
+        current.pop()  # a burst of files only has no body: the header, then the files
     if cache:
         _mark(min_cacheable_tokens(model), tool_list, system, messages, turns)
     messages[-1]["content"].extend(dict(block) for block in media)
@@ -157,7 +158,7 @@ def render_messages(
     blocks = list(current or [batch.user_text])
     lines = render_context(batch.context, Quotes(batch) if batch.context else None)
     if lines:
-        blocks[-1] = "\n".join([*lines, blocks[-1]])
+        blocks[-1] = "\n".join(line for line in [*lines, blocks[-1]] if line)
     messages.append(_message("user", *blocks))
     return messages
 
