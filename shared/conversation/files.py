@@ -9,8 +9,9 @@ next to the file: the model read each twice.
 
 A message Meta could not deliver in full (an `errors` entry, such as 131051 for an
 `unsupported` poll or 131000 "Unsupported webhook payload" on an interactive message; an
-interactive message or button without the reply it should carry), and a file that cannot be
-had, become one sentence the model can act on: `could_not_show`.
+interactive message or button without the reply it should carry) becomes one sentence the
+model can act on (`could_not_show`), and so does a file that cannot be had (`Item.not_shown`):
+what it was, what came with it, and to ask the customer to send it again or describe it.
 """
 
 from __future__ import annotations
