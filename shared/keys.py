@@ -42,8 +42,9 @@ Layout (prefix `wa`, tenant 106540352242922, person 16505551234):
     wa:{…}:review:ix                    ZSET    every review item, "<ms, 16 digits>:<id>" (score 0,
                                                 read BYLEX: by time, then id)
     wa:{…}:review:ix:r:<reason>         ZSET    the same, of one reason
-    wa:{…}:review:ix:of                 HASH    item id -> "<ms, 16 digits>:<reason>" (its index
-                                                entries, found again to remove them)
+    wa:{…}:review:ix:p:<person>         ZSET    the same, of one person
+    wa:{…}:review:ix:of                 HASH    item id -> JSON {at, reason, person}: where its
+                                                index entries are, found again to remove them
     wa:{…}:review:ix:n                  HASH    reason -> how many items (kept as they change)
     wa:{…}:review:ix:fill               STRING  HSCAN cursor of the backfill of items the
                                                 previous release parked (shared/ops/review_index.py)
@@ -294,9 +295,15 @@ class TenantKeys:
     def review_ix_reason(self, reason: str) -> str:
         return f"{self.review_ix_reason_prefix}{reason}"
 
+    def review_ix_person(self, of: str) -> str:
+        """One person's review items, as `review_ix` (the conversation view reads it). Not a
+        conversation key: it goes when the person's last item does (forgetting a person
+        removes the items, shared/ops/forget.py)."""
+        return f"{self.review_ix}:{REVIEW_IX_PERSON}:{_check(of, 'person')}"
+
     @cached_property
     def review_ix_of(self) -> str:
-        """Review item id -> "<ms, 16 digits>:<reason>": where its index entries are."""
+        """Review item id -> JSON {at, reason, person}: where its index entries are."""
         return f"{self.review_ix}:{REVIEW_IX_OF}"
 
     @cached_property
@@ -438,6 +445,7 @@ NOTIFY_EVENTS = "events"
 # The suffixes of a tenant's review index (after its review hash's key), written into
 # shared/lua/lib/review.lua the same way: `<review>:ix`, `:ix:r:<reason>`, `:ix:of`, `:ix:n`.
 REVIEW_IX, REVIEW_IX_REASON, REVIEW_IX_OF, REVIEW_COUNTS = "ix", "r", "of", "n"
+REVIEW_IX_PERSON = "p"
 
 # The dedupe markers and the outbound records: the keys of the release before (`seen:<id>`,
 # `out:<id>`) and the books that replaced them (lib/book.lua: `<book>:gens`, its generations,

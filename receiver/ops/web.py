@@ -26,6 +26,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.templating import Jinja2Templates
 
+from receiver.ops import explain as explaining
 from receiver.ops.actions import ActionError
 from receiver.ops.auth import Session, SessionStore, csrf_ok
 from receiver.ops.queries import BadFilter, NotFound
@@ -79,6 +80,9 @@ def templates() -> Jinja2Templates:
     )
     env.filters["when"] = _when
     env.filters["duration"] = duration
+    env.filters["sentence"] = explaining.sentence
+    env.filters["raw_differs"] = explaining.raw_differs
+    env.filters["deliveries"] = explaining.deliveries
     env.globals["link"] = link
     return Jinja2Templates(env=env)
 

@@ -21,12 +21,13 @@ for i = 1, #pairs_found, 2 do
   local item_id, raw = pairs_found[i], pairs_found[i + 1]
   if redis.call('HEXISTS', of, item_id) == 0 then
     local ok, item = pcall(cjson.decode, raw)
-    local reason, at = 'unknown', 0
+    local reason, person, at = 'unknown', '', 0
     if ok and type(item) == 'table' then
       if type(item.reason) == 'string' and item.reason ~= '' then reason = item.reason end
+      if type(item.person) == 'string' then person = item.person end
       at = tonumber(item.reviewed_ms) or 0
     end
-    index_review_item(KEYS[1], item_id, reason, at)
+    index_review_item(KEYS[1], item_id, person, reason, at)
     indexed = indexed + 1
   end
 end

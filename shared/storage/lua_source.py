@@ -64,6 +64,7 @@ _PYTHON_VALUES: dict[str, str | int | tuple[int, ...]] = {
     "REVIEW_IX_REASON": keys.REVIEW_IX_REASON,
     "REVIEW_IX_OF": keys.REVIEW_IX_OF,
     "REVIEW_COUNTS": keys.REVIEW_COUNTS,
+    "REVIEW_IX_PERSON": keys.REVIEW_IX_PERSON,
     "SILENT": keys.SILENT,
     "HUMAN": keys.HUMAN,
     "SENT": keys.SENT,

@@ -416,6 +416,69 @@ async def test_the_pages_filter_count_page_and_escape_customer_text(
     assert (await ops.get("/ops/?reason=too_old")).text.count('href="/ops/item?') == 0
 
 
+async def test_an_item_shows_what_was_sent_and_not_as_text_and_errors_as_sentences(
+    ops: httpx.AsyncClient, redis: Redis
+) -> None:
+    """Issue 23: a window_closed item never showed the reply that was not delivered, a
+    delivery_unknown one showed it inside a Python dict, errors were raw."""
+    await redis.sadd(KEYS.tenants, TENANT)
+    message = {"id": "wamid.in", "type": "text", "text": "¿Tienen turno?"}
+    closed = {
+        "id": "w1",
+        "person": PERSON,
+        "reason": "window_closed",
+        "messages": [message],
+        "error": "131047: Re-engagement message",
+        "reviewed_ms": 1,
+        "reply": "Sí, el jueves.\n\nA las 10.",
+        "parts_sent": {"0": "wamid.out0"},
+        "parts_total": 2,
+    }
+    unknown = {
+        "id": "u1",
+        "person": PERSON,
+        "reason": "delivery_unknown",
+        "messages": [message],
+        "error": "part 1 of 1: no answer",
+        "reviewed_ms": 2,
+        "delivery_unknown": {
+            "what": "part",
+            "part": 0,
+            "parts_total": 1,
+            "at_ms": 1764421200000,
+            "error": "Graph API did not answer: ReadTimeout('')",
+            "text": "Te espero el jueves",
+        },
+    }
+    failed = {
+        "id": "f1",
+        "person": PERSON,
+        "reason": "max_attempts",
+        "messages": [message],
+        "error": "RetryLater: HTTP 500, code None: <html><body>Internal</body></html>",
+        "reviewed_ms": 3,
+    }
+    for item in (closed, unknown, failed):
+        await redis.hset(K.review, str(item["id"]), orjson.dumps(item))
+    await sign_in(ops)
+    page = (await ops.get(f"/ops/item?tenant={TENANT}&id=w1")).text
+    assert "¿Tienen turno?" in page
+    assert "Sí, el jueves.\n\nA las 10." in page and "24-hour window closed" in page
+    assert "part 1 of 2" in page and "WhatsApp refused it: error 131047" in page
+    page = (await ops.get(f"/ops/item?tenant={TENANT}&id=u1")).text
+    assert "Te espero el jueves" in page and "{&#39;what&#39;" not in page and "{'what'" not in page
+    assert "WhatsApp did not answer (ReadTimeout) after the request was sent" in page
+    page = (await ops.get(f"/ops/item?tenant={TENANT}&id=f1")).text
+    assert (
+        "WhatsApp answered 500 (server error) with an HTML page instead of an error message."
+        in page
+    )
+    assert "<details><summary>the error as recorded</summary>" in page
+    assert "&lt;html&gt;&lt;body&gt;Internal" in page, "the raw detail, escaped, one click away"
+    listing = (await ops.get("/ops/")).text
+    assert "WhatsApp answered 500 (server error)" in listing and "&lt;html&gt;" not in listing
+
+
 async def test_the_overview_pages_through_many_items(ops: httpx.AsyncClient, redis: Redis) -> None:
     """Pages hold 50 items, oldest first; "newer items" leads to newer ones and "older items"
     back (issue 23: from a later page, "newer page" led to older items)."""

@@ -144,7 +144,7 @@ def about(
     """`value` of `key` without what concerns `person` of the tenant of `k`; None: the key is
     the person's own. `items`: the ids of the person's review items (their index entries go
     with them, and the counts drop by as many)."""
-    if key == k.review_ix or key.startswith(k.review_ix_reason_prefix):
+    if key == k.review_ix or key.startswith((k.review_ix_reason_prefix, f"{k.review_ix}:p:")):
         return [(m, s) for m, s in value if m.split(b":", 1)[1] not in items] or None
     if key == k.review_ix_of:
         return {f: v for f, v in value.items() if f not in items} or None
