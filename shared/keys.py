@@ -22,9 +22,10 @@ Layout (prefix `wa`, tenant 106540352242922, person 16505551234):
     wa:ops:{signin}:client:<address>    HASH    failed ops sign-ins from an address (TTL)
     wa:ops:{signin}:name:<name>         HASH    failed ops sign-ins under a name (TTL)
     wa:review:notify                    ZSET    tenant -> ms: review notifications to send
-    wa:ops:bulk:<job>                   HASH    one bulk action of the ops page: filter, counts,
+    wa:ops:bulk:{<job>}                 HASH    one bulk action of the ops page: filter, counts,
                                                 cursors, state (TTL)
-    wa:ops:bulk:<job>:run               STRING  the process running that bulk action (PX)
+    wa:ops:bulk:{<job>}:run             STRING  the process running that bulk action (PX; same
+                                                slot as the job, updated with it in a MULTI)
     wa:{106540352242922}:inbox          LIST    events from the receiver (LPUSH; worker RPOPs)
     wa:{106540352242922}:s:gens         HASH    the dedupe markers' generations: start (unix s) ->
                                                 shard count, `<start>:n` -> markers added
@@ -195,7 +196,7 @@ class Keys:
     def ops_bulk(self, job: str) -> str:
         """One bulk action of the ops page (receiver/ops/bulk.py): its filter, counts, each
         tenant's cursor and its state, kept a day."""
-        return f"{self.prefix}:ops:bulk:{_check(job, 'job')}"
+        return f"{self.prefix}:ops:bulk:{{{_check(job, 'job')}}}"
 
     def ops_bulk_run(self, job: str) -> str:
         """Held (SET NX PX) by the one process running the bulk action."""

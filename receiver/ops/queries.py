@@ -108,14 +108,18 @@ async def overview(
     of items (shared/ops/review_index.py)."""
     if age not in AGES:
         raise BadFilter(f"unknown age filter {age!r}; choose one of {', '.join(AGES)}")
-    if tenant:
-        await check_tenant(redis, keys, tenant)
     every = await tenants(redis, keys)
+    if tenant and tenant not in every:
+        await check_tenant(redis, keys, tenant)  # raises NotFound, saying why
     chosen = [tenant] if tenant else every
-    filling = await index.fill(every)
-    now = await live_state.redis_now_ms(redis)
+    state = await index.state(every)
+    filling: list[str] = []
+    if state.behind:  # items the previous release parked: index them first (bounded)
+        filling = await index.fill_behind(state.behind)
+        state = await index.state(every)
+    now = state.now_ms
     max_ms = now - AGES[age] * 1000 if AGES[age] else None
-    counts = await index.counts(every, max_ms)
+    counts = await index.aged(state.counts, max_ms)
     by_reason: Counter[str] = Counter()
     for t in chosen:
         by_reason.update(counts.get(t, {}))

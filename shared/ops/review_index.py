@@ -108,23 +108,52 @@ def upper(max_ms: int | None) -> str:
     return "+" if max_ms is None else f"({at(max_ms + 1)}"
 
 
+@dataclass
+class State:
+    """What a view starts from, read in one round trip."""
+
+    now_ms: int  # Redis's clock
+    counts: dict[str, dict[str, int]]  # tenant -> reason -> items
+    behind: list[str]  # tenants with items not indexed yet (the previous release's)
+
+
 class ReviewIndex:
     def __init__(self, redis: Any, keys: Keys, scripts: Scripts) -> None:
         self._redis = redis
         self._keys = keys
         self._scripts = scripts
 
-    # --- keeping it complete -----------------------------------------------------------------
-    async def fill(self, tenants: Sequence[str], budget_s: float = FILL_BUDGET_S) -> list[str]:
-        """Index the items of `tenants` parked by the previous release, in bounded steps, for
-        at most `budget_s`; the tenants still not fully indexed (a later view goes on)."""
+    async def state(self, tenants: Sequence[str]) -> State:
+        """Redis's clock, the kept counts of `tenants`, and which of them are not fully
+        indexed: two round trips."""
+        # TIME apart: a cluster pipeline takes only commands with a key.
+        seconds, micros = await self._redis.time()
         pipe = self._redis.pipeline(transaction=False)
         for t in tenants:
             k = self._keys.tenant(t)
             pipe.hlen(k.review)
             pipe.hlen(k.review_ix_of)
-        sizes = await pipe.execute() if tenants else []
-        behind = [t for i, t in enumerate(tenants) if int(sizes[2 * i]) > int(sizes[2 * i + 1])]
+            pipe.hgetall(k.review_counts)
+        found = await pipe.execute() if tenants else []
+        counts, behind = {}, []
+        for i, t in enumerate(tenants):
+            items, indexed, raw = found[3 * i : 3 * i + 3]
+            counts[t] = {_text(r): int(n) for r, n in raw.items() if int(n) > 0}
+            if int(items) > int(indexed):
+                behind.append(t)
+        return State(int(seconds) * 1000 + int(micros) // 1000, counts, behind)
+
+    # --- keeping it complete -----------------------------------------------------------------
+    async def fill(self, tenants: Sequence[str], budget_s: float = FILL_BUDGET_S) -> list[str]:
+        """Index the items of `tenants` parked by the previous release, in bounded steps, for
+        at most `budget_s`; the tenants still not fully indexed (a later view goes on)."""
+        behind = (await self.state(tenants)).behind if tenants else []
+        return await self.fill_behind(behind, budget_s)
+
+    async def fill_behind(
+        self, behind: Sequence[str], budget_s: float = FILL_BUDGET_S
+    ) -> list[str]:
+        """`fill` for tenants already known to be behind."""
         deadline = time.monotonic() + budget_s
         left = []
         for t in behind:
@@ -144,16 +173,16 @@ class ReviewIndex:
         self, tenants: Sequence[str], max_ms: int | None = None
     ) -> dict[str, dict[str, int]]:
         """Tenant -> reason -> how many items (parked at or before `max_ms` when given)."""
-        pipe = self._redis.pipeline(transaction=False)
-        for t in tenants:
-            pipe.hgetall(self._keys.tenant(t).review_counts)
-        found = await pipe.execute() if tenants else []
-        counts = {
-            t: {_text(r): int(n) for r, n in raw.items() if int(n) > 0}
-            for t, raw in zip(tenants, found, strict=True)
-        }
+        counts = (await self.state(tenants)).counts if tenants else {}
+        return await self.aged(counts, max_ms)
+
+    async def aged(
+        self, counts: dict[str, dict[str, int]], max_ms: int | None
+    ) -> dict[str, dict[str, int]]:
+        """`counts` narrowed to the items parked at or before `max_ms` (None: as they are)."""
         if max_ms is None:
             return counts
+        tenants = list(counts)
         pipe = self._redis.pipeline(transaction=False)
         asked = [(t, r) for t, by_reason in counts.items() for r in by_reason]
         bound = upper(max_ms)
@@ -199,21 +228,42 @@ class ReviewIndex:
         ]
         rows = sorted(rows, reverse=before is not None)[:size]
         rows.sort()
-        items = await self._items(rows)
-        position = (
-            await self._position(tenants, reason, rows[0])
-            if rows
-            else (matched if before is None and after is not None else 0)
-        )
+        # The first page needs no position: nothing comes before it.
+        first = rows[0] if rows and (after is not None or before is not None) else None
+        items, position = await self._items(rows, tenants if first else (), reason, first)
+        if not rows and after is not None:
+            position = matched
         return Page(items, position, matched)
 
-    async def _items(self, rows: list[Cursor]) -> list[dict[str, Any]]:
-        pipe = self._redis.pipeline(transaction=False)
+    async def _items(
+        self,
+        rows: list[Cursor],
+        tenants: Sequence[str] = (),
+        reason: str = "",
+        first: Cursor | None = None,
+    ) -> tuple[list[dict[str, Any]], int]:
+        """The items of `rows` (HMGET per tenant), and, with `first`, how many items of
+        `tenants` come before it (in the same round trip)."""
+        by_tenant: dict[str, list[str]] = {}
         for row in rows:
-            pipe.hget(self._keys.tenant(row.tenant).review, id_of(row.member))
-        found = await pipe.execute() if rows else []
+            by_tenant.setdefault(row.tenant, []).append(id_of(row.member))
+        pipe = self._redis.pipeline(transaction=False)
+        for t, ids in by_tenant.items():
+            pipe.hmget(self._keys.tenant(t).review, ids)
+        if first is not None:
+            for t in tenants:
+                bound = ("[" if t < first.tenant else "(") + first.member
+                pipe.zlexcount(index_key(self._keys.tenant(t), reason), "-", bound)
+        found = await pipe.execute() if len(pipe) else []
+        raw_of = {
+            (t, item_id): raw
+            for (t, ids), values in zip(by_tenant.items(), found, strict=False)
+            for item_id, raw in zip(ids, values, strict=True)
+        }
+        position = sum(int(n) for n in found[len(by_tenant) :])
         items, stale = [], []
-        for row, raw in zip(rows, found, strict=True):
+        for row in rows:
+            raw = raw_of.get((row.tenant, id_of(row.member)))
             if raw is None:  # deleted by the previous release, which kept no index
                 stale.append(row)
                 continue
@@ -223,14 +273,7 @@ class ReviewIndex:
             await self._scripts.review_remove(
                 self._redis, self._keys.tenant(row.tenant), item_ids=[id_of(row.member)]
             )
-        return items
-
-    async def _position(self, tenants: Sequence[str], reason: str, first: Cursor) -> int:
-        pipe = self._redis.pipeline(transaction=False)
-        for t in tenants:
-            bound = ("[" if t < first.tenant else "(") + first.member
-            pipe.zlexcount(index_key(self._keys.tenant(t), reason), "-", bound)
-        return sum(int(n) for n in await pipe.execute())
+        return items, position
 
     async def chunk(
         self, tenant: str, reason: str, max_ms: int | None, after: str | None, size: int
@@ -242,7 +285,8 @@ class ReviewIndex:
         lo = "-" if after is None else f"({after}"
         members = await self._redis.zrangebylex(index_key(k, reason), lo, upper(max_ms), 0, size)
         rows = [Cursor(_text(m), tenant) for m in members]
-        return await self._items(rows), rows[-1].member if rows else None
+        items, _ = await self._items(rows)
+        return items, rows[-1].member if rows else None
 
 
 def _min_bound(a: str, b: str) -> str:

@@ -276,6 +276,7 @@ async def finished_job(ops: httpx.AsyncClient, location: str) -> str:
         await asyncio.sleep(0.05)
 
 
+@pytest.mark.cluster
 async def test_bulk_requeue_by_reason_and_tenant_reports_what_it_left(
     ops: httpx.AsyncClient, redis: Redis, settings: Settings
 ) -> None:
@@ -479,6 +480,7 @@ async def test_an_item_shows_what_was_sent_and_not_as_text_and_errors_as_sentenc
     assert "WhatsApp answered 500 (server error)" in listing and "&lt;html&gt;" not in listing
 
 
+@pytest.mark.cluster
 async def test_the_overview_pages_through_many_items(ops: httpx.AsyncClient, redis: Redis) -> None:
     """Pages hold 50 items, oldest first; "newer items" leads to newer ones and "older items"
     back (issue 23: from a later page, "newer page" led to older items)."""
