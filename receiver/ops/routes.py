@@ -138,11 +138,11 @@ class OpsPage:
             self._replies = ManualReplies(self._redis, r.keys, r.scripts, r.settings)
         return PersonActions(self._redis, r.keys, r.scripts, r.settings, self._replies)
 
-    def _render(
+    async def _render(
         self, request: Request, name: str, session: Session, status: int = 200, **context: Any
     ) -> Response:
         done = DONE.get(request.query_params.get("done", ""), "")
-        return self.web.render(request, name, session, status, done=done, **context)
+        return await self.web.render_sliced(request, name, session, status, done=done, **context)
 
     # --- signing in and out --------------------------------------------------------------------
     async def signin_form(self, request: Request) -> Response:
@@ -210,7 +210,7 @@ class OpsPage:
             before=params.get("before", ""),
         )
         entries = await queries.audit_entries(self._redis, self._receiver.keys, limit=10)
-        return self._render(
+        return await self._render(
             request, "overview.html", session, view=view, ages=queries.AGES, audit=entries
         )
 
@@ -219,14 +219,14 @@ class OpsPage:
         found = await queries.item(
             self._redis, self._receiver.keys, self._review(), tenant, item_id
         )
-        return self._render(request, "item.html", session, item=found)
+        return await self._render(request, "item.html", session, item=found)
 
     async def conversation(self, request: Request, session: Session) -> Response:
         params = request.query_params
         tenant, person = params.get("tenant", ""), params.get("person", "")
         state = await queries.conversation(self._redis, self._receiver.keys, tenant, person)
         entries = await queries.audit_entries(self._redis, self._receiver.keys, tenant, person)
-        return self._render(
+        return await self._render(
             request,
             "conversation.html",
             session,
@@ -239,11 +239,11 @@ class OpsPage:
         params = request.query_params
         tenant, person = params.get("tenant", ""), params.get("person", "")
         await queries.check_person(self._redis, self._receiver.keys, tenant, person)
-        return self._render(request, "forget.html", session, tenant=tenant, person=person)
+        return await self._render(request, "forget.html", session, tenant=tenant, person=person)
 
     async def audit(self, request: Request, session: Session) -> Response:
         entries = await queries.audit_entries(self._redis, self._receiver.keys)
-        return self._render(request, "audit.html", session, audit=entries)
+        return await self._render(request, "audit.html", session, audit=entries)
 
     # --- actions ---------------------------------------------------------------------------------
     async def requeue(self, request: Request, session: Session, form: FormData) -> Response:
@@ -277,7 +277,7 @@ class OpsPage:
 
     async def bulk_progress(self, request: Request, session: Session) -> Response:
         job = await self._bulk_job(request.query_params.get("job", ""))
-        return self._render(request, "bulk.html", session, job=job)
+        return await self._render(request, "bulk.html", session, job=job)
 
     async def bulk_continue(self, request: Request, session: Session, form: FormData) -> Response:
         job = await self._bulk_job(field(form, "job"))
@@ -322,7 +322,7 @@ class OpsPage:
         if field(form, "confirm") != "yes":
             raise ActionError("tick the box to confirm that this person is to be forgotten")
         report = await self._person_actions().forget(session.who, tenant, person)
-        return self._render(request, "forgotten.html", session, report=report)
+        return await self._render(request, "forgotten.html", session, report=report)
 
     def app(self) -> Starlette:
         page, action = self.web.page, self.web.action
