@@ -296,11 +296,11 @@ class TenantKeys:
     def review_ix_reason(self, reason: str) -> str:
         return f"{self.review_ix_reason_prefix}{reason}"
 
-    def review_ix_person(self, of: str) -> str:
+    def review_ix_person(self, person_id: str) -> str:
         """One person's review items, as `review_ix` (the conversation view reads it). Not a
         conversation key: it goes when the person's last item does (forgetting a person
         removes the items, shared/ops/forget.py)."""
-        return f"{self.review_ix}:{REVIEW_IX_PERSON}:{_check(of, 'person')}"
+        return f"{self.review_ix}:{REVIEW_IX_PERSON}:{_check(person_id, 'person')}"
 
     @cached_property
     def review_ix_of(self) -> str:
