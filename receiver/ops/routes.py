@@ -269,7 +269,12 @@ class OpsPage:
         if tenant:
             await queries.check_tenant(self._redis, self._receiver.keys, tenant)
         every = await queries.tenants(self._redis, self._receiver.keys)
-        await self._index().fill(every)
+        if filling := await self._index().fill(every):
+            # The job reads the index: items not in it yet would be left out, unsaid.
+            raise ActionError(
+                f"the items an earlier release parked for {', '.join(filling)} are still being "
+                "indexed; try again in a moment"
+            )
         now = await live_state.redis_now_ms(self._redis)
         max_ms = now - queries.AGES[age] * 1000
         job = await self._bulk().start(session.who, action, reason, tenant, every, max_ms, age)

@@ -478,6 +478,8 @@ async def test_an_item_shows_what_was_sent_and_not_as_text_and_errors_as_sentenc
     assert "&lt;html&gt;&lt;body&gt;Internal" in page, "the raw detail, escaped, one click away"
     listing = (await ops.get("/ops/")).text
     assert "WhatsApp answered 500 (server error)" in listing and "&lt;html&gt;" not in listing
+    conversation = (await ops.get(f"/ops/conversation?tenant={TENANT}&person={PERSON}")).text
+    assert "24-hour window closed" in conversation and "Te espero el jueves" in conversation
 
 
 @pytest.mark.cluster
