@@ -232,6 +232,7 @@ class OpsPage:
             session,
             c=state,
             audit=entries,
+            audit_scanned=f"{queries.AUDIT_SCANNED:,}".replace(",", " "),
             pause_choices=self._person_actions().pause_choices(),
         )
 

@@ -108,12 +108,14 @@ async def entries(
     limit: int = 100,
     tenant: str | None = None,
     person: str | None = None,
+    scan: int | None = None,
 ) -> list[Entry]:
-    """The newest entries first, at most `limit`, optionally of one tenant and person."""
+    """The newest entries first, at most `limit`, optionally of one tenant and person, found
+    among the newest `scan` entries (None: all of them)."""
     wanted: list[Entry] = []
     # Unfiltered, the newest `limit` are all that is read.
     start, page = 0, limit if tenant is None and person is None else max(limit, 200)
-    while len(wanted) < limit:
+    while len(wanted) < limit and (scan is None or start < scan):
         raw = await redis.zrevrange(keys.audit, start, start + page - 1)
         if not raw:
             break
