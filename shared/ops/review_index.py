@@ -110,7 +110,7 @@ def upper(max_ms: int | None) -> str:
 
 @dataclass
 class State:
-    """What a view starts from, read in one round trip."""
+    """What a view starts from (`ReviewIndex.state`)."""
 
     now_ms: int  # Redis's clock
     counts: dict[str, dict[str, int]]  # tenant -> reason -> items
