@@ -519,6 +519,28 @@ async def test_the_overview_pages_through_many_items(ops: httpx.AsyncClient, red
     assert (await ops.get("/ops/?after=garbage")).status_code == 200, "a bad cursor: first page"
 
 
+async def test_items_of_the_previous_release_are_indexed_and_its_deletions_forgotten(
+    ops: httpx.AsyncClient, redis: Redis, settings: Settings
+) -> None:
+    """The release before the index wrote and deleted items in the hash alone, during a
+    rolling deploy too: the page indexes the ones it finds and drops the entries of the ones
+    it deleted, and the counts follow."""
+    parked = await park(redis, settings, ["nuevo"], reason="failed")
+    old = {"id": "old1", "person": PERSON, "reason": "too_old", "reviewed_ms": 5}
+    await redis.hset(K.review, "old1", orjson.dumps(old))
+    await sign_in(ops)
+    page = (await ops.get("/ops/")).text
+    assert "too_old (1)" in page and "failed (1)" in page and "Items 1–2 of 2" in page
+    assert await redis.hlen(K.review_ix_of) == 2
+    conversation = (await ops.get(f"/ops/conversation?tenant={TENANT}&person={PERSON}")).text
+    assert "old1" in conversation and parked in conversation
+    await redis.hdel(K.review, "old1")  # deleted by a process of the previous release
+    page = (await ops.get("/ops/")).text
+    assert "Items 1–1 of" in page and "old1" not in page
+    assert await redis.hlen(K.review_ix_of) == 1
+    assert await redis.hgetall(K.review_counts) == {b"failed": b"1"}
+
+
 async def test_the_webhook_path_still_works_with_the_ops_page_mounted(
     ops: httpx.AsyncClient, redis: Redis
 ) -> None:
