@@ -255,6 +255,10 @@ class ConversationStore:
         if state.journal is not None and state.journal.steps:
             extra["hand_over_steps"] = state.journal.steps
             unknown += state.journal.unknown_steps
+        if state.reply:
+            # The reply the AI wrote (as stored before sending): what did not go out of it is
+            # what the person reviewing needs to see (a closed window, a failed send).
+            extra["reply"] = state.reply
         if state.sent_parts:
             # What the person already has of the reply (part index -> provider id; "" =
             # not sent on purpose), so whoever takes the batch over continues from there.
