@@ -8,6 +8,13 @@ cannot serve (no free slot, shutting down) it relays to a worker that can. The
 `POLL_INTERVAL_S` sweep over the tenant registry is only a safety net (a lost wake-up, a
 restarted Redis, a dead worker's lease or due time), done by one worker of the fleet per
 interval and by each worker when its wake-up connection (re)connects (worker/fleet/sweep.py).
+
+A claim whose answer never came (Redis froze or was too slow: the call timed out here) may
+still run in Redis later and lock batches for tokens no turn holds; they would wait out their
+whole lease. Each claim therefore says by when its answer is awaited (on Redis's clock, learnt
+from the claims' answers): run later, it claims nothing. And once Redis's clock is past that
+time, the worker hands back what such a call did lock (`unclaim`), so a Redis stall costs
+seconds, not `LEASE_S`.
 """
 
 from __future__ import annotations
@@ -16,10 +23,13 @@ import asyncio
 import itertools
 import logging
 import math
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from shared.conversation.batch import Batch
 from shared.fleet.wake import add as add_to_queue
@@ -35,6 +45,12 @@ if TYPE_CHECKING:
     from worker.fleet.review_notifier import ReviewNotifier
 
 log = logging.getLogger(__name__)
+
+# A claim call that ended so may have run in Redis all the same (its answer was lost).
+_ANSWER_LOST = (RedisConnectionError, RedisTimeoutError, OSError)
+# How often the hand-back of unanswered claims is tried while Redis's clock has not passed
+# their answer time yet (at most REDIS_TIMEOUT_S after they were sent).
+_HAND_BACK_EVERY_S = 0.25
 
 
 class Scheduler:
@@ -59,6 +75,10 @@ class Scheduler:
         # sweeper's relays: it then sweeps every interval on its own.
         self._deaf = True
         self._final_relays: list[asyncio.Task[None]] = []  # relays sent while shutting down
+        # Claims whose answer never came: tenant -> {token prefix: its answer_by_ms}, to hand
+        # back (`_hand_back`). And Redis's clock minus this host's, from the claims' answers.
+        self._unanswered: dict[str, dict[str, int]] = {}
+        self._redis_clock_offset_ms: float | None = None
         # Set by `connect` at start-up, once Redis answers.
         self._redis: Any = None
         self._store: ConversationStore
@@ -108,6 +128,8 @@ class Scheduler:
             todo: set[str] = set()
             unserved: set[str] = set()
             try:
+                if self._unanswered:
+                    await self._hand_back()
                 if self._sweep_forced or now >= self._next_sweep:
                     # Both set before the await: a sweep asked for meanwhile must survive it.
                     forced = self._sweep_forced or self._deaf
@@ -150,6 +172,8 @@ class Scheduler:
         if self._dirty:
             return 0.0
         until = next_sweep
+        if self._unanswered:
+            until = min(until, asyncio.get_running_loop().time() + _HAND_BACK_EVERY_S)
         if self._next_wake:  # with no free slot too: it is then relayed
             until = min(until, min(self._next_wake.values()))
         return until - asyncio.get_running_loop().time()
@@ -210,12 +234,21 @@ class Scheduler:
         # share saves a second claim per tenant whenever the slots suffice, the usual case.
         ordered = sorted(tenants)
         share = self.free_slots // len(ordered)
-        claims = await asyncio.gather(*(self._claim(t, share) for t in ordered))
-        ready = []
-        for tenant, claim in zip(ordered, claims, strict=True):
-            self._apply(tenant, claim)
-            if _still_due(claim):
-                ready.append((claim.next_ms, tenant))
+        # Every claim that answered is applied even when another failed: its batches are
+        # locked for this worker, and dropping them would leave them to wait out the lease.
+        answers = await asyncio.gather(
+            *(self._claim(t, share) for t in ordered), return_exceptions=True
+        )
+        ready, failed = [], None
+        for tenant, answer in zip(ordered, answers, strict=True):
+            if isinstance(answer, BaseException):
+                failed = failed or answer
+                continue
+            self._apply(tenant, answer)
+            if _still_due(answer):
+                ready.append((answer.next_ms, tenant))
+        if failed is not None:
+            raise failed
         still_due = set()
         for _, tenant in sorted(ready):
             if self.free_slots <= 0:
@@ -229,7 +262,51 @@ class Scheduler:
 
     async def _claim(self, tenant: str, max_batches: int) -> Claim:
         token = f"{self._worker_id}:{next(self._seq)}"
-        return await self._store.claim(tenant, max(0, max_batches), token)
+        answer_by = self._answer_by_ms()
+        try:
+            claim = await self._store.claim(tenant, max(0, max_batches), token, answer_by)
+        except _ANSWER_LOST:
+            # It may have run, or may still run: what it locked is handed back once Redis's
+            # clock is past `answer_by` (after that the call claims nothing).
+            if answer_by and max_batches > 0:
+                self._unanswered.setdefault(tenant, {})[token] = answer_by
+            raise
+        self._redis_clock_offset_ms = claim.now_ms - time.time() * 1000
+        return claim
+
+    def _answer_by_ms(self) -> int:
+        """When, on Redis's clock, a claim sent now is no longer awaited: `REDIS_TIMEOUT_S`
+        from now (0 until a claim answered: Redis's clock is not known yet). Any error in it
+        is safe: a claim run later claims nothing; one run earlier, its answer lost, is
+        handed back."""
+        offset = self._redis_clock_offset_ms
+        if offset is None:
+            return 0
+        return int(time.time() * 1000 + offset + self._settings.redis_timeout_s * 1000)
+
+    async def _hand_back(self) -> None:
+        """Give back the batches locked by claims whose answer never came (a Redis that froze
+        or answered too late), once Redis's clock says none of them can run any more: due
+        again at once, so another claim (this worker's, next) starts them within moments
+        instead of after `LEASE_S`. No turn holds such a token: a worker learns its tokens
+        only from a claim's answer (invariant 3)."""
+        for tenant, calls in list(self._unanswered.items()):
+            prefixes = list(calls)
+            handed = await self._store.unclaim(tenant, prefixes, max(calls.values()))
+            if handed < 0:
+                continue  # one of them may still run: again shortly (`_sleep_time`)
+            for token_prefix in prefixes:
+                calls.pop(token_prefix, None)
+            if not calls:
+                del self._unanswered[tenant]
+            if handed:
+                log.warning(
+                    "handed back %d batch(es) of tenant=%s locked by claims whose answer "
+                    "never came",
+                    handed,
+                    tenant,
+                )
+                self._dirty.add(tenant)
 
     def _apply(self, tenant: str, claim: Claim) -> None:
         loop_now = asyncio.get_running_loop().time()
