@@ -28,7 +28,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from shared.conversation.batch import Batch
@@ -78,6 +78,7 @@ class Scheduler:
         # Claims whose answer never came: tenant -> {token prefix: its answer_by_ms}, to hand
         # back (`_hand_back`). And Redis's clock minus this host's, from the claims' answers.
         self._unanswered: dict[str, dict[str, int]] = {}
+        self._unanswered_since: dict[str, float] = {}  # tenant -> loop time of its first
         self._redis_clock_offset_ms: float | None = None
         # Set by `connect` at start-up, once Redis answers.
         self._redis: Any = None
@@ -270,9 +271,22 @@ class Scheduler:
             # clock is past `answer_by` (after that the call claims nothing).
             if answer_by and max_batches > 0:
                 self._unanswered.setdefault(tenant, {})[token] = answer_by
+                now = asyncio.get_running_loop().time()
+                self._unanswered_since.setdefault(tenant, now)
             raise
-        self._redis_clock_offset_ms = claim.now_ms - time.time() * 1000
+        self._learn_redis_clock(claim.now_ms)
         return claim
+
+    def _learn_redis_clock(self, redis_now_ms: int) -> None:
+        """Redis's clock minus this host's. An answer is read after Redis ran the call, so
+        the largest offset seen is the truest (a busy event loop reads answers late); a jump
+        of over a second is a clock that was set, taken as it comes."""
+        seen = redis_now_ms - time.time() * 1000
+        known = self._redis_clock_offset_ms
+        if known is None or abs(seen - known) > 1000:
+            self._redis_clock_offset_ms = seen
+        else:
+            self._redis_clock_offset_ms = max(known, seen)
 
     def _answer_by_ms(self) -> int:
         """When, on Redis's clock, a claim sent now is no longer awaited: `REDIS_TIMEOUT_S`
@@ -290,15 +304,27 @@ class Scheduler:
         again at once, so another claim (this worker's, next) starts them within moments
         instead of after `LEASE_S`. No turn holds such a token: a worker learns its tokens
         only from a claim's answer (invariant 3)."""
+        now = asyncio.get_running_loop().time()
         for tenant, calls in list(self._unanswered.items()):
             prefixes = list(calls)
-            handed = await self._store.unclaim(tenant, prefixes, max(calls.values()))
+            try:
+                handed = await self._store.unclaim(tenant, prefixes, max(calls.values()))
+            except ResponseError as exc:
+                # An error answer would only repeat itself, and must not stop the claims:
+                # those batches wait out their lease instead, as before.
+                log.error("could not hand back claims of tenant=%s: %r", tenant, exc)
+                self._forget_unanswered(tenant)
+                continue
             if handed < 0:
+                if self._unanswered_since.get(tenant, now) + self._settings.lease_s < now:
+                    # Redis's clock lags this host's far more than thought: those leases
+                    # ended anyway, the claims take the batches back (leases_expired).
+                    self._forget_unanswered(tenant)
                 continue  # one of them may still run: again shortly (`_sleep_time`)
             for token_prefix in prefixes:
                 calls.pop(token_prefix, None)
             if not calls:
-                del self._unanswered[tenant]
+                self._forget_unanswered(tenant)
             if handed:
                 log.warning(
                     "handed back %d batch(es) of tenant=%s locked by claims whose answer "
@@ -321,6 +347,10 @@ class Scheduler:
             self._next_wake[tenant] = loop_now + wait_s
         for batch in claim.batches:
             self._start_turn(batch, loop_now)
+
+    def _forget_unanswered(self, tenant: str) -> None:
+        self._unanswered.pop(tenant, None)
+        self._unanswered_since.pop(tenant, None)
 
     # --- wake-ups -------------------------------------------------------------------------
     def woken(self, tenants: list[str]) -> None:
