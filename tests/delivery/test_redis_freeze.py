@@ -1,9 +1,14 @@
 """A Redis that freezes for longer than the renewal interval costs seconds, not a lease.
 
 Redis is frozen with SIGSTOP (a stalled host, a long fork): it answers nothing, its clock runs
-on. A turn that was running keeps its lease (far longer than the freeze), so when Redis answers
-again the turn goes on at once: the reply goes out once, the batch is finished within seconds,
-no lease expires and nothing is sent twice. Real `python -m worker` process, real SDK and httpx.
+on, and when it continues it runs every command its clients sent meanwhile, those they gave up
+on included. A turn that was running keeps its lease (far longer than the freeze), retrying
+its writes, and goes on at once: the reply goes out once, the batch is finished within seconds.
+A batch that became due during the freeze was locked, on the old code, by a claim the worker
+had given up on (it timed out) but Redis ran when it thawed: no turn held that token, so the
+batch waited out the whole lease (answered 12.1 s after the freeze here, LEASE_S). Now such a
+claim claims nothing, and what one locked before its answer time is handed back
+(tests/worker/test_unanswered_claims.py). Real `python -m worker` process, real SDK and httpx.
 """
 
 from __future__ import annotations
@@ -22,19 +27,16 @@ from scripts.dev.redis_server import RedisServer
 from scripts.standins import GraphApiStandIn, MessagesApiStandIn
 from shared.keys import Keys
 from tests.delivery.support import TENANT
+from tests.support.answer_dropping_proxy import AnswerDroppingProxy
 from tests.worker.support import WorkerFleet, push_message, stats, wait_for
 
 pytestmark = pytest.mark.slow
 PERSON = "5491155550041"
 # Leases scaled down from the defaults (120 s, renewed every 30 s): a freeze longer than four
 # renewal intervals, two thirds of the lease.
-LEASE_S = float(os.environ.get("T_LEASE", "12"))
-FREEZE_S = float(os.environ.get("T_FREEZE", 8))
-SHORT = {
-    "LEASE_S": str(LEASE_S),
-    "LEASE_RENEW_S": os.environ.get("T_RENEW", "2"),
-    "REDIS_TIMEOUT_S": os.environ.get("T_TO", "1"),
-}
+LEASE_S = 12.0
+FREEZE_S = 8.0
+SHORT = {"LEASE_S": str(LEASE_S), "LEASE_RENEW_S": "2", "REDIS_TIMEOUT_S": "1"}
 # "Within seconds" of Redis answering again, with room for a loaded machine; the old code
 # waited out the lease (LEASE_S after the claim, past the freeze).
 BACK_WITHIN_S = LEASE_S / 2
@@ -146,3 +148,48 @@ async def test_a_batch_due_during_the_freeze_is_answered_within_seconds(
     assert len(graph.sent_texts(PERSON)) == 1
     counts = await stats(redis, prefix)
     assert counts.get("leases_expired", 0) == 0, "the batch waited out an unheld lease"
+
+
+async def test_a_claim_whose_answer_was_lost_is_handed_back_within_seconds(
+    redis: Redis,
+    prefix: str,
+    env: dict[str, str],
+    fleet: WorkerFleet,
+    graph: GraphApiStandIn,
+    ai: MessagesApiStandIn,
+) -> None:
+    # Redis runs the claim at once but its answer never reaches the worker (a network that
+    # lost one direction): the batch is locked for a token no turn holds. The worker hands it
+    # back once Redis's clock is past the claim's answer time; the old code left it locked for
+    # the whole lease (a long one here: 24 s, the loss 3 s).
+    lease_s, window_s, dropped_s = 24.0, 2.0, 3.0
+    proxy = AnswerDroppingProxy(env["REDIS_URL"])
+    url = await proxy.start()
+    try:
+        overrides = {"LEASE_S": str(lease_s), "DEBOUNCE_WINDOW_S": str(window_s)}
+        await fleet.start(1, **{**env, **SHORT, **overrides, "REDIS_URL": url})
+        await push_message(redis, prefix, PERSON, "wamid.lost1", "hola")
+        k = Keys(prefix).tenant(TENANT)
+
+        async def taken_in() -> bool:
+            return await redis.zscore(k.due, PERSON) is not None
+
+        await wait_for(taken_in, "the message taken in, its batch due later")
+        proxy.drop()
+
+        async def locked() -> bool:
+            return bool(await redis.exists(k.lock(PERSON)))
+
+        await wait_for(locked, "the batch claimed, the answer lost", timeout_s=window_s + 5)
+        await asyncio.sleep(dropped_s)
+        proxy.resume()
+        resumed = time.monotonic()
+        await graph.await_for(lambda: graph.sent_texts(PERSON), timeout=lease_s * 2)
+        took = time.monotonic() - resumed
+        print(f"claim answer lost: answered {took:.2f}s after the answers came back")
+        assert took < lease_s / 4, f"answered {took:.1f}s after the answers came back"
+        assert len(graph.sent_texts(PERSON)) == 1
+        counts = await stats(redis, prefix)
+        assert counts.get("unclaimed") == 1 and counts.get("leases_expired", 0) == 0
+    finally:
+        await proxy.close()
