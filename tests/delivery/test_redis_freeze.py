@@ -115,6 +115,9 @@ async def test_a_freeze_at_the_finish_costs_seconds_not_the_lease(
     assert len(graph.sent_texts(PERSON)) == 1, "the reply was sent again after the freeze"
     counts = await stats(redis, prefix)
     assert counts.get("leases_expired", 0) == 0, "the turn was abandoned and resumed"
+    # The finish's first try ran when Redis continued, its answer lost: the later try finds
+    # the lock released by it, and the turn's figures are not added a second time.
+    assert (counts.get("ai_count"), counts.get("send_count")) == (1, 1)
 
 
 async def test_a_batch_due_during_the_freeze_is_answered_within_seconds(
