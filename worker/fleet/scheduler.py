@@ -9,12 +9,9 @@ cannot serve (no free slot, shutting down) it relays to a worker that can. The
 restarted Redis, a dead worker's lease or due time), done by one worker of the fleet per
 interval and by each worker when its wake-up connection (re)connects (worker/fleet/sweep.py).
 
-A claim whose answer never came (Redis froze or was too slow: the call timed out here) may
-still run in Redis later and lock batches for tokens no turn holds; they would wait out their
-whole lease. Each claim therefore says by when its answer is awaited (on Redis's clock, learnt
-from the claims' answers): run later, it claims nothing. And once Redis's clock is past that
-time, the worker hands back what such a call did lock (`unclaim`), so a Redis stall costs
-seconds, not `LEASE_S`.
+A claim whose answer never came (Redis froze or was too slow) may still run in Redis and
+lock batches for tokens no turn holds: worker/fleet/unanswered_claims.py makes such a call claim
+nothing, or hands back what it locked, so a Redis stall costs seconds, not `LEASE_S`.
 """
 
 from __future__ import annotations
@@ -23,13 +20,10 @@ import asyncio
 import itertools
 import logging
 import math
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError, ResponseError
-from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.exceptions import RedisError
 
 from shared.conversation.batch import Batch
 from shared.fleet.wake import add as add_to_queue
@@ -40,17 +34,12 @@ from worker.fleet.leases import Leases
 from worker.fleet.listeners import WakeListener
 from worker.fleet.retention import ReviewRetention
 from worker.fleet.sweep import Sweep
+from worker.fleet.unanswered_claims import HAND_BACK_EVERY_S, UnansweredClaims
 
 if TYPE_CHECKING:
     from worker.fleet.review_notifier import ReviewNotifier
 
 log = logging.getLogger(__name__)
-
-# A claim call that ended so may have run in Redis all the same (its answer was lost).
-_ANSWER_LOST = (RedisConnectionError, RedisTimeoutError, OSError)
-# How often the hand-back of unanswered claims is tried while Redis's clock has not passed
-# their answer time yet (at most REDIS_TIMEOUT_S after they were sent).
-_HAND_BACK_EVERY_S = 0.25
 
 
 class Scheduler:
@@ -75,11 +64,7 @@ class Scheduler:
         # sweeper's relays: it then sweeps every interval on its own.
         self._deaf = True
         self._final_relays: list[asyncio.Task[None]] = []  # relays sent while shutting down
-        # Claims whose answer never came: tenant -> {token prefix: its answer_by_ms}, to hand
-        # back (`_hand_back`). And Redis's clock minus this host's, from the claims' answers.
-        self._unanswered: dict[str, dict[str, int]] = {}
-        self._unanswered_since: dict[str, float] = {}  # tenant -> loop time of its first
-        self._redis_clock_offset_ms: float | None = None
+        self._unanswered = UnansweredClaims(settings)  # claims whose answer never came
         # Set by `connect` at start-up, once Redis answers.
         self._redis: Any = None
         self._store: ConversationStore
@@ -130,7 +115,8 @@ class Scheduler:
             unserved: set[str] = set()
             try:
                 if self._unanswered:
-                    await self._hand_back()
+                    # Before the claims: what a lost claim locked is then claimed at once.
+                    self._dirty |= await self._unanswered.hand_back(self._store)
                 if self._sweep_forced or now >= self._next_sweep:
                     # Both set before the await: a sweep asked for meanwhile must survive it.
                     forced = self._sweep_forced or self._deaf
@@ -174,7 +160,7 @@ class Scheduler:
             return 0.0
         until = next_sweep
         if self._unanswered:
-            until = min(until, asyncio.get_running_loop().time() + _HAND_BACK_EVERY_S)
+            until = min(until, asyncio.get_running_loop().time() + HAND_BACK_EVERY_S)
         if self._next_wake:  # with no free slot too: it is then relayed
             until = min(until, min(self._next_wake.values()))
         return until - asyncio.get_running_loop().time()
@@ -263,76 +249,7 @@ class Scheduler:
 
     async def _claim(self, tenant: str, max_batches: int) -> Claim:
         token = f"{self._worker_id}:{next(self._seq)}"
-        answer_by = self._answer_by_ms()
-        try:
-            claim = await self._store.claim(tenant, max(0, max_batches), token, answer_by)
-        except _ANSWER_LOST:
-            # It may have run, or may still run: what it locked is handed back once Redis's
-            # clock is past `answer_by` (after that the call claims nothing).
-            if answer_by and max_batches > 0:
-                self._unanswered.setdefault(tenant, {})[token] = answer_by
-                now = asyncio.get_running_loop().time()
-                self._unanswered_since.setdefault(tenant, now)
-            raise
-        self._learn_redis_clock(claim.now_ms)
-        return claim
-
-    def _learn_redis_clock(self, redis_now_ms: int) -> None:
-        """Redis's clock minus this host's. An answer is read after Redis ran the call, so
-        the largest offset seen is the truest (a busy event loop reads answers late); a jump
-        of over a second is a clock that was set, taken as it comes."""
-        seen = redis_now_ms - time.time() * 1000
-        known = self._redis_clock_offset_ms
-        if known is None or abs(seen - known) > 1000:
-            self._redis_clock_offset_ms = seen
-        else:
-            self._redis_clock_offset_ms = max(known, seen)
-
-    def _answer_by_ms(self) -> int:
-        """When, on Redis's clock, a claim sent now is no longer awaited: `REDIS_TIMEOUT_S`
-        from now (0 until a claim answered: Redis's clock is not known yet). Any error in it
-        is safe: a claim run later claims nothing; one run earlier, its answer lost, is
-        handed back."""
-        offset = self._redis_clock_offset_ms
-        if offset is None:
-            return 0
-        return int(time.time() * 1000 + offset + self._settings.redis_timeout_s * 1000)
-
-    async def _hand_back(self) -> None:
-        """Give back the batches locked by claims whose answer never came (a Redis that froze
-        or answered too late), once Redis's clock says none of them can run any more: due
-        again at once, so another claim (this worker's, next) starts them within moments
-        instead of after `LEASE_S`. No turn holds such a token: a worker learns its tokens
-        only from a claim's answer (invariant 3)."""
-        now = asyncio.get_running_loop().time()
-        for tenant, calls in list(self._unanswered.items()):
-            prefixes = list(calls)
-            try:
-                handed = await self._store.unclaim(tenant, prefixes, max(calls.values()))
-            except ResponseError as exc:
-                # An error answer would only repeat itself, and must not stop the claims:
-                # those batches wait out their lease instead, as before.
-                log.error("could not hand back claims of tenant=%s: %r", tenant, exc)
-                self._forget_unanswered(tenant)
-                continue
-            if handed < 0:
-                if self._unanswered_since.get(tenant, now) + self._settings.lease_s < now:
-                    # Redis's clock lags this host's far more than thought: those leases
-                    # ended anyway, the claims take the batches back (leases_expired).
-                    self._forget_unanswered(tenant)
-                continue  # one of them may still run: again shortly (`_sleep_time`)
-            for token_prefix in prefixes:
-                calls.pop(token_prefix, None)
-            if not calls:
-                self._forget_unanswered(tenant)
-            if handed:
-                log.warning(
-                    "handed back %d batch(es) of tenant=%s locked by claims whose answer "
-                    "never came",
-                    handed,
-                    tenant,
-                )
-                self._dirty.add(tenant)
+        return await self._unanswered.claim(self._store, tenant, max(0, max_batches), token)
 
     def _apply(self, tenant: str, claim: Claim) -> None:
         loop_now = asyncio.get_running_loop().time()
@@ -347,10 +264,6 @@ class Scheduler:
             self._next_wake[tenant] = loop_now + wait_s
         for batch in claim.batches:
             self._start_turn(batch, loop_now)
-
-    def _forget_unanswered(self, tenant: str) -> None:
-        self._unanswered.pop(tenant, None)
-        self._unanswered_since.pop(tenant, None)
 
     # --- wake-ups -------------------------------------------------------------------------
     def woken(self, tenants: list[str]) -> None:
