@@ -10,6 +10,8 @@ tests/delivery/test_redis_freeze.py.
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from redis.asyncio import Redis
 
@@ -19,6 +21,7 @@ from shared.storage.group_commit import GroupCommitter
 from shared.storage.scripts import Scripts
 from tests.worker.support import TENANT, push_message
 from worker.conversation_store import ConversationStore
+from worker.fleet.unanswered_claims import UnansweredClaims
 
 ALICE, BOB = "5491155550051", "5491155550052"
 
@@ -86,3 +89,35 @@ async def test_unclaim_waits_until_no_lost_claim_can_run_any_more(
     # A claim with this answer time might still be run after the unclaim: nothing is done.
     assert await store.unclaim(TENANT, ["w:1"], await redis_ms(redis) + 60_000) == -1
     assert await redis.get(k.lock(ALICE)) == lost.token.encode()
+
+
+async def test_the_answer_time_follows_redis_clock_and_ignores_a_late_read(
+    redis: Redis, settings: Settings
+) -> None:
+    claims = UnansweredClaims(settings.with_overrides(redis_timeout_s=2))
+    assert claims.answer_by_ms() == 0, "no limit before Redis's clock is known"
+    redis_now = await redis_ms(redis)
+    claims.answered(redis_now)
+    timeout_ms = 2000
+    assert abs(claims.answer_by_ms() - (redis_now + timeout_ms)) < 500
+    claims.answered(redis_now - 800)  # an answer read late: Redis's clock looks behind
+    assert abs(claims.answer_by_ms() - (redis_now + timeout_ms)) < 500, "the truest kept"
+    claims.answered(redis_now - 60_000)  # a clock that was set: taken as it comes
+    assert abs(claims.answer_by_ms() - (redis_now - 60_000 + timeout_ms)) < 500
+
+
+async def test_lost_claims_are_handed_back_once_their_answer_time_passed(
+    redis: Redis, store: ConversationStore, settings: Settings, prefix: str
+) -> None:
+    k = Keys(prefix).tenant(TENANT)
+    await due_now(redis, store, prefix, ALICE)
+    (lost,) = (await store.claim(TENANT, 1, "w:1")).batches
+    claims = UnansweredClaims(settings)
+    claims.lost(TENANT, "w:0", 0)  # no answer time: it could run after a hand-back
+    assert not claims
+    claims.lost(TENANT, "w:1", await redis_ms(redis) + 400)
+    assert await claims.hand_back(store) == set(), "it might still run: not yet"
+    assert await redis.get(k.lock(ALICE)) == lost.token.encode() and claims
+    await asyncio.sleep(0.5)
+    assert await claims.hand_back(store) == {TENANT}
+    assert not await redis.exists(k.lock(ALICE)) and not claims
