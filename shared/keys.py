@@ -22,6 +22,13 @@ Layout (prefix `wa`, tenant 106540352242922, person 16505551234):
     wa:ops:{signin}:client:<address>    HASH    failed ops sign-ins from an address (TTL)
     wa:ops:{signin}:name:<name>         HASH    failed ops sign-ins under a name (TTL)
     wa:review:notify                    ZSET    tenant -> ms: review notifications to send
+    wa:cw:catchup:lock                  STRING  token of the worker running the Chatwoot
+                                                catch-up (PX, renewed while it runs)
+    wa:cw:catchup:due                   STRING  the periodic catch-up's guard (NX PX interval)
+    wa:cw:catchup:wanted                HASH    Chatwoot tenant -> ms a receiver could not store
+                                                one of its webhooks (a catch-up is owed)
+    wa:cw:catchup:cursor                HASH    Chatwoot tenant -> last activity (unix s) the
+                                                catch-up has read through
     wa:{106540352242922}:inbox          LIST    events from the receiver (LPUSH; worker RPOPs)
     wa:{106540352242922}:s:gens         HASH    the dedupe markers' generations: start (unix s) ->
                                                 shard count, `<start>:n` -> markers added
@@ -185,6 +192,29 @@ class Keys:
         """Tenants with a review notification to send now (worker/fleet/review_notifier.py): the
         sweep and shutting-down workers add them (`ZADD NX`), any worker takes them."""
         return f"{self.prefix}:review:notify"
+
+    @property
+    def chatwoot_catchup_lock(self) -> str:
+        """Set NX with a PX (renewed) by the one worker running the Chatwoot catch-up
+        (worker/fleet/chatwoot_catchup.py)."""
+        return f"{self.prefix}:cw:catchup:lock"
+
+    @property
+    def chatwoot_catchup_due(self) -> str:
+        """Set NX with a PX of `CHATWOOT_CATCHUP_INTERVAL_S` by the worker that starts the
+        periodic catch-up: one per interval, fleet-wide."""
+        return f"{self.prefix}:cw:catchup:due"
+
+    @property
+    def chatwoot_catchup_wanted(self) -> str:
+        """Chatwoot tenants whose webhook a receiver could not store -> when (ms): the
+        catch-up takes and clears them (receiver/catchup_request.py)."""
+        return f"{self.prefix}:cw:catchup:wanted"
+
+    @property
+    def chatwoot_catchup_cursor(self) -> str:
+        """Chatwoot tenant -> the last activity (unix s) its catch-up read through."""
+        return f"{self.prefix}:cw:catchup:cursor"
 
     # --- per tenant ---------------------------------------------------------------------
     def tenant(self, tenant: str) -> TenantKeys:
