@@ -1,0 +1,302 @@
+"""The Chatwoot catch-up (worker/fleet/chatwoot_catchup.py), one run at a time: what it reads from
+the API stand-in (which keeps conversations and messages as Chatwoot does), what it takes in
+(through the webhook's own parser and ingest, into the real Redis), its cursor, its bounds, its
+lock, and its answers to 429 and 5xx. The real httpx client against the stand-in.
+
+What each bad input gets: a 429 is waited out (Retry-After) and the run goes on; a 500, or a
+call budget used up, leaves the tenant unfinished (its cursor where it was, the error counted)
+for the next run; private notes, activity messages, templates and the agent bot's own messages
+are never taken in.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+from redis.asyncio import Redis
+
+from receiver.providers.chatwoot import parse_body
+from receiver.providers.chatwoot_history import parse_message
+from scripts.standins import ChatwootApiStandIn, chatwoot_headers, message_created
+from scripts.webhooks import agent_user
+from shared.keys import Keys
+from shared.settings import Settings
+from shared.storage.scripts import Scripts
+from tests.chatwoot.support import API_TOKEN, TENANT, WEBHOOK_SECRET
+from worker.fleet.chatwoot_catchup import OVERLAP_S, ChatwootCatchUp
+from worker.fleet.chatwoot_catchup_loop import ChatwootCatchUpLoop
+from worker.fleet.chatwoot_reader import ChatwootReader
+
+
+@pytest.fixture
+def config(settings: Settings, chatwoot: ChatwootApiStandIn, prefix: str) -> Settings:
+    return settings.with_overrides(
+        key_prefix=prefix,
+        chatwoot_base_url=chatwoot.url,
+        chatwoot_api_access_token=API_TOKEN,
+        chatwoot_webhook_secrets=(WEBHOOK_SECRET,),
+        chatwoot_catchup_interval_s=0.0,
+    )
+
+
+@pytest.fixture
+async def catchup(config: Settings, redis: Redis) -> AsyncIterator[ChatwootCatchUp]:
+    reader = ChatwootReader(config)
+    made = ChatwootCatchUp(config, redis, Keys(config.key_prefix), Scripts(), reader)
+    try:
+        yield made
+    finally:
+        await reader.aclose()
+
+
+async def inbox(redis: Redis, prefix: str) -> list[dict[str, Any]]:
+    """The tenant's inbox, oldest first."""
+    raw = await redis.lrange(Keys(prefix).tenant(TENANT).inbox, 0, -1)
+    return [orjson.loads(e) for e in reversed(raw)]
+
+
+async def set_cursor(redis: Redis, prefix: str, cursor: float) -> None:
+    await redis.hset(Keys(prefix).chatwoot_catchup_cursor, TENANT, int(cursor))
+
+
+async def run(catchup: ChatwootCatchUp, asked_ms: int | None = None) -> Any:
+    assert await catchup.acquire()
+    try:
+        report = await catchup.run({TENANT: asked_ms})
+    finally:
+        await catchup.release()
+    (one,) = report.tenants
+    return one
+
+
+def test_an_api_message_makes_the_event_its_webhook_makes(chatwoot: ChatwootApiStandIn) -> None:
+    """The same message read from the API and posted as a webhook: the same stored event
+    (but for the receive time and the raw fields each shape has)."""
+    when = time.time() - 5
+    message_id = chatwoot.customer_writes(42, "hola", created_at=when, webhook=False)
+    (message,) = chatwoot.messages(42)
+    conversation = {"id": 42, "inbox_id": 3, "status": "pending", "meta": {"assignee": None}}
+    from_api = parse_message(message, conversation, 1, 1_000)
+    hook = orjson.dumps(message_created(message_id=message_id, content="hola", conversation=42))
+    from_hook = parse_body(hook, 1_000)
+    (api_event,), (hook_event,) = from_api.events[TENANT], from_hook.events[TENANT]
+    assert [i for i, _ in from_api.items[TENANT]] == [i for i, _ in from_hook.items[TENANT]]
+    for event in (api_event, hook_event):
+        event.pop("raw")
+        event.pop("ts")
+    assert api_event == hook_event
+
+
+async def test_a_first_look_starts_the_cursor_and_takes_in_nothing_older(
+    catchup: ChatwootCatchUp, chatwoot: ChatwootApiStandIn, redis: Redis, prefix: str
+) -> None:
+    chatwoot.customer_writes(42, "de antes", webhook=False)
+    one = await run(catchup)
+    assert one.complete and one.taken == 0 and one.calls == 0
+    assert (
+        abs(int(await redis.hget(Keys(prefix).chatwoot_catchup_cursor, TENANT)) - time.time()) < 5
+    )
+    assert await inbox(redis, prefix) == []
+
+
+async def test_only_customers_and_agents_messages_are_taken_in(
+    catchup: ChatwootCatchUp, chatwoot: ChatwootApiStandIn, redis: Redis, prefix: str
+) -> None:
+    await set_cursor(redis, prefix, time.time() - 60)
+    customer = chatwoot.customer_writes(42, "hola", webhook=False)
+    chatwoot.add_message(42, "nota interna", 1, private=True, sender=agent_user(12, "Laura"))
+    chatwoot.add_message(42, "Conversation was assigned", 2)
+    chatwoot.add_message(42, "plantilla", 3, sender=agent_user(12, "Laura"))
+    chatwoot.add_message(42, "respuesta del bot", 1, sender={"id": 1, "type": "agent_bot"})
+    agent = chatwoot.add_message(42, "soy Laura", 1, sender=agent_user(12, "Laura"))
+    chatwoot.add_message(42, "privada del cliente", 0, private=True, sender={"type": "contact"})
+    one = await run(catchup)
+    assert one.complete and one.taken == 2
+    events = await inbox(redis, prefix)
+    assert [(e["id"], e["kind"], e["text"]) for e in events] == [
+        (str(customer), "message", "hola"),
+        (str(agent), "human", "soy Laura"),
+    ]
+
+
+async def test_a_message_the_webhook_brought_is_a_duplicate_and_so_is_a_late_webhook(
+    config: Settings,
+    catchup: ChatwootCatchUp,
+    chatwoot: ChatwootApiStandIn,
+    redis: Redis,
+    prefix: str,
+) -> None:
+    from receiver.app import create_app
+    from scripts.standins import BackgroundServer
+
+    await set_cursor(redis, prefix, time.time() - 60)
+    async with BackgroundServer(create_app(config), name="receiver") as receiver:
+        url = f"{receiver.url}/webhooks/chatwoot"
+        chatwoot.configure(webhook_url=url, webhook_secret=WEBHOOK_SECRET)
+        # The webhook first, then the catch-up: the catch-up's copy is a duplicate.
+        first = chatwoot.customer_writes(42, "por webhook")
+        await chatwoot.await_webhooks(timeout=10)
+        assert [d.response_status for d in chatwoot.webhook_deliveries] == [200]
+        assert (await run(catchup)).taken == 0
+        # The catch-up first, then the webhook (late): the webhook is a duplicate.
+        second = chatwoot.customer_writes(43, "por la API", webhook=False)
+        assert (await run(catchup)).taken == 1
+        body = orjson.dumps(message_created(message_id=second, content="x", conversation=43))
+        async with httpx.AsyncClient() as client:
+            late = await client.post(
+                url, content=body, headers=chatwoot_headers(body, WEBHOOK_SECRET)
+            )
+        assert late.status_code == 200 and late.headers["x-duplicates"] == "1"
+    assert sorted(e["id"] for e in await inbox(redis, prefix)) == sorted([str(first), str(second)])
+
+
+async def test_pages_of_conversations_and_messages_are_read_down_to_the_floor(
+    catchup: ChatwootCatchUp, chatwoot: ChatwootApiStandIn, redis: Redis, prefix: str
+) -> None:
+    now = time.time()
+    old = now - 3600
+    for conversation in range(100, 140):  # quiet for an hour: below the floor
+        chatwoot.customer_writes(conversation, "viejo", created_at=old, webhook=False)
+    await set_cursor(redis, prefix, now - 60)
+    for conversation in range(200, 230):  # 30 active ones: two pages
+        chatwoot.customer_writes(conversation, "nuevo", webhook=False)
+    for n in range(45):  # one long conversation: three message reads
+        chatwoot.customer_writes(300, f"m{n}", webhook=False)
+    one = await run(catchup)
+    assert one.complete and one.taken == 30 + 45
+    lists = chatwoot.calls("list")
+    assert [r.extra["query"]["page"] for r in lists] == ["1", "2"]
+    assert {r.extra["query"]["status"] for r in lists} == {"all"}
+    assert len(chatwoot.calls("history", conversation=300)) == 3
+    assert not any(chatwoot.calls("history", conversation=c) for c in range(100, 140))
+    texts = [e["text"] for e in await inbox(redis, prefix) if e["person"] == "300"]
+    assert texts == [f"m{n}" for n in range(45)]  # in order
+
+
+async def test_the_cursor_advances_and_the_next_run_reads_only_what_is_newer(
+    catchup: ChatwootCatchUp, chatwoot: ChatwootApiStandIn, redis: Redis, prefix: str
+) -> None:
+    base = time.time() - 1000
+    await set_cursor(redis, prefix, base)
+    chatwoot.customer_writes(42, "uno", created_at=base + 100, webhook=False)
+    chatwoot.customer_writes(43, "dos", created_at=base + 500, webhook=False)
+    assert (await run(catchup)).taken == 2
+    cursor = int(await redis.hget(Keys(prefix).chatwoot_catchup_cursor, TENANT))
+    assert cursor == int(base + 500)
+    before = len(chatwoot.requests)
+    chatwoot.customer_writes(44, "tres", webhook=False)
+    one = await run(catchup)
+    assert one.taken == 1
+    # 42 is older than the cursor less the overlap: not read again.
+    read = [r.extra["conversation"] for r in chatwoot.requests[before:] if r.kind == "history"]
+    assert read == [44, 43]
+    assert OVERLAP_S < 400
+
+
+async def test_a_429_is_waited_out(
+    catchup: ChatwootCatchUp, chatwoot: ChatwootApiStandIn, redis: Redis, prefix: str
+) -> None:
+    await set_cursor(redis, prefix, time.time() - 60)
+    chatwoot.customer_writes(42, "hola", webhook=False)
+    chatwoot.fail_next(1, 429, kinds=["list"], retry_after=0.5)
+    chatwoot.fail_next(1, 429, kinds=["history"], retry_after=0.5)
+    started = time.monotonic()
+    one = await run(catchup)
+    assert one.complete and one.taken == 1 and one.errors == 0
+    assert time.monotonic() - started >= 0.9
+    assert [r.status for r in chatwoot.requests] == [429, 200, 429, 200]
+
+
+async def test_a_5xx_leaves_the_tenant_unfinished_and_the_cursor_where_it_was(
+    catchup: ChatwootCatchUp, chatwoot: ChatwootApiStandIn, redis: Redis, prefix: str
+) -> None:
+    cursor = int(time.time() - 60)
+    await set_cursor(redis, prefix, cursor)
+    chatwoot.customer_writes(42, "uno", webhook=False)
+    chatwoot.customer_writes(43, "dos", webhook=False)
+    chatwoot.fail_next(1, 502, kinds=["history"], conversation=42)
+    one = await run(catchup)
+    assert not one.complete and one.errors == 1 and "502" in one.why
+    assert int(await redis.hget(Keys(prefix).chatwoot_catchup_cursor, TENANT)) == cursor
+    stats = await redis.hgetall(Keys(prefix).tenant(TENANT).stats)
+    assert stats[b"catchup_api_errors"] == b"1" and stats[b"catchup_runs"] == b"1"
+    # The next run reads it all (what it had taken is a duplicate now).
+    again = await run(catchup)
+    assert again.complete and again.taken == 1
+    assert sorted(e["text"] for e in await inbox(redis, prefix)) == ["dos", "uno"]
+
+
+async def test_a_run_makes_at_most_its_budget_of_calls(
+    config: Settings, chatwoot: ChatwootApiStandIn, redis: Redis, prefix: str
+) -> None:
+    await set_cursor(redis, prefix, time.time() - 60)
+    for conversation in range(100, 160):
+        chatwoot.customer_writes(conversation, "hola", webhook=False)
+    small = config.with_overrides(chatwoot_catchup_max_calls=5)
+    reader = ChatwootReader(small)
+    try:
+        catchup = ChatwootCatchUp(small, redis, Keys(prefix), Scripts(), reader)
+        one = await run(catchup)
+    finally:
+        await reader.aclose()
+    assert not one.complete and one.why == "call budget used up"
+    assert len(chatwoot.requests) == 5 and one.taken == 4
+
+
+async def test_one_worker_at_a_time(
+    config: Settings, chatwoot: ChatwootApiStandIn, redis: Redis, prefix: str
+) -> None:
+    loops = [ChatwootCatchUpLoop(config, redis, Keys(prefix), Scripts()) for _ in range(2)]
+    try:
+        assert await loops[0].catchup.acquire()
+        await redis.hset(Keys(prefix).chatwoot_catchup_wanted, TENANT, int(time.time() * 1000))
+        assert await loops[1].tick() is None  # asked for, but the lock is held
+        assert await redis.exists(Keys(prefix).chatwoot_catchup_wanted)
+        await loops[0].catchup.release()
+        report = await loops[1].tick()
+        assert report is not None and [t.tenant for t in report.tenants] == [TENANT]
+        assert not await redis.exists(Keys(prefix).chatwoot_catchup_wanted)
+        assert not await redis.exists(Keys(prefix).chatwoot_catchup_lock)
+    finally:
+        for loop in loops:
+            await loop.aclose()
+
+
+async def test_a_receiver_that_could_not_store_a_webhook_asks_for_a_catch_up(
+    config: Settings, chatwoot: ChatwootApiStandIn, redis: Redis, prefix: str
+) -> None:
+    """Redis refuses the receiver's writes (a paused client: the writes time out) for longer
+    than the hold: the webhook is answered 500, and once Redis answers the receiver sets the
+    request the workers' catch-up takes."""
+    from receiver.app import create_app
+    from scripts.standins import BackgroundServer
+
+    paused = config.with_overrides(webhook_hold_s=0.5, redis_timeout_s=0.3)
+    app = create_app(paused)
+    async with BackgroundServer(app, name="receiver") as receiver:
+        body = orjson.dumps(message_created(message_id=9, content="hola", conversation=42))
+        await redis.execute_command("CLIENT", "PAUSE", 2000)
+        try:
+            async with httpx.AsyncClient() as client:
+                answer = await client.post(
+                    f"{receiver.url}/webhooks/chatwoot",
+                    content=body,
+                    headers=chatwoot_headers(body, WEBHOOK_SECRET),
+                )
+        finally:
+            await redis.execute_command("CLIENT", "UNPAUSE")
+        assert answer.status_code == 500
+        wanted = Keys(prefix).chatwoot_catchup_wanted
+
+        async def asked() -> Any:
+            return await redis.hget(wanted, TENANT)
+
+        from tests.worker.support import wait_for
+
+        since = int(await wait_for(asked, "the catch-up request", timeout_s=10))
+        assert abs(since / 1000 - time.time()) < 10
