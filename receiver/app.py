@@ -101,7 +101,7 @@ class Receiver:
         self.writer: InboxWriter | None = None
         self.metrics = ReceiverMetrics(settings)
         self.deadlines = BodyDeadlines(settings.body_read_timeout_s)
-        self.catchup = CatchUpRequests(self.keys, settings.redis_timeout_s)  # Chatwoot's lost
+        self.catchup = CatchUpRequests(self.keys, self.scripts, settings.redis_timeout_s)
         # Run at shutdown before Redis is closed: what a mounted app opened (the ops page's
         # senders of replies by hand).
         self.on_close: list[Callable[[], Awaitable[None]]] = []

@@ -4,8 +4,8 @@ Chatwoot never sends an account webhook again (docs/providers/chatwoot.md), so w
 receiver answers one 500 (Redis did not take it within `WEBHOOK_HOLD_S`) the message is only in
 Chatwoot; a worker reads it back from there (worker/fleet/chatwoot_catchup.py). It has to be
 told, through Redis, which just failed: the receiver remembers the tenant and when, in
-process, and a background task writes `HSETNX cw:catchup:wanted <tenant> <ms>` once a second
-until Redis takes it (HSETNX: an older request waiting there keeps its earlier time). Only the
+process, and a background task writes it to `cw:catchup:wanted` (tenant -> ms, the earlier
+time kept: shared/lua/catchup_want.lua), trying once a second until Redis takes it. Only the
 failure path calls this; a webhook Redis took costs nothing more. A receiver that dies before
 Redis answers loses its requests: the workers' own recovery and the periodic catch-up cover
 that.
@@ -20,6 +20,7 @@ from typing import Any
 
 from shared.chatwoot import TENANT_PREFIX
 from shared.keys import Keys
+from shared.storage.scripts import Scripts
 
 logger = logging.getLogger(__name__)
 
@@ -27,8 +28,11 @@ RETRY_S = 1.0
 
 
 class CatchUpRequests:
-    def __init__(self, keys: Keys, timeout_s: float, retry_s: float = RETRY_S) -> None:
+    def __init__(
+        self, keys: Keys, scripts: Scripts, timeout_s: float, retry_s: float = RETRY_S
+    ) -> None:
         self._keys = keys
+        self._scripts = scripts
         self._timeout_s = timeout_s
         self._retry_s = retry_s
         self._owed: dict[str, int] = {}  # tenant -> ms of its first webhook not stored
@@ -48,10 +52,7 @@ class CatchUpRequests:
             owed = dict(self._owed)
             try:
                 async with asyncio.timeout(self._timeout_s):
-                    pipe = self.redis.pipeline(transaction=False)
-                    for tenant, since_ms in owed.items():
-                        pipe.hsetnx(self._keys.chatwoot_catchup_wanted, tenant, since_ms)
-                    await pipe.execute()
+                    await ask(self.redis, self._keys, self._scripts, owed)
             except Exception:
                 await asyncio.sleep(self._retry_s)
                 continue
@@ -64,3 +65,12 @@ class CatchUpRequests:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
+
+
+async def ask(redis: Any, keys: Keys, scripts: Scripts, owed: dict[str, int]) -> None:
+    """Ask for a catch-up of these tenants (tenant -> ms to read back to); a tenant asked for
+    already keeps the earlier time."""
+    if owed:
+        await scripts.catchup_want(
+            redis, None, wanted=keys.chatwoot_catchup_wanted, asks=list(owed.items())
+        )

@@ -20,6 +20,7 @@ import orjson
 import pytest
 from redis.asyncio import Redis
 
+from receiver.catchup_request import ask
 from receiver.providers.chatwoot import parse_body
 from receiver.providers.chatwoot_history import parse_message
 from scripts.standins import ChatwootApiStandIn, chatwoot_headers, message_created
@@ -28,7 +29,7 @@ from shared.keys import Keys
 from shared.settings import Settings
 from shared.storage.scripts import Scripts
 from tests.chatwoot.support import API_TOKEN, TENANT, WEBHOOK_SECRET
-from worker.fleet.chatwoot_catchup import OVERLAP_S, ChatwootCatchUp
+from worker.fleet.chatwoot_catchup import OVERLAP_S, RETRY_S, ChatwootCatchUp
 from worker.fleet.chatwoot_catchup_loop import ChatwootCatchUpLoop
 from worker.fleet.chatwoot_reader import ChatwootReader
 
@@ -300,3 +301,45 @@ async def test_a_receiver_that_could_not_store_a_webhook_asks_for_a_catch_up(
 
         since = int(await wait_for(asked, "the catch-up request", timeout_s=10))
         assert abs(since / 1000 - time.time()) < 10
+
+
+async def test_a_request_keeps_the_earliest_time_and_an_unfinished_run_asks_again(
+    config: Settings, chatwoot: ChatwootApiStandIn, redis: Redis, prefix: str
+) -> None:
+    keys, scripts = Keys(prefix), Scripts()
+    await ask(redis, keys, scripts, {TENANT: 5_000})
+    await ask(redis, keys, scripts, {TENANT: 9_000})
+    assert await redis.hget(keys.chatwoot_catchup_wanted, TENANT) == b"5000"
+    since = 3_000  # earlier still: kept
+    await ask(redis, keys, scripts, {TENANT: since})
+    chatwoot.fail_always(503, kinds=["list"])
+    loops = [ChatwootCatchUpLoop(config, redis, keys, scripts) for _ in range(2)]
+    try:
+        report = await loops[0].tick()
+        assert report is not None and [t.why[:8] for t in report.unfinished] == ["HTTP 503"]
+        # Asked for again, from the same time; nobody runs again before RETRY_S.
+        assert await redis.hget(keys.chatwoot_catchup_wanted, TENANT) == str(since).encode()
+        assert 0 < await redis.pttl(keys.chatwoot_catchup_lock) <= RETRY_S * 1000
+        assert await loops[1].tick() is None
+    finally:
+        for loop in loops:
+            await loop.aclose()
+
+
+async def test_the_periodic_run_covers_every_chatwoot_tenant_once_an_interval(
+    config: Settings, chatwoot: ChatwootApiStandIn, redis: Redis, prefix: str
+) -> None:
+    keys = Keys(prefix)
+    await redis.sadd(keys.tenants, "cw-1-3", "cw-2-8", "106540352242922")
+    periodic = config.with_overrides(chatwoot_catchup_interval_s=60.0)
+    loops = [ChatwootCatchUpLoop(periodic, redis, keys, Scripts()) for _ in range(2)]
+    try:
+        report = await loops[0].tick()
+        assert report is not None
+        assert [t.tenant for t in report.tenants] == ["cw-1-3", "cw-2-8"]
+        assert {t.why for t in report.tenants} == {"cursor started"}
+        assert await loops[1].tick() is None  # one periodic run an interval, fleet-wide
+        assert await loops[0].tick() is None
+    finally:
+        for loop in loops:
+            await loop.aclose()

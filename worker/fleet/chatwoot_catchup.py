@@ -63,7 +63,7 @@ OVERLAP_S = 120  # read back this far behind the cursor: clocks, same-second act
 LOCK_MS = 60_000  # the run's lock lives this long unless renewed (a dead holder's ends)
 RATE_LIMIT_TRIES = 3  # a call answered 429 this many times ends the tenant's run
 DEFAULT_WAIT_S = 5.0  # a 429 without a usable Retry-After
-MAX_WAIT_S = 60.0
+MAX_WAIT_S = 30.0  # plus the renewal's period (LOCK_MS / 3): within the lock's lease
 RETRY_S = 10.0  # an unfinished request is tried again after this long
 
 
@@ -87,6 +87,10 @@ class RunReport:
     @property
     def taken(self) -> int:
         return sum(t.taken for t in self.tenants)
+
+    @property
+    def unfinished(self) -> list[TenantRun]:
+        return [t for t in self.tenants if not t.complete]
 
 
 class LostLock(Exception):
@@ -122,8 +126,9 @@ class ChatwootCatchUp:
         self._renewed = time.monotonic()
         return bool(got)
 
-    async def release(self) -> None:
-        await self._lease(0)
+    async def release(self, hold_ms: int = 0) -> None:
+        """Let the lock go, or (`hold_ms`) keep it that long: no run before then."""
+        await self._lease(hold_ms)
 
     async def _renew(self) -> None:
         if time.monotonic() - self._renewed < LOCK_MS / 3000:

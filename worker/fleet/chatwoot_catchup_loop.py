@@ -10,7 +10,12 @@ A run is owed when:
   interval) runs the periodic one for every Chatwoot tenant (0: never).
 
 The requests are taken atomically (`HGETALL` and `DEL` in one transaction) by the holder of the
-lock; those of a tenant its run did not finish are put back and tried again after `RETRY_S`.
+lock, so a request made during the run waits for the next one; those of a tenant the run did
+not finish (or all, when the run is cancelled) are put back, the earlier time kept
+(shared/lua/catchup_want.lua), and after an unfinished run its worker keeps the lock for
+`RETRY_S`: the fleet tries again that much later, not every second. A worker killed during a
+run loses the requests it took: the other workers' own recovery and the periodic catch-up are
+the net.
 The Chatwoot tenants are those in the registry (`cw-…`) and in `TENANTS_FILE` with a token.
 Only with Chatwoot configured (`CHATWOOT_API_ACCESS_TOKEN`, or a tenant's `access_token`).
 """
@@ -24,6 +29,7 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
+from receiver.catchup_request import ask
 from shared.chatwoot import TENANT_PREFIX
 from shared.keys import Keys
 from shared.settings import Settings
@@ -59,10 +65,10 @@ class ChatwootCatchUpLoop:
         self._redis = redis
         self._keys = keys
         self._reader = reader or ChatwootReader(settings)
+        self._scripts = scripts
         self.catchup = ChatwootCatchUp(settings, redis, keys, scripts, self._reader)
         self._failed_since_ms: int | None = None  # this worker's Redis calls fail since then
         self._owed_since_ms: int | None = None  # they failed, then answered: a run is owed
-        self._retry_at = 0.0
         self.last: RunReport | None = None
 
     async def aclose(self) -> None:
@@ -92,8 +98,6 @@ class ChatwootCatchUpLoop:
                 self._owed_since_ms or self._failed_since_ms, self._failed_since_ms
             )
             self._failed_since_ms = None
-        if wanted and time.monotonic() < self._retry_at:
-            wanted = 0
         periodic = False
         interval_s = self.settings.chatwoot_catchup_interval_s
         if not wanted and self._owed_since_ms is None:
@@ -106,10 +110,15 @@ class ChatwootCatchUpLoop:
                 return None
         if not await self.catchup.acquire():
             return None
+        report = None
         try:
-            return await self._run(periodic)
+            report = await self._run(periodic)
+            return report
         finally:
-            await self.catchup.release()
+            if report is not None and report.unfinished:
+                await self.catchup.release(hold_ms=int(RETRY_S * 1000))
+            else:
+                await self.catchup.release()
 
     async def _run(self, periodic: bool) -> RunReport:
         redis, keys = self._redis, self._keys
@@ -129,12 +138,15 @@ class ChatwootCatchUpLoop:
                 if owed_ms is not None:
                     asked = owed_ms if asked is None else min(asked, owed_ms)
                 tenants[tenant] = asked
-        report = await self.catchup.run(tenants)
+        try:
+            report = await self.catchup.run(tenants)
+        except BaseException:
+            # Cancelled (a shutdown) or failed: whatever was asked for is asked for again.
+            again = {t: ms for t, ms in tenants.items() if ms is not None}
+            await asyncio.shield(ask(redis, keys, self._scripts, again))
+            raise
         unfinished = {t.tenant: tenants[t.tenant] for t in report.tenants if not t.complete}
-        again = {t: ms for t, ms in unfinished.items() if ms is not None}
-        if again:
-            await redis.hset(keys.chatwoot_catchup_wanted, mapping=again)
-            self._retry_at = time.monotonic() + RETRY_S
+        await ask(redis, keys, self._scripts, {t: ms for t, ms in unfinished.items() if ms})
         self.last = report
         log.info(
             "chatwoot catch-up: %s run, %d tenants (%d unfinished), %d conversations,"
@@ -147,9 +159,7 @@ class ChatwootCatchUpLoop:
             report.taken,
             sum(t.errors for t in report.tenants),
             report.seconds,
-            "; " + "; ".join(f"{t}: {r.why}" for t, r in _why(report).items())
-            if unfinished
-            else "",
+            "".join(f"; {t.tenant}: {t.why}" for t in report.unfinished),
         )
         return report
 
@@ -158,7 +168,3 @@ class ChatwootCatchUpLoop:
         found = {m.decode() if isinstance(m, bytes) else str(m) for m in members}
         found.update(self.settings.tenants)
         return {t for t in found if t.startswith(TENANT_PREFIX)}
-
-
-def _why(report: RunReport) -> dict[str, Any]:
-    return {t.tenant: t for t in report.tenants if not t.complete}
