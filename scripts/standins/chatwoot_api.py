@@ -17,7 +17,10 @@ or over HTTP (`POST /_control`). With `webhook_url` it posts each created messag
 `message_created` webhook, as Chatwoot does (signed with `webhook_secret`, or carrying
 `?token=` when `webhook_token` is set): the bot's own replies come back that way. `GET
 /_requests` lists the calls (`requests`) and those webhook deliveries with the receiver's
-answer (`webhooks`). `POST /_control`: the ops every stand-in takes are in
+answer (`webhooks`). It keeps every conversation's messages as Chatwoot does and serves them
+back (`GET .../conversations`, `GET .../conversations/{c}/messages`:
+scripts/standins/_chatwoot_history.py); `customer_writes` adds a customer's message, with its
+webhook or without. `POST /_control`: the ops every stand-in takes are in
 `StandInBase.control`, this one's own in `ChatwootApiStandIn._control_ops`.
 
 Run alone: `scripts/chatwoot_standin --port 8082 [--token T] [--webhook-url URL --secret S]`.
@@ -417,7 +420,10 @@ class ChatwootApiStandIn(WebhookStandIn[ChatwootFault, WebhookDelivery]):
         - people in Chatwoot: `{"op": "agent_writes", "conversation": 42, "content": "..."}`
           (optional `name`, `agent_id`), `{"op": "assign", "conversation": 42, "agent_id": 12,
           "name": "..."}` (`agent_id` null: unassign), `{"op": "set_status", "conversation":
-          42, "status": "pending"}`; each takes `account` (default 1).
+          42, "status": "pending"}`, `{"op": "customer_writes", "conversation": 42,
+          "content": "hola", "webhook": true}` (optional `name`, `attachments`), `{"op":
+          "add_message", "conversation": 42, "content": "...", "message_type": 2, "private":
+          false}` (no webhook; optional `sender`); each takes `account` (default 1).
         - `{"op": "conversation_events", "mode": "account"}`: which conversation events to post.
         - `clear` also forgets the conversation statuses and the webhook deliveries.
         """
@@ -442,6 +448,22 @@ class ChatwootApiStandIn(WebhookStandIn[ChatwootFault, WebhookDelivery]):
                 int(p["conversation"]), str(p["status"]), int(p.get("account", 1))
             ),
             "conversation_events": lambda p: self.configure(conversation_events=str(p["mode"])),
+            "customer_writes": lambda p: self.customer_writes(
+                int(p["conversation"]),
+                p.get("content"),
+                account=int(p.get("account", 1)),
+                name=str(p.get("name", "Ana Pérez")),
+                attachments=p.get("attachments"),
+                webhook=bool(p.get("webhook", True)),
+            ),
+            "add_message": lambda p: self.add_message(
+                int(p["conversation"]),
+                p.get("content"),
+                int(p["message_type"]),
+                account=int(p.get("account", 1)),
+                private=bool(p.get("private", False)),
+                sender=p.get("sender"),
+            ),
         }
 
     def _control_fail(self, payload: Mapping[str, Any]) -> None:

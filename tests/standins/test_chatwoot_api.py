@@ -297,3 +297,15 @@ def test_reads_fail_only_when_a_fault_names_them_and_a_429_says_when_to_retry(
     limited = get(chatwoot, "/42/messages")
     assert limited.status_code == 429 and limited.headers["retry-after"] == "2"
     assert get(chatwoot, "/42/messages").status_code == 200
+
+
+def test_people_write_through_the_control_endpoint(chatwoot: ChatwootApiStandIn) -> None:
+    for op in (
+        {"op": "customer_writes", "conversation": 42, "content": "hola", "webhook": False},
+        {"op": "add_message", "conversation": 42, "content": "asignada", "message_type": 2},
+    ):
+        assert httpx.post(f"{chatwoot.url}/_control", json=op).json()["ok"] is True
+    assert [(m["message_type"], m["content"]) for m in chatwoot.messages(42)] == [
+        (0, "hola"),
+        (2, "asignada"),
+    ]

@@ -118,6 +118,13 @@ class ChatwootCatchUp:
         self._token = secrets.token_hex(8)
         self._renewed = 0.0
 
+    @property
+    def horizon_s(self) -> float:
+        """How far back a run reads: `CHATWOOT_CATCHUP_HORIZON_S`, but never beyond half of
+        `DEDUPE_TTL_S`: an older message's marker may be gone, and it would be answered twice."""
+        settings = self.settings
+        return min(settings.chatwoot_catchup_horizon_s, settings.dedupe_ttl_s / 2)
+
     # --- the lock -------------------------------------------------------------------------
     async def acquire(self) -> bool:
         got = await self._redis.set(
@@ -181,7 +188,7 @@ class ChatwootCatchUp:
             await self._set_cursor(one.tenant, int(now_s))
             one.complete, one.why = True, "cursor started"
             return
-        floor = now_s - self.settings.chatwoot_catchup_horizon_s
+        floor = now_s - self.horizon_s
         wanted: list[float] = []
         if cursor is not None:
             wanted.append(cursor - OVERLAP_S)
