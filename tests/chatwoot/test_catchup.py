@@ -343,3 +343,39 @@ async def test_the_periodic_run_covers_every_chatwoot_tenant_once_an_interval(
     finally:
         for loop in loops:
             await loop.aclose()
+
+
+async def test_nothing_older_than_the_horizon_is_taken_in(
+    config: Settings, chatwoot: ChatwootApiStandIn, redis: Redis, prefix: str
+) -> None:
+    """Asked to read back two days, with a horizon of an hour: only the last hour is read."""
+    now = time.time()
+    chatwoot.customer_writes(42, "hace dos días", created_at=now - 2 * 86400, webhook=False)
+    chatwoot.customer_writes(43, "hace media hora", created_at=now - 1800, webhook=False)
+    short = config.with_overrides(chatwoot_catchup_horizon_s=3600.0)
+    reader = ChatwootReader(short)
+    try:
+        catchup = ChatwootCatchUp(short, redis, Keys(prefix), Scripts(), reader)
+        one = await run(catchup, asked_ms=int((now - 2 * 86400) * 1000))
+    finally:
+        await reader.aclose()
+    assert one.complete and one.taken == 1
+    assert [e["text"] for e in await inbox(redis, prefix)] == ["hace media hora"]
+    # Never beyond half of DEDUPE_TTL_S, whatever is set.
+    capped = config.with_overrides(dedupe_ttl_s=3600, chatwoot_catchup_horizon_s=86400.0)
+    assert ChatwootCatchUp(capped, redis, Keys(prefix), Scripts(), reader).horizon_s == 1800
+
+
+def test_an_attachment_read_from_the_api_is_the_webhook_s(chatwoot: ChatwootApiStandIn) -> None:
+    image = {"file_type": "image", "data_url": "https://chatwoot.example/rails/photo.jpg"}
+    message_id = chatwoot.customer_writes(42, "la canilla", attachments=[image], webhook=False)
+    (message,) = chatwoot.messages(42)
+    conversation = {"id": 42, "inbox_id": 3, "status": "pending", "meta": {}}
+    (from_api,) = parse_message(message, conversation, 1, 1_000).events[TENANT]
+    hook = message_created(
+        message_id=message_id, content="la canilla", conversation=42, attachments=[image]
+    )
+    (from_hook,) = parse_body(orjson.dumps(hook), 1_000).events[TENANT]
+    assert from_api["type"] == from_hook["type"] == "image"
+    assert from_api["text"] == from_hook["text"] == "[image: la canilla]"
+    assert from_api["raw"]["attachments"][0]["data_url"] == image["data_url"]

@@ -17,13 +17,21 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+import httpx
+import orjson
 import pytest
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from receiver.app import create_app
 from scripts.dev.redis_server import RedisServer
-from scripts.standins import BackgroundServer, ChatwootApiStandIn
+from scripts.standins import (
+    BackgroundServer,
+    ChatwootApiStandIn,
+    chatwoot_headers,
+    message_created,
+)
+from scripts.webhooks import agent_user
 from shared.keys import Keys
 from shared.settings import Settings
 from tests.chatwoot.support import API_TOKEN, TENANT, WEBHOOK_SECRET
@@ -147,3 +155,52 @@ async def _stat(fleet: WorkerFleet, name: str) -> int:
         return int(raw) if raw is not None else None
 
     return await wait_for(read, name, timeout_s=10)
+
+
+async def test_the_periodic_catch_up_answers_once_whichever_way_comes_second(
+    redis: Redis,
+    prefix: str,
+    env: dict[str, str],
+    fleet: WorkerFleet,
+    receiver_url: str,
+    chatwoot: ChatwootApiStandIn,
+) -> None:
+    """No outage: a webhook that never came (the safety net), a webhook after the catch-up, a
+    catch-up after the webhook; private notes and activity messages start nothing; a
+    conversation a person handles stays silent."""
+    await fleet.start(2, **{**env, "CHATWOOT_CATCHUP_INTERVAL_S": "1"})
+    keys = Keys(prefix)
+    # The webhook first: answered; the catch-up runs after it bring it again, a duplicate.
+    chatwoot.customer_writes(41, "por webhook")
+    await replied(chatwoot, 41)
+
+    async def cursor() -> bytes | None:
+        return await redis.hget(keys.chatwoot_catchup_cursor, TENANT)  # type: ignore[no-any-return]
+
+    await wait_for(cursor, "the inbox's cursor", timeout_s=20)
+    chatwoot.agent_writes(49, "la atiendo yo")  # 49 is a person's: the bot is silent there
+    await chatwoot.await_webhooks(timeout=10)
+    # No webhook at all: the periodic run brings it in, and it is answered.
+    lost = chatwoot.customer_writes(42, "sin webhook", webhook=False)
+    chatwoot.customer_writes(49, "hola?", webhook=False)
+    chatwoot.add_message(43, "nota interna", 1, private=True, sender=agent_user(12, "Laura"))
+    chatwoot.add_message(43, "Conversation was reopened", 2)
+    await replied(chatwoot, 42)
+    # Its webhook comes late: a duplicate.
+    body = orjson.dumps(message_created(message_id=lost, content="sin webhook", conversation=42))
+    async with httpx.AsyncClient() as client:
+        late = await client.post(
+            receiver_url, content=body, headers=chatwoot_headers(body, WEBHOOK_SECRET)
+        )
+    assert late.status_code == 200 and late.headers["x-duplicates"] == "1"
+    runs = int(await redis.hget(keys.tenant(TENANT).stats, "catchup_runs") or 0)
+
+    async def more_runs() -> bool:
+        now = int(await redis.hget(keys.tenant(TENANT).stats, "catchup_runs") or 0)
+        return now >= runs + 3
+
+    await wait_for(more_runs, "three more catch-up runs", timeout_s=20)
+    assert [r.content for r in chatwoot.replies(41)] == ["Got 1 message: por webhook"]
+    assert [r.content for r in chatwoot.replies(42)] == ["Got 1 message: sin webhook"]
+    assert chatwoot.replies(43) == [] and chatwoot.replies(49) == []
+    assert await _stat(fleet, "catchup_messages") == 2  # 42's and 49's
