@@ -63,7 +63,9 @@ OVERLAP_S = 120  # read back this far behind the cursor: clocks, same-second act
 LOCK_MS = 60_000  # the run's lock lives this long unless renewed (a dead holder's ends)
 RATE_LIMIT_TRIES = 3  # a call answered 429 this many times ends the tenant's run
 DEFAULT_WAIT_S = 5.0  # a 429 without a usable Retry-After
-MAX_WAIT_S = 30.0  # plus the renewal's period (LOCK_MS / 3): within the lock's lease
+# A call (CHATWOOT_TIMEOUT_S, 15 s), a wait and the renewal's period (LOCK_MS / 4) fit in the
+# lock's lease: the lock is renewed before every call.
+MAX_WAIT_S = 25.0
 RETRY_S = 10.0  # an unfinished request is tried again after this long
 
 
@@ -138,7 +140,7 @@ class ChatwootCatchUp:
         await self._lease(hold_ms)
 
     async def _renew(self) -> None:
-        if time.monotonic() - self._renewed < LOCK_MS / 3000:
+        if time.monotonic() - self._renewed < LOCK_MS / 4000:
             return
         if not await self._lease(LOCK_MS):
             raise LostLock

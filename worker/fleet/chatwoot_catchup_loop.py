@@ -7,7 +7,8 @@ A run is owed when:
 - this worker's own Redis calls failed and answer again (the receivers that refused webhooks
   meanwhile may have died before they could ask): every Chatwoot tenant, from when they failed;
 - `CHATWOOT_CATCHUP_INTERVAL_S` passed: the worker that sets `cw:catchup:due` (NX, PX the
-  interval) runs the periodic one for every Chatwoot tenant (0: never).
+  interval; each worker tries every `GUARD_TRY_S`, or a quarter of a shorter interval) runs
+  the periodic one for every Chatwoot tenant (0: never).
 
 The requests are taken atomically (`HGETALL` and `DEL` in one transaction) by the holder of the
 lock, so a request made during the run waits for the next one; those of a tenant the run did
@@ -23,6 +24,7 @@ Only with Chatwoot configured (`CHATWOOT_API_ACCESS_TOKEN`, or a tenant's `acces
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from typing import Any
@@ -40,6 +42,7 @@ from worker.fleet.chatwoot_reader import ChatwootReader
 log = logging.getLogger(__name__)
 
 TICK_S = 1.0
+GUARD_TRY_S = 5.0
 
 
 def enabled(settings: Settings) -> bool:
@@ -69,6 +72,7 @@ class ChatwootCatchUpLoop:
         self.catchup = ChatwootCatchUp(settings, redis, keys, scripts, self._reader)
         self._failed_since_ms: int | None = None  # this worker's Redis calls fail since then
         self._owed_since_ms: int | None = None  # they failed, then answered: a run is owed
+        self._guard_tried = -GUARD_TRY_S  # when this worker last tried the periodic guard
         self.last: RunReport | None = None
 
     async def aclose(self) -> None:
@@ -78,9 +82,10 @@ class ChatwootCatchUpLoop:
         while True:
             await asyncio.sleep(TICK_S)
             try:
-                async with asyncio.timeout(self.settings.redis_timeout_s * 4 + 600):
-                    await self.tick()
-            except (RedisError, OSError, TimeoutError) as exc:
+                # Each Redis call is bounded by the client's timeout, each API call by
+                # CHATWOOT_TIMEOUT_S, and a run by its budget of calls.
+                await self.tick()
+            except (RedisError, OSError) as exc:
                 if self._failed_since_ms is None:
                     self._failed_since_ms = int(time.time() * 1000)
                     log.info(
@@ -101,8 +106,12 @@ class ChatwootCatchUpLoop:
         periodic = False
         interval_s = self.settings.chatwoot_catchup_interval_s
         if not wanted and self._owed_since_ms is None:
-            if interval_s <= 0:
+            # The guard is tried a few times an interval (at most every GUARD_TRY_S), not at
+            # every tick: the periodic run starts at most that late.
+            now = time.monotonic()
+            if interval_s <= 0 or now - self._guard_tried < min(interval_s / 4, GUARD_TRY_S):
                 return None
+            self._guard_tried = now
             periodic = bool(
                 await redis.set(keys.chatwoot_catchup_due, "1", nx=True, px=int(interval_s * 1000))
             )
@@ -141,9 +150,14 @@ class ChatwootCatchUpLoop:
         try:
             report = await self.catchup.run(tenants)
         except BaseException:
-            # Cancelled (a shutdown) or failed: whatever was asked for is asked for again.
+            # Cancelled (a shutdown) or failed (Redis, mid-run): whatever was asked for is
+            # asked for again, in Redis if it answers, else by this worker once it does.
             again = {t: ms for t, ms in tenants.items() if ms is not None}
-            await asyncio.shield(ask(redis, keys, self._scripts, again))
+            if again:
+                earliest = min(again.values())
+                self._owed_since_ms = min(self._owed_since_ms or earliest, earliest)
+            with contextlib.suppress(Exception):
+                await asyncio.shield(ask(redis, keys, self._scripts, again))
             raise
         unfinished = {t.tenant: tenants[t.tenant] for t in report.tenants if not t.complete}
         await ask(redis, keys, self._scripts, {t: ms for t, ms in unfinished.items() if ms})
