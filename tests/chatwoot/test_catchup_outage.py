@@ -204,3 +204,21 @@ async def test_the_periodic_catch_up_answers_once_whichever_way_comes_second(
     assert [r.content for r in chatwoot.replies(42)] == ["Got 1 message: sin webhook"]
     assert chatwoot.replies(43) == [] and chatwoot.replies(49) == []
     assert await _stat(fleet, "catchup_messages") == 2  # 42's and 49's
+
+
+async def test_workers_whose_redis_failed_catch_up_once_it_answers(
+    stack: WorkerFleet, own_redis: RedisServer, chatwoot: ChatwootApiStandIn
+) -> None:
+    """A message whose webhook never reached a receiver while Redis was down (the receiver
+    died, say): no receiver asks, and the periodic run is off; the workers, whose own Redis
+    calls failed, catch up once it answers."""
+    chatwoot.customer_writes(41, "antes del corte")
+    await replied(chatwoot, 41)
+    own_redis.stop()
+    await asyncio.sleep(3)  # the workers' calls fail meanwhile
+    chatwoot.customer_writes(42, "sin webhook, durante el corte", webhook=False)
+    own_redis.start()
+    await chatwoot.await_for(lambda: chatwoot.replies(42), timeout=30)
+    (reply,) = chatwoot.replies(42)
+    assert reply.content == "Got 1 message: sin webhook, durante el corte"
+    assert len(chatwoot.replies(41)) == 1
