@@ -133,7 +133,9 @@ async def test_messages_refused_during_a_60s_outage_are_answered_once_after_it(
     for n in range(WRITERS):
         await chatwoot.await_for(lambda n=n: chatwoot.replies(50 + n), timeout=60)
     await chatwoot.await_for(lambda: len(chatwoot.replies(41)) == 2, timeout=60)
-    assert time.monotonic() - back < 60
+    answered_s = time.monotonic() - back
+    print(f"every refused message answered {answered_s:.1f}s after Redis was back")
+    assert answered_s < 60
     await asyncio.sleep(5)  # any second answer would have come by now
     for n in range(WRITERS):
         (reply,) = chatwoot.replies(50 + n)

@@ -5,12 +5,13 @@ message whose webhook the receiver could not store (Redis down longer than `WEBH
 that never reached a receiver, is only in Chatwoot. The catch-up reads it back from there.
 
 - **Who, when.** One worker of the fleet at a time (`SET cw:catchup:lock NX PX`, renewed while
-  it runs, released by its holder: shared/lua/catchup_lease.lua). A run happens when a receiver
-  asked for one (`cw:catchup:wanted`: tenant -> when its webhook could not be stored;
-  receiver/catchup_request.py), when this worker's own Redis calls failed and work again, and
-  every `CHATWOOT_CATCHUP_INTERVAL_S` as the safety net (`SET cw:catchup:due NX PX interval`:
-  one periodic run per interval fleet-wide). `ChatwootCatchUpLoop` polls for these once a
-  second; nothing is added to the webhook's path.
+  it runs, released by its holder: shared/lua/catchup_lease.lua; a holder whose run Redis broke
+  off, so that it could not release it, takes it back at once when it is owed the next run).
+  A run happens when a receiver asked for one (`cw:catchup:wanted`: tenant -> when its webhook
+  could not be stored; receiver/catchup_request.py), when this worker's own Redis calls failed
+  and work again, and every `CHATWOOT_CATCHUP_INTERVAL_S` as the safety net (`SET
+  cw:catchup:due NX PX interval`: one periodic run per interval fleet-wide).
+  `ChatwootCatchUpLoop` polls for these once a second; nothing is added to the webhook's path.
 - **What is read, per tenant** (an inbox of an account, `cw-<account>-<inbox>`, with the token
   the sender uses for it). The floor: the tenant's cursor (the last activity already read
   through) less `OVERLAP_S`, lowered to a receiver's request time less the hold and the
@@ -129,15 +130,20 @@ class ChatwootCatchUp:
 
     # --- the lock -------------------------------------------------------------------------
     async def acquire(self) -> bool:
+        """Take the lock, or keep it if this worker holds it still: a run Redis broke off
+        could not release it, and this worker is the one owed a run then."""
         got = await self._redis.set(
             self._keys.chatwoot_catchup_lock, self._token, nx=True, px=LOCK_MS
         )
+        if not got:
+            got = await self._lease(LOCK_MS)
         self._renewed = time.monotonic()
         return bool(got)
 
     async def release(self, hold_ms: int = 0) -> None:
-        """Let the lock go, or (`hold_ms`) keep it that long: no run before then."""
-        await self._lease(hold_ms)
+        """Let the lock go, or (`hold_ms`) hold it that long as nobody's: no run before then,
+        this worker's neither."""
+        await self._lease(hold_ms, "backoff" if hold_ms else "")
 
     async def _renew(self) -> None:
         if time.monotonic() - self._renewed < LOCK_MS / 4000:
@@ -146,7 +152,7 @@ class ChatwootCatchUp:
             raise LostLock
         self._renewed = time.monotonic()
 
-    async def _lease(self, lease_ms: int) -> bool:
+    async def _lease(self, lease_ms: int, hold_as: str = "") -> bool:
         return bool(
             await self._scripts.catchup_lease(
                 self._redis,
@@ -154,6 +160,7 @@ class ChatwootCatchUp:
                 lock=self._keys.chatwoot_catchup_lock,
                 token=self._token,
                 lease_ms=lease_ms,
+                hold_as=hold_as,
             )
         )
 

@@ -73,7 +73,6 @@ class ChatwootCatchUpLoop:
         self._failed_since_ms: int | None = None  # this worker's Redis calls fail since then
         self._owed_since_ms: int | None = None  # they failed, then answered: a run is owed
         self._guard_tried = -GUARD_TRY_S  # when this worker last tried the periodic guard
-        self.last: RunReport | None = None
 
     async def aclose(self) -> None:
         await self._reader.aclose()
@@ -161,7 +160,6 @@ class ChatwootCatchUpLoop:
             raise
         unfinished = {t.tenant: tenants[t.tenant] for t in report.tenants if not t.complete}
         await ask(redis, keys, self._scripts, {t: ms for t, ms in unfinished.items() if ms})
-        self.last = report
         log.info(
             "chatwoot catch-up: %s run, %d tenants (%d unfinished), %d conversations,"
             " %d calls, %d messages taken in, %d API errors, %.1fs%s",
