@@ -158,7 +158,10 @@ class ChatwootCatchUpLoop:
             with contextlib.suppress(Exception):
                 await asyncio.shield(ask(redis, keys, self._scripts, again))
             raise
-        unfinished = {t.tenant: tenants[t.tenant] for t in report.tenants if not t.complete}
+        # Unfinished: what the run left (budget, failure) or never reached (a lost lock);
+        # a tenant without a token is never read, and never asked for again.
+        done = {t.tenant for t in report.tenants if t.complete}
+        unfinished = {t: ms for t, ms in tenants.items() if t not in done and self._reader.token(t)}
         await ask(redis, keys, self._scripts, {t: ms for t, ms in unfinished.items() if ms})
         log.info(
             "chatwoot catch-up: %s run, %d tenants (%d unfinished), %d conversations,"
