@@ -75,7 +75,7 @@ def classify(key: str, keys: Keys) -> tuple[str, str | None]:
         return "ai_pause", None
     if key == keys.workers:
         return "workers", None
-    if key == keys.chatwoot_catchup_cursor:
+    if key in (keys.chatwoot_catchup_cursor, keys.chatwoot_catchup_resume):
         return "catchup", None
     if key in (keys.chatwoot_catchup_due, keys.chatwoot_catchup_lock):
         return "catchup_guard", None

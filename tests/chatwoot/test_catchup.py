@@ -382,3 +382,37 @@ def test_an_attachment_read_from_the_api_is_the_webhook_s(chatwoot: ChatwootApiS
     assert from_api["type"] == from_hook["type"] == "image"
     assert from_api["text"] == from_hook["text"] == "[image: la canilla]"
     assert from_api["raw"]["attachments"][0]["data_url"] == image["data_url"]
+
+
+async def test_runs_the_budget_stops_go_on_where_the_last_one_ended(
+    config: Settings, chatwoot: ChatwootApiStandIn, redis: Redis, prefix: str
+) -> None:
+    """60 active conversations, 10 calls a run: each run goes on from where the last one
+    stopped (a customer writing meanwhile moves a conversation to the top), until the pass
+    reached its floor; then the cursor moves, and the next pass reads what came meanwhile.
+    Every message taken in once."""
+    keys = Keys(prefix)
+    await set_cursor(redis, prefix, time.time() - 60)
+    for conversation in range(100, 160):
+        chatwoot.customer_writes(conversation, f"hola {conversation}", webhook=False)
+    small = config.with_overrides(chatwoot_catchup_max_calls=10)
+    reader = ChatwootReader(small)
+    runs = []
+    try:
+        catchup = ChatwootCatchUp(small, redis, keys, Scripts(), reader)
+        while not runs or not runs[-1].complete:
+            assert len(runs) < 12, [r.why for r in runs]
+            before = len(chatwoot.requests)
+            runs.append(await run(catchup))
+            assert len(chatwoot.requests) - before <= 10
+            if len(runs) == 2:  # a customer read already writes again: to the top
+                chatwoot.customer_writes(155, "otra vez", webhook=False)
+        assert all(r.why == "call budget used up" for r in runs[:-1]) and len(runs) >= 6
+        assert not await redis.hexists(keys.chatwoot_catchup_resume, TENANT)
+        texts = sorted(e["text"] for e in await inbox(redis, prefix))
+        assert texts == sorted(f"hola {c}" for c in range(100, 160))
+        assert (await run(catchup)).taken == 1  # the next pass: what came meanwhile
+    finally:
+        await reader.aclose()
+    texts = sorted(e["text"] for e in await inbox(redis, prefix))
+    assert texts == sorted([f"hola {c}" for c in range(100, 160)] + ["otra vez"])

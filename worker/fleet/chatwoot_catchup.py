@@ -28,7 +28,8 @@ that never reached a receiver, is only in Chatwoot. The catch-up reads it back f
 - **Bounded.** At most `CHATWOOT_CATCHUP_MAX_CALLS` calls a run; a 429 is waited out
   (`Retry-After`, at most `MAX_WAIT_S`, `RATE_LIMIT_TRIES` times), any other failure is counted,
   logged and left to the next run. A tenant's cursor moves only when everything above the floor
-  was read; a tenant left unfinished keeps its request, retried after `RETRY_S`.
+  was read; a tenant left unfinished keeps its request, retried after `RETRY_S`, and the next
+  run goes on where it stopped (`cw:catchup:resume`).
 
 Figures, in the tenant's stats (wa_catchup_*_total on /metrics): `catchup_runs`, `catchup_ms`
 (time spent), `catchup_messages` (new messages taken in), `catchup_api_errors`. One log line
@@ -190,38 +191,65 @@ class ChatwootCatchUp:
 
     async def _tenant(self, one: TenantRun, asked_ms: int | None, budget: list[int]) -> None:
         now_s = time.time()
-        raw = await self._redis.hget(self._keys.chatwoot_catchup_cursor, one.tenant)
+        keys = self._keys
+        raw = await self._redis.hget(keys.chatwoot_catchup_cursor, one.tenant)
         cursor = int(raw) if raw is not None else None
-        if cursor is None and asked_ms is None:
+        resumed = await self._redis.hget(keys.chatwoot_catchup_resume, one.tenant)
+        if cursor is None and asked_ms is None and resumed is None:
             # First look at this tenant: start from now, take in nothing from before.
             await self._set_cursor(one.tenant, int(now_s))
             one.complete, one.why = True, "cursor started"
             return
-        floor = now_s - self.horizon_s
         wanted: list[float] = []
         if cursor is not None:
             wanted.append(cursor - OVERLAP_S)
         if asked_ms is not None:
             wanted.append(asked_ms / 1000 - self.settings.webhook_hold_s - OVERLAP_S)
-        floor = max(floor, min(wanted))
         top: int | None = None
-        page = 1
+        position = 0  # in the list, newest activity first: the next conversation to read
+        if resumed is not None:
+            # A pass a run did not finish: on from where it stopped, down to its floor. The
+            # list only moves conversations up to the top, so nothing below that place was
+            # skipped (one may be read twice).
+            position, old_floor, top = (int(x) for x in resumed.split())
+            wanted.append(old_floor)
+        floor = max(now_s - self.horizon_s, min(wanted))
+        per_page = CONVERSATIONS_PER_PAGE
         while True:
+            page = position // per_page + 1
             listed = await self._call(one, budget, self._reader.conversations, one.tenant, page)
             if listed is None:
+                await self._resume_later(one.tenant, position, floor, top)
                 return
-            newer = [c for c in listed if _activity(c) >= floor]
-            if page == 1 and listed:
+            if top is None and listed:
                 top = max(_activity(c) for c in listed)
-            for conversation in newer:
+            for conversation in listed[position % per_page :]:
+                if _activity(conversation) < floor:
+                    break
                 if not await self._conversation(one, conversation, floor, budget):
+                    await self._resume_later(one.tenant, position, floor, top)
                     return
-            if len(newer) < len(listed) or len(listed) < CONVERSATIONS_PER_PAGE:
-                break
-            page += 1
+                position += 1
+            else:
+                if len(listed) == per_page:
+                    position = page * per_page
+                    continue
+            break
+        # Read through `top`, the newest activity when this pass began: the next pass reads
+        # from there (less the overlap), whatever came meanwhile included.
         new_cursor = max(x for x in (cursor, top, int(floor)) if x is not None)
         await self._set_cursor(one.tenant, new_cursor)
+        await self._redis.hdel(keys.chatwoot_catchup_resume, one.tenant)
         one.complete = True
+
+    async def _resume_later(
+        self, tenant: str, position: int, floor: float, top: int | None
+    ) -> None:
+        """Where the next run goes on with this pass; its cursor stays where it was. (Stopped
+        before the first page was read: the next pass starts afresh.)"""
+        if top is not None:
+            resume = f"{position} {int(floor)} {top}"
+            await self._redis.hset(self._keys.chatwoot_catchup_resume, tenant, resume)
 
     async def _conversation(
         self, one: TenantRun, conversation: dict[str, Any], floor: float, budget: list[int]
