@@ -36,8 +36,8 @@ OUTAGE_S = 8.0  # Redis down this long: twice the receiver's hold (WEBHOOK_HOLD_
 # The workers' lease, longer than the outage. With a lease shorter than the outage (5 s, tried) a
 # turn that sent its reply while Redis was down cannot record it, its lease ends in Redis
 # meanwhile, and another worker answers the batch again after the outage: `reply_once` broke
-# for WhatsApp batches so. That is the leases' behaviour under a long outage, which this
-# scenario does not test.
+# for WhatsApp batches so. That is the leases' documented limit under an outage longer than
+# the lease (docs/operating.md, "Redis blips"), which this scenario does not test.
 LEASE_S = OUTAGE_S * 2.5
 CONVERSATIONS = 6
 WRITE_EVERY_S = 0.5
