@@ -368,9 +368,8 @@ class Receiver:
         ]
 
     def _ops(self) -> list[BaseRoute]:
-        """The ops page (receiver/ops/), a sub-app of its own under /ops: without OPS_TOKEN or
-        OPS_USERS it is neither imported nor mounted (404), and its guards never wrap the
-        webhook routes."""
+        """The ops page (receiver/ops/), a sub-app under /ops: without OPS_TOKEN or OPS_USERS
+        it is neither imported nor mounted (404); its guards never wrap the webhook routes."""
         from receiver.ops.routes import OpsPage
 
         return [Mount("/ops", app=OpsPage(self).app())]

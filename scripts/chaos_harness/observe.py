@@ -96,6 +96,8 @@ def classify(key: str, keys: Keys) -> tuple[str, str | None]:
         }
         if key in exact:
             return exact[key], None
+        if key.startswith(k.review_ix):  # the ops page's index of review items: kept with them
+            return "review", None
         if key.startswith((k.seen(""), k.seen_book)):
             return "seen", None
         if key.startswith((k.outbound_prefix, k.outbound_book)):
