@@ -64,12 +64,15 @@ async def inject(run: Any) -> None:
         await run.stack.redis_start()
         back = time.monotonic()
         run.fault("redis_back", "started again from its AOF")
+        # Watched from the return on, beside the traffic: a long run's traffic outlasts the
+        # wait, and a watch begun after it would find the catch-up long done and say "never".
+        watch = asyncio.create_task(_catch_up_ran(run, back))
         # A little traffic after the return too, and at least the run's duration in all.
         await asyncio.sleep(max(2.0, run.duration_s - OUTAGE_S))
     finally:
         stop.set()
         await writers
-    ran = await _catch_up_ran(run, back)
+    ran = await watch
     run.notes["catch_up_after_s"] = ran
     run.fault("catch_up", f"ran {ran:.1f}s after Redis was back" if ran >= 0 else "never ran")
 
