@@ -13,7 +13,7 @@ Where the files come from:
   any other `url` is ignored for the media id.
 - Chatwoot: each attachment's `data_url`, as the webhook gave it (no token), when it is on
   `CHATWOOT_BASE_URL`'s host or one of `CHATWOOT_MEDIA_HOSTS`; any other is not fetched.
-Every fetch, redirects and addresses checked, goes through worker/brains/fetch.py.
+Every fetch, redirects and addresses checked, goes through shared/fetch.py.
 
 What Claude gets:
 - images (jpeg, png, webp, gif) as image blocks, base64, after a text block naming the message
@@ -47,8 +47,8 @@ import orjson
 
 from shared.chatwoot import CHANNEL as CHATWOOT
 from shared.conversation.batch import Batch, Message
+from shared.fetch import MediaFetcher, MediaHosts, Origin, TooBig, Unfetchable, origin_of
 from shared.settings import Settings
-from worker.brains.fetch import MediaFetcher, MediaHosts, Origin, TooBig, Unfetchable, origin_of
 from worker.brains.transcribe import TranscribeError, Transcriber
 
 log = logging.getLogger(__name__)

@@ -1,0 +1,125 @@
+"""The ops page's inbox: a tenant's conversations, search, one conversation as a thread, the
+overview, and the files of customers' messages.
+
+    GET /ops/conversations          the overview (every tenant's counts, workers, the AI's pause)
+    GET /ops/conversations?tenant=  the tenant's conversations, newest activity first (offset=),
+                                    or those matching q= (number, contact name, a word)
+    GET /ops/thread?tenant=&person= one conversation in time order, with the reply form
+    GET /ops/media?tenant=&person=&id=&n=   the n-th file of one of the person's messages
+
+Read-only (the thread's reply form posts to /ops/conversation/reply). What it reads and how it
+stays bounded: shared/ops/conversations.py and thread.py; the file fetch: shared/ops/media.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from receiver.ops import queries
+from receiver.ops.auth import Session
+from receiver.ops.queries import NotFound
+from receiver.ops.web import HEADERS
+from shared.conversation.files import File, files_of_event
+from shared.keys import Keys
+from shared.ops import conversations, thread
+from shared.ops.media import INLINE_TYPES, MediaError, OpsMedia
+from shared.settings import Settings
+
+QUERY_MAX = 100
+# A file is the provider's, not the page's: no script, no frame, nothing it may load.
+MEDIA_HEADERS = {
+    **HEADERS,
+    "content-security-policy": "default-src 'none'; sandbox",
+    "cache-control": "private, max-age=300",
+}
+
+Render = Callable[..., Response]
+
+
+class Inbox:
+    def __init__(
+        self, redis: Callable[[], Any], keys: Keys, settings: Settings, render: Render
+    ) -> None:
+        self._redis = redis
+        self._keys = keys
+        self._settings = settings
+        self._render = render
+        self._media: OpsMedia | None = None
+
+    async def aclose(self) -> None:
+        if self._media is not None:
+            await self._media.aclose()
+            self._media = None
+
+    async def conversations(self, request: Request, session: Session) -> Response:
+        params = request.query_params
+        tenant = params.get("tenant", "")
+        redis = self._redis()
+        overview = await conversations.overview(redis, self._keys)
+        if not tenant:
+            return self._render(request, "inbox.html", session, overview=overview)
+        await queries.check_tenant(redis, self._keys, tenant)
+        query = " ".join(params.get("q", "").split())[:QUERY_MAX]
+        offset = params.get("offset", "0")
+        zone = self._settings.tenant(tenant).timezone
+        if query:
+            listing = await conversations.search(redis, self._keys, tenant, query, zone)
+        else:
+            start = int(offset) if offset.isdigit() else 0
+            listing = await conversations.listing(redis, self._keys, tenant, start, zone)
+        counts = next((t for t in overview.tenants if t.tenant == tenant), None)
+        return self._render(
+            request,
+            "conversations.html",
+            session,
+            overview=overview,
+            counts=counts,
+            listing=listing,
+            zone=zone,
+            look=conversations.SEARCH_LOOK,
+            review_look=thread.REVIEW_LOOK,
+        )
+
+    async def thread(self, request: Request, session: Session) -> Response:
+        params = request.query_params
+        tenant, person = params.get("tenant", ""), params.get("person", "")
+        redis = self._redis()
+        await queries.check_person(redis, self._keys, tenant, person)
+        zone = self._settings.tenant(tenant).timezone
+        shown = await thread.thread(redis, self._keys, tenant, person, zone)
+        state = await queries.conversation(redis, self._keys, tenant, person)
+        return self._render(
+            request, "thread.html", session, t=shown, c=state, tenant=tenant, person=person
+        )
+
+    async def media(self, request: Request, session: Session) -> Response:
+        params = request.query_params
+        tenant, person = params.get("tenant", ""), params.get("person", "")
+        message_id, n = params.get("id", ""), params.get("n", "0")
+        redis = self._redis()
+        await queries.check_person(redis, self._keys, tenant, person)
+        found = await thread.message_event(redis, self._keys, tenant, person, message_id)
+        files: list[File] = []
+        if isinstance(found, File):
+            files = [found]
+        elif found is not None:
+            files = files_of_event(found)
+        index = int(n) if n.isdigit() else -1
+        if not 0 <= index < len(files):
+            raise NotFound(f"no file {n!r} of message {message_id!r} of person {person!r}")
+        if self._media is None:  # one per process: its client keeps its connections
+            self._media = OpsMedia(self._settings)
+        try:
+            got = await self._media.get(tenant, files[index])
+        except MediaError as exc:
+            raise NotFound(f"the file could not be had: {exc}") from None
+        headers = dict(MEDIA_HEADERS)
+        kind = got.content_type
+        if kind not in INLINE_TYPES:
+            kind = "application/octet-stream"
+            headers["content-disposition"] = "attachment"
+        return Response(got.body, media_type=kind, headers=headers)

@@ -1,0 +1,339 @@
+"""A tenant's conversations as an inbox for people: the list by last activity, search, and the
+overview of what waits and runs (one conversation as a thread: shared/ops/thread.py).
+
+Read-only and bounded. The list reads one page of the tenant's index (`wa:{T}:convs`,
+shared/conversation/index.py) and, per conversation on it, a few keys in one pipeline; search
+looks at the newest `SEARCH_LOOK` conversations only (the page says so); review items are found
+per person by reading the tenant's review hash up to `REVIEW_LOOK` items (the page says when
+there were more).
+
+Nothing here sends a request anywhere or decides anything: shared/ops/media.py fetches files.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from shared.conversation.files import files_of_event
+from shared.fleet.ai_pause import Pause
+from shared.keys import Keys, TenantKeys
+from shared.ops import live_state
+from shared.ops.thread import REVIEW_LOOK, customer_name, local, memory_bubbles
+
+PAGE = 50
+# Search looks at this many of the tenant's newest conversations, read this many at a time.
+SEARCH_LOOK = 500
+SEARCH_CHUNK = 100
+SCAN_COUNT = 1000
+SNIPPET = 120
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else value
+
+
+def _json(raw: Any) -> Any:
+    if raw is None:
+        return None
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+
+
+def _str(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _int(value: Any) -> int:
+    if isinstance(value, bool):
+        return 0
+    if isinstance(value, int | float):
+        return int(value)
+    if isinstance(value, str | bytes) and _text(value).strip().isdigit():
+        return int(_text(value))
+    return 0
+
+
+def snippet(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= SNIPPET else text[: SNIPPET - 1] + "…"
+
+
+# --- the list -------------------------------------------------------------------------------------
+@dataclass
+class Row:
+    """One conversation of the list: who, when, what was said last, and its state."""
+
+    person: str
+    last_ms: int
+    name: str = ""
+    last_text: str = ""
+    last_by: str = ""  # customer, bot, business
+    waiting: int = 0  # messages waiting for the next batch
+    due_in_ms: int | None = None  # the debounce: when the waiting messages are due
+    running: bool = False  # a turn (or a reply by hand) holds the conversation
+    batch: bool = False  # a batch in flight (in a turn, or waiting for a retry)
+    paused: dict[str, Any] | None = None  # the bot's pause for the person (by, why, until_ms)
+    silent: dict[str, Any] | None = None  # Chatwoot: a person of the business handles it
+    review: list[str] = field(default_factory=list)  # the reasons of its review items
+    when: str = ""  # last_ms in the tenant's time zone
+
+    @property
+    def paused_waiting(self) -> bool:
+        """Paused, and the person wrote again: someone has to answer by hand."""
+        return bool(self.paused) and self.waiting > 0
+
+
+@dataclass
+class Review:
+    """Who is in review, from the tenant's review hash read up to `REVIEW_LOOK` items."""
+
+    by_person: dict[str, list[str]]
+    by_reason: dict[str, int]
+    read: int
+    total: int
+    # person -> (reviewed_ms, the last message) of their newest item: a conversation whose
+    # batch went to review has its words only there.
+    last: dict[str, tuple[int, dict[str, Any]]] = field(default_factory=dict)
+
+    @property
+    def complete(self) -> bool:
+        return self.read >= self.total
+
+
+@dataclass
+class Listing:
+    tenant: str
+    rows: list[Row]
+    total: int  # conversations in the index
+    offset: int
+    now_ms: int
+    review: Review
+    query: str = ""
+    looked: int = 0  # search: how many of the newest conversations were looked at
+
+    @property
+    def next_offset(self) -> int | None:
+        after = self.offset + len(self.rows)
+        return after if not self.query and after < self.total else None
+
+    @property
+    def previous_offset(self) -> int | None:
+        return max(0, self.offset - PAGE) if self.offset > 0 and not self.query else None
+
+
+async def listing(
+    redis: Any, keys: Keys, tenant: str, offset: int = 0, zone: str = "UTC"
+) -> Listing:
+    """One page of the tenant's conversations, newest activity first, from `offset`."""
+    k = keys.tenant(tenant)
+    offset = max(0, offset)
+    pipe = redis.pipeline(transaction=False)
+    pipe.zcard(k.conversations)
+    pipe.zrevrange(k.conversations, offset, offset + PAGE - 1, withscores=True)
+    total, page = await pipe.execute()
+    review = await review_state(redis, k)
+    now = await live_state.redis_now_ms(redis)
+    listed = [(_text(p), int(ms)) for p, ms in page]
+    rows = await _rows(redis, k, listed, now, review, zone)
+    return Listing(tenant, rows, int(total), offset, now, review)
+
+
+async def search(redis: Any, keys: Keys, tenant: str, query: str, zone: str = "UTC") -> Listing:
+    """The conversations among the newest `SEARCH_LOOK` whose number holds `query`'s digits, or
+    whose contact name or remembered or waiting text holds `query` (case and accents as typed,
+    case-insensitive), newest first."""
+    k = keys.tenant(tenant)
+    wanted = " ".join(query.split()).casefold()
+    digits = re.sub(r"[\s+()\-.]", "", query)
+    newest = await redis.zrevrange(k.conversations, 0, SEARCH_LOOK - 1, withscores=True)
+    listed = [(_text(p), int(ms)) for p, ms in newest]
+    found: list[tuple[str, int]] = []
+    for start in range(0, len(listed), SEARCH_CHUNK):
+        chunk = listed[start : start + SEARCH_CHUNK]
+        pipe = redis.pipeline(transaction=False)
+        for person, _ in chunk:
+            pipe.lrange(k.memory(person), 0, -1)
+            pipe.lrange(k.pending(person), 0, -1)
+            pipe.hget(k.batch(person), "messages")
+        answers = await pipe.execute() if chunk else []
+        for i, (person, ms) in enumerate(chunk):
+            memory, pending, batch = answers[3 * i : 3 * i + 3]
+            if (digits.isdigit() and digits in person) or (
+                wanted and _holds(wanted, memory, pending, batch)
+            ):
+                found.append((person, ms))
+    review = await review_state(redis, k)
+    now = await live_state.redis_now_ms(redis)
+    rows = await _rows(redis, k, found[:PAGE], now, review, zone)
+    total = int(await redis.zcard(k.conversations))
+    return Listing(tenant, rows, total, 0, now, review, query=query, looked=len(listed))
+
+
+def _holds(wanted: str, memory: list[bytes], pending: list[bytes], batch: bytes | None) -> bool:
+    texts: list[str] = []
+    for raw in memory:
+        entry = _json(raw)
+        if isinstance(entry, dict):
+            texts += [_str(entry.get("header")), _str(entry.get("user"))]
+            texts.append(_str(entry.get("assistant")))
+            for line in entry.get("lines") or []:
+                if isinstance(line, dict):
+                    texts += [_str(line.get("name")), _str(line.get("text"))]
+    events = [_json(raw) for raw in pending]
+    listed = _json(batch)
+    events += listed if isinstance(listed, list) else []
+    for event in events:
+        if isinstance(event, dict):
+            texts += [_str(event.get("name")), _str(event.get("text"))]
+    return any(wanted in " ".join(t.split()).casefold() for t in texts if t)
+
+
+async def review_state(redis: Any, k: TenantKeys) -> Review:
+    """Who of the tenant is in review and for what, and the counts by reason, from up to
+    `REVIEW_LOOK` items of the review hash."""
+    total = int(await redis.hlen(k.review))
+    by_person: dict[str, list[str]] = {}
+    by_reason: dict[str, int] = {}
+    last: dict[str, tuple[int, dict[str, Any]]] = {}
+    read = 0
+    if total:
+        async for _, raw in redis.hscan_iter(k.review, count=SCAN_COUNT):
+            read += 1
+            item = _json(raw)
+            if isinstance(item, dict):
+                reason = _str(item.get("reason")) or "?"
+                by_reason[reason] = by_reason.get(reason, 0) + 1
+                person = _str(item.get("person"))
+                if person and reason not in by_person.setdefault(person, []):
+                    by_person[person].append(reason)
+                messages = [m for m in item.get("messages") or [] if isinstance(m, dict)]
+                at = _int(item.get("reviewed_ms"))
+                if person and messages and at >= last.get(person, (0, {}))[0]:
+                    last[person] = (at, messages[-1])
+            if read >= REVIEW_LOOK:
+                break
+    return Review(by_person, dict(sorted(by_reason.items())), read, total, last)
+
+
+async def _rows(
+    redis: Any,
+    k: TenantKeys,
+    listed: list[tuple[str, int]],
+    now: int,
+    review: Review,
+    zone: str,
+) -> list[Row]:
+    pipe = redis.pipeline(transaction=False)
+    for person, _ in listed:
+        pipe.lindex(k.pending(person), -1)
+        pipe.llen(k.pending(person))
+        pipe.lindex(k.memory(person), -1)
+        pipe.hmget(k.batch(person), "id", "messages")
+        pipe.get(k.human(person))
+        pipe.get(k.silent(person))
+        pipe.exists(k.lock(person))
+        pipe.zscore(k.due, person)
+    answers = await pipe.execute() if listed else []
+    rows = []
+    for i, (person, ms) in enumerate(listed):
+        last_pending, waiting, last_memory, (batch_id, batch_messages), human, silent, lock, due = (
+            answers[8 * i : 8 * i + 8]
+        )
+        row = Row(person=person, last_ms=ms, waiting=int(waiting), when=local(ms, zone))
+        row.running, row.batch = bool(lock), batch_id is not None
+        row.paused, row.silent = _dict(human), _dict(silent)
+        row.due_in_ms = int(due) - now if due is not None and int(waiting) else None
+        row.review = review.by_person.get(person, [])
+        memory = _json(last_memory)
+        parked = review.last.get(person)
+        if parked and not (isinstance(memory, dict) and _int(memory.get("at")) > parked[0]):
+            memory = None  # the words of the newest review item are the latest
+        events = _json(batch_messages)
+        events = [*(parked[1:] if parked else []), *(events if isinstance(events, list) else [])]
+        _said_last(row, _json(last_pending), events, memory)
+        rows.append(row)
+    return rows
+
+
+def _dict(raw: Any) -> dict[str, Any] | None:
+    value = _json(raw)
+    return value if isinstance(value, dict) else None
+
+
+def _said_last(row: Row, pending: Any, batch: Any, memory: Any) -> None:
+    """The row's name and its last words: a waiting message, the batch's, else the memory's."""
+    events = [e for e in (batch if isinstance(batch, list) else []) if isinstance(e, dict)]
+    if isinstance(pending, dict):
+        events.append(pending)
+    names = [_str(e.get("name")) for e in events if _str(e.get("name"))]
+    row.name = names[-1] if names else ""
+    if isinstance(memory, dict) and not row.name:
+        row.name = customer_name(memory)
+    if events:
+        row.last_text, row.last_by = _event_text(events[-1]), "customer"
+    elif isinstance(memory, dict):
+        bubbles = memory_bubbles(memory)
+        if bubbles:
+            row.last_text, row.last_by = bubbles[-1].text, bubbles[-1].by
+    row.last_text = snippet(row.last_text)
+
+
+def _event_text(event: dict[str, Any]) -> str:
+    text = _str(event.get("text"))
+    if text:
+        return text
+    files = files_of_event(event)
+    return files[0].label if files else f"[{_str(event.get('type')) or 'message'}]"
+
+
+# --- the overview ---------------------------------------------------------------------------------
+@dataclass
+class TenantCounts:
+    tenant: str
+    conversations: int
+    waiting: int
+    running: int
+    review: int
+
+
+@dataclass
+class Overview:
+    tenants: list[TenantCounts]
+    workers: dict[str, Any]
+    ai_pause: dict[str, Any] | None
+    now_ms: int
+
+
+async def overview(redis: Any, keys: Keys) -> Overview:
+    """Per tenant: conversations listed, waiting (due), running, review items; the workers
+    alive by their heartbeats; the fleet's pause of AI calls."""
+    tenants = sorted(_text(t) for t in await redis.smembers(keys.tenants))
+    pipe = redis.pipeline(transaction=False)
+    for t in tenants:
+        k = keys.tenant(t)
+        pipe.zcard(k.conversations)
+        pipe.zcard(k.due)
+        pipe.zcard(k.running)
+        pipe.hlen(k.review)
+    answers = await pipe.execute() if tenants else []
+    counts = [
+        TenantCounts(t, *(int(a) for a in answers[4 * i : 4 * i + 4]))
+        for i, t in enumerate(tenants)
+    ]
+    now = await live_state.redis_now_ms(redis)
+    return Overview(counts, await live_state.workers(redis, keys), await ai_pause(redis, keys), now)
+
+
+async def ai_pause(redis: Any, keys: Keys) -> dict[str, Any] | None:
+    """The fleet's pause of AI calls (shared/fleet/ai_pause.py), while it lasts."""
+    pause = Pause.parse(await redis.get(keys.ai_paused))
+    now = await live_state.redis_now_ms(redis)
+    if pause is None or pause.until_ms <= now:
+        return None
+    return {"until_ms": pause.until_ms, "left_ms": pause.until_ms - now, "why": pause.why}

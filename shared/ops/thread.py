@@ -1,0 +1,270 @@
+"""One conversation as a thread for people: what the customer, the bot and people of the
+business said, in time order, with times in the tenant's time zone, built from what Redis holds
+of the person: the memory (an exchange remembered since the ops inbox came keeps when its
+messages came, `in`, and the reply went, `at`; older ones show with the time their header
+names), the person's review items, the batch in flight and the messages waiting.
+
+Read-only. The person's review items are found in the tenant's review hash (it has no index by
+person), reading at most `REVIEW_LOOK` items.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import orjson
+
+from shared.conversation.files import File, files_of_event
+from shared.conversation.human_memory import is_human_entry
+from shared.conversation.presentation import BY_HUMAN, HEADER_START
+from shared.conversation.review_journal import current_names
+from shared.keys import Keys, TenantKeys
+
+REVIEW_LOOK = 5000
+SCAN_COUNT = 1000
+UNDELIVERED = re.compile(r"^\[not delivered: [^\]]*\] ?")
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else value
+
+
+def _json(raw: Any) -> Any:
+    if raw is None:
+        return None
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+
+
+def _str(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _int(value: Any) -> int:
+    if isinstance(value, bool):
+        return 0
+    if isinstance(value, int | float):
+        return int(value)
+    if isinstance(value, str | bytes) and _text(value).strip().isdigit():
+        return int(_text(value))
+    return 0
+
+
+def customer_name(entry: dict[str, Any]) -> str:
+    """The customer's name a remembered exchange holds (its header's `From:`), or ""."""
+    if is_human_entry(entry):
+        lines = [x for x in entry.get("lines") or [] if isinstance(x, dict)]
+        names = [_str(x.get("name")) for x in lines if x.get("by") != "agent" and x.get("name")]
+        return names[-1] if names else ""
+    for line in _str(entry.get("header")).splitlines():
+        if line.startswith("From: "):
+            return line[len("From: ") :]
+    return ""
+
+
+@dataclass
+class Bubble:
+    """One thing said in the conversation, as the thread shows it."""
+
+    by: str  # customer, bot, business (a person of the business), note (a state, not words)
+    text: str
+    at_ms: int | None = None  # when, if known
+    who: str = ""  # the customer's or the person of the business's name
+    when: str = ""  # the time as the page shows it (the tenant's zone), or the remembered header's
+    state: str = ""  # waiting, in a turn, parked for review: <reason>, not delivered, ...
+    files: list[File] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what the AI read of the files (transcripts)
+    message_id: str = ""
+
+
+def local(at_ms: int | None, zone: str) -> str:
+    """`2026-12-03 15:04` in the tenant's time zone, "" when unknown."""
+    if not at_ms:
+        return ""
+    try:
+        tz = ZoneInfo(zone)
+    except (ValueError, KeyError):
+        tz = ZoneInfo("UTC")
+    return datetime.fromtimestamp(at_ms / 1000, UTC).astimezone(tz).strftime("%Y-%m-%d %H:%M")
+
+
+def memory_bubbles(entry: dict[str, Any]) -> list[Bubble]:
+    """What one remembered exchange said: the customer's messages, then the reply."""
+    if is_human_entry(entry):
+        return [_line_bubble(x) for x in entry.get("lines") or [] if isinstance(x, dict)]
+    bubbles = []
+    user, answer = _str(entry.get("user")), _str(entry.get("assistant"))
+    header = _str(entry.get("header"))
+    remembered_when = ""
+    if header.startswith(HEADER_START):
+        remembered_when = header.splitlines()[0][len(HEADER_START) :]
+    came_s = _int(entry.get("in"))
+    if user:
+        files = [File.from_json(f) for f in entry.get("files") or [] if isinstance(f, dict)]
+        media = entry.get("media")
+        bubbles.append(
+            Bubble(
+                "customer",
+                user,
+                came_s * 1000 or None,
+                who=customer_name(entry),
+                when="" if came_s else remembered_when,
+                files=files,
+                notes=[_str(n) for n in media if _str(n)] if isinstance(media, list) else [],
+            )
+        )
+    if answer:
+        human = entry.get("by") == BY_HUMAN
+        who = ""
+        if human:
+            who = "WhatsApp Business app" if entry.get("echo") else _str(entry.get("who"))
+        undelivered = UNDELIVERED.match(answer)
+        bubbles.append(
+            Bubble(
+                "business" if human else "bot",
+                answer[undelivered.end() :] if undelivered else answer,
+                _int(entry.get("at")) or None,
+                who=who,
+                state=undelivered.group(0).strip(" []") if undelivered else "",
+            )
+        )
+    return bubbles
+
+
+def _line_bubble(line: dict[str, Any]) -> Bubble:
+    """A line of a Chatwoot stretch a person of the business handled."""
+    agent = line.get("by") == "agent"
+    return Bubble(
+        "business" if agent else "customer",
+        _str(line.get("text")),
+        _int(line.get("ts")) * 1000 or None,
+        who=_str(line.get("name")),
+        message_id=_str(line.get("id")),
+    )
+
+
+def event_bubble(event: dict[str, Any], state: str) -> Bubble:
+    files = files_of_event(event)
+    text = _str(event.get("text"))
+    if files and text == files[0].caption:
+        text = ""  # the caption is shown with the file
+    ts = _int(event.get("ts"))
+    return Bubble(
+        "customer",
+        text,
+        ts * 1000 or _int(event.get("received_ms")) or None,
+        who=_str(event.get("name")),
+        state=state,
+        files=files,
+        message_id=_str(event.get("id")),
+    )
+
+
+@dataclass
+class Thread:
+    tenant: str
+    person: str
+    zone: str
+    bubbles: list[Bubble]
+    name: str
+    memory_entries: int
+
+
+async def thread(redis: Any, keys: Keys, tenant: str, person: str, zone: str) -> Thread:
+    """The person's conversation in time order, times in `zone`."""
+    k = keys.tenant(tenant)
+    pipe = redis.pipeline(transaction=False)
+    pipe.lrange(k.memory(person), 0, -1)
+    pipe.hmget(k.batch(person), "messages", "reply", "token")
+    pipe.lrange(k.pending(person), 0, -1)
+    memory, (batch_messages, reply, token), pending = await pipe.execute()
+    ordered: list[list[Bubble]] = []
+    for raw in memory:
+        entry = _json(raw)
+        if isinstance(entry, dict):
+            ordered.append(memory_bubbles(entry))
+    others: list[Bubble] = []
+    async for item in review_items_of(redis, k, person):
+        reason = _str(item.get("reason")) or "?"
+        for event in item.get("messages") or []:
+            if isinstance(event, dict):
+                others.append(event_bubble(event, f"parked for review: {reason}"))
+    batch_state = "in a turn now" if token else "waiting for a retry"
+    for event in _json(batch_messages) or []:
+        if isinstance(event, dict):
+            others.append(event_bubble(event, batch_state))
+    if reply is not None:
+        at = max((b.at_ms or 0 for b in others), default=0) or None
+        others.append(Bubble("bot", _text(reply), at, state="stored, being sent"))
+    for raw in pending:
+        event = _json(raw)
+        if isinstance(event, dict):
+            others.append(event_bubble(event, "waiting"))
+    bubbles = in_time_order(ordered, others)
+    for b in bubbles:
+        b.when = local(b.at_ms, zone) or b.when
+    names = [b.who for b in bubbles if b.by == "customer" and b.who]
+    return Thread(tenant, person, zone, bubbles, names[-1] if names else "", len(memory))
+
+
+def in_time_order(memory: Iterable[list[Bubble]], others: list[Bubble]) -> list[Bubble]:
+    """The memory's bubbles (in the memory's order; one without a time takes the time of the one
+    before it) merged with the others by time; a tie keeps the memory first."""
+    keyed: list[tuple[int, int, Bubble]] = []
+    last, seq = 0, 0
+    for bubbles in memory:
+        for b in bubbles:
+            last = max(last, b.at_ms or last)
+            keyed.append((last, seq, b))
+            seq += 1
+    for b in others:
+        keyed.append((b.at_ms or last, seq, b))
+        seq += 1
+    return [b for _, _, b in sorted(keyed, key=lambda x: (x[0], x[1]))]
+
+
+async def review_items_of(redis: Any, k: TenantKeys, person: str) -> AsyncIterator[dict[str, Any]]:
+    """The person's review items (the review hash has no per-person index: bounded scan)."""
+    read = 0
+    async for _, raw in redis.hscan_iter(k.review, count=SCAN_COUNT):
+        read += 1
+        item = _json(raw)
+        if isinstance(item, dict) and item.get("person") == person:
+            yield current_names(item)
+        if read >= REVIEW_LOOK:
+            return
+
+
+async def message_event(
+    redis: Any, keys: Keys, tenant: str, person: str, message_id: str
+) -> dict[str, Any] | File | None:
+    """The stored event of one of the person's messages (waiting, in the batch, in a review
+    item), or the file a remembered exchange kept of it: where the media route finds a
+    file's reference. None when Redis holds no such message of this person."""
+    k = keys.tenant(tenant)
+    pipe = redis.pipeline(transaction=False)
+    pipe.lrange(k.pending(person), 0, -1)
+    pipe.hget(k.batch(person), "messages")
+    pipe.lrange(k.memory(person), 0, -1)
+    pending, batch, memory = await pipe.execute()
+    events = [_json(raw) for raw in pending]
+    listed = _json(batch)
+    events += listed if isinstance(listed, list) else []
+    async for item in review_items_of(redis, k, person):
+        events += [m for m in item.get("messages") or [] if isinstance(m, dict)]
+    for event in events:
+        if isinstance(event, dict) and event.get("id") == message_id:
+            return event
+    for raw in memory:
+        entry = _json(raw)
+        for f in entry.get("files") or [] if isinstance(entry, dict) else []:
+            if isinstance(f, dict) and f.get("id") == message_id:
+                return File.from_json(f)
+    return None
