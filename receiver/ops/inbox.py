@@ -92,8 +92,16 @@ class Inbox:
         zone = self._settings.tenant(tenant).timezone
         shown = await thread.thread(redis, self._keys, tenant, person, zone)
         state = await queries.conversation(redis, self._keys, tenant, person)
+        pause = state["human_pause"]
         return self._render(
-            request, "thread.html", session, t=shown, c=state, tenant=tenant, person=person
+            request,
+            "thread.html",
+            session,
+            t=shown,
+            c=state,
+            tenant=tenant,
+            person=person,
+            paused_until=thread.local(pause["until_ms"], zone) if pause else "",
         )
 
     async def media(self, request: Request, session: Session) -> Response:
@@ -104,17 +112,17 @@ class Inbox:
         await queries.check_person(redis, self._keys, tenant, person)
         found = await thread.message_event(redis, self._keys, tenant, person, message_id)
         files: list[File] = []
-        if isinstance(found, File):
-            files = [found]
+        if isinstance(found, list):
+            files = found
         elif found is not None:
             files = files_of_event(found)
-        index = int(n) if n.isdigit() else -1
-        if not 0 <= index < len(files):
+        chosen = [f for f in files if n.isdigit() and f.n == int(n)]
+        if not chosen:
             raise NotFound(f"no file {n!r} of message {message_id!r} of person {person!r}")
         if self._media is None:  # one per process: its client keeps its connections
             self._media = OpsMedia(self._settings)
         try:
-            got = await self._media.get(tenant, files[index])
+            got = await self._media.get(tenant, chosen[0])
         except MediaError as exc:
             raise NotFound(f"the file could not be had: {exc}") from None
         headers = dict(MEDIA_HEADERS)

@@ -32,6 +32,7 @@ class File:
     filename: str = ""
     voice: bool = False
     channel: str = "whatsapp"
+    n: int = 0  # its place among its message's files (Chatwoot: several attachments)
 
     @property
     def shown(self) -> bool:
@@ -55,6 +56,8 @@ class File:
                 kept[name] = value
         if self.voice:
             kept["voice"] = True
+        if self.n:
+            kept["n"] = self.n
         return kept
 
     @classmethod
@@ -68,6 +71,7 @@ class File:
             mime_type=_str(kept.get("mime")),
             voice=kept.get("voice") is True,
             channel=_str(kept.get("ch")) or "whatsapp",
+            n=kept["n"] if isinstance(kept.get("n"), int) else 0,
         )
 
 
@@ -124,6 +128,7 @@ def _chatwoot(raw: Mapping[str, Any], message_id: str) -> list[File]:
                 filename=filename,
                 voice=voice,
                 channel=CHATWOOT,
+                n=len(found),
             )
         )
     return found

@@ -88,15 +88,23 @@ local function touched(person)
   end
 end
 
--- One ZADD for every person of the call (the index of the ops page's inbox); trimmed only
--- when it gained a person, so a call about known people costs that one command.
+-- One ZADD for every person of the call (the index of the ops page's inbox; one per 1000
+-- people, as unpack's stack is limited), trimmed only when it gained a person: a call about
+-- known people costs that one command.
 local function list_active()
   if n_active == 0 then return end
-  local args, i = {}, 0
-  for person in pairs(active) do
-    args[i + 1], args[i + 2], i = now, person, i + 2
+  local args, added = {}, 0
+  local function flush()
+    added = added + redis.call('ZADD', KEYS[8], unpack(args))
+    args = {}
   end
-  if redis.call('ZADD', KEYS[8], unpack(args)) > 0 then
+  for person in pairs(active) do
+    args[#args + 1] = now
+    args[#args + 1] = person
+    if #args >= 2000 then flush() end
+  end
+  if #args > 0 then flush() end
+  if added > 0 then
     redis.call('ZREMRANGEBYSCORE', KEYS[8], '-inf', now - {{CONVERSATIONS_KEPT_MS}})
     redis.call('ZREMRANGEBYRANK', KEYS[8], 0, -{{CONVERSATIONS_KEPT}} - 1)
   end

@@ -285,11 +285,10 @@ def _said_last(row: Row, pending: Any, batch: Any, memory: Any) -> None:
 
 
 def _event_text(event: dict[str, Any]) -> str:
-    text = _str(event.get("text"))
-    if text:
-        return text
     files = files_of_event(event)
-    return files[0].label if files else f"[{_str(event.get('type')) or 'message'}]"
+    if files:
+        return files[0].label  # `[image: caption]`
+    return _str(event.get("text")) or f"[{_str(event.get('type')) or 'message'}]"
 
 
 # --- the overview ---------------------------------------------------------------------------------

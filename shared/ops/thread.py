@@ -244,9 +244,9 @@ async def review_items_of(redis: Any, k: TenantKeys, person: str) -> AsyncIterat
 
 async def message_event(
     redis: Any, keys: Keys, tenant: str, person: str, message_id: str
-) -> dict[str, Any] | File | None:
+) -> dict[str, Any] | list[File] | None:
     """The stored event of one of the person's messages (waiting, in the batch, in a review
-    item), or the file a remembered exchange kept of it: where the media route finds a
+    item), or the files a remembered exchange kept of it: where the media route finds a
     file's reference. None when Redis holds no such message of this person."""
     k = keys.tenant(tenant)
     pipe = redis.pipeline(transaction=False)
@@ -262,9 +262,11 @@ async def message_event(
     for event in events:
         if isinstance(event, dict) and event.get("id") == message_id:
             return event
-    for raw in memory:
-        entry = _json(raw)
-        for f in entry.get("files") or [] if isinstance(entry, dict) else []:
-            if isinstance(f, dict) and f.get("id") == message_id:
-                return File.from_json(f)
-    return None
+    kept = [
+        File.from_json(f)
+        for entry in (_json(raw) for raw in memory)
+        if isinstance(entry, dict)
+        for f in entry.get("files") or []
+        if isinstance(f, dict) and f.get("id") == message_id
+    ]
+    return kept or None

@@ -21,6 +21,7 @@ import pytest
 from redis.asyncio import Redis
 
 from scripts.standins import GraphApiStandIn
+from shared import events
 from shared.conversation import index
 from shared.conversation.presentation import exchange
 from shared.keys import Keys
@@ -31,6 +32,7 @@ from tests.ops.support import PERSON, TENANT, ops_settings, park, sign_in
 from tests.receiver.support import running
 from tests.support.helpers import TOKEN
 from tests.worker.support import claim_due_now, ingest_one, message_event, quick_store
+from worker import conversation_store
 
 KEYS = Keys()
 K = KEYS.tenant(TENANT)
@@ -116,6 +118,22 @@ async def test_a_new_person_trims_the_index_by_age_and_by_count(
     assert await redis.zscore(K.conversations, "old-one") is None, "older than the age bound"
     assert await redis.zscore(K.conversations, "p0") is None, "past the newest KEPT"
     assert await redis.zscore(K.conversations, "5491100000000") is not None
+
+
+async def test_one_intake_of_thousands_of_people_lists_them_all(
+    redis: Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """More people in one call than Lua's unpack takes at once (the benchmark's intake)."""
+    monkeypatch.setattr(conversation_store, "MAX_INTAKE_PER_CALL", 10_000)
+    await Scripts().load(redis)
+    people = [f"549110{i:07d}" for i in range(4500)]
+    pipe = redis.pipeline(transaction=False)
+    for person in people:
+        pipe.lpush(K.inbox, events.encode(message_event(TENANT, person, f"w.{person}", "hola")))
+    await pipe.execute()
+    claim = await quick_store(redis, settings).claim(TENANT, 0, "intake")
+    assert not claim.more
+    assert await redis.zcard(K.conversations) == len(people)
 
 
 # --- the conversations view -----------------------------------------------------------------------
