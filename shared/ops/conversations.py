@@ -26,7 +26,7 @@ from shared.ops.thread import REVIEW_LOOK, customer_name, local, memory_bubbles
 
 PAGE = 50
 # Search looks at this many of the tenant's newest conversations, read this many at a time.
-SEARCH_LOOK = 500
+SEARCH_LOOK = 200
 SEARCH_CHUNK = 100
 SCAN_COUNT = 1000
 SNIPPET = 120
@@ -116,6 +116,7 @@ class Listing:
     review: Review
     query: str = ""
     looked: int = 0  # search: how many of the newest conversations were looked at
+    by_number: bool = False  # search: the query was a number (every listed one looked at)
 
     @property
     def next_offset(self) -> int | None:
@@ -137,22 +138,56 @@ async def listing(
     pipe.zcard(k.conversations)
     pipe.zrevrange(k.conversations, offset, offset + PAGE - 1, withscores=True)
     total, page = await pipe.execute()
-    review = await review_state(redis, k)
-    now = await live_state.redis_now_ms(redis)
     listed = [(_text(p), int(ms)) for p, ms in page]
+    review = await review_state(redis, k, {person for person, _ in listed})
+    now = await live_state.redis_now_ms(redis)
     rows = await _rows(redis, k, listed, now, review, zone)
     return Listing(tenant, rows, int(total), offset, now, review)
 
 
 async def search(redis: Any, keys: Keys, tenant: str, query: str, zone: str = "UTC") -> Listing:
-    """The conversations among the newest `SEARCH_LOOK` whose number holds `query`'s digits, or
-    whose contact name or remembered or waiting text holds `query` (case and accents as typed,
-    case-insensitive), newest first."""
+    """A number (digits, with spaces, `+`, dashes or brackets): the conversations whose number
+    holds it, among all the index lists. Anything else: those among the newest `SEARCH_LOOK`
+    whose contact name or remembered or waiting text holds it, case-insensitive. Newest first."""
     k = keys.tenant(tenant)
-    wanted = " ".join(query.split()).casefold()
     digits = re.sub(r"[\s+()\-.]", "", query)
-    newest = await redis.zrevrange(k.conversations, 0, SEARCH_LOOK - 1, withscores=True)
-    listed = [(_text(p), int(ms)) for p, ms in newest]
+    if digits.isdigit():
+        # Redis matches the numbers (ZSCAN MATCH): only the matches come back.
+        pattern = f"*{digits}*"
+        matches = [
+            (_text(p), int(ms))
+            async for p, ms in redis.zscan_iter(k.conversations, match=pattern, count=SCAN_COUNT)
+        ]
+        found = sorted(matches, key=lambda m: (-m[1], m[0]))
+        looked = int(await redis.zcard(k.conversations))
+    else:
+        newest = await redis.zrevrange(k.conversations, 0, SEARCH_LOOK - 1, withscores=True)
+        listed = [(_text(p), int(ms)) for p, ms in newest]
+        found = await _with_words(redis, k, listed, " ".join(query.split()).casefold())
+        looked = len(listed)
+    review = await review_state(redis, k, {person for person, _ in found[:PAGE]})
+    now = await live_state.redis_now_ms(redis)
+    rows = await _rows(redis, k, found[:PAGE], now, review, zone)
+    return Listing(
+        tenant,
+        rows,
+        looked,
+        0,
+        now,
+        review,
+        query=query,
+        looked=looked,
+        by_number=digits.isdigit(),
+    )
+
+
+async def _with_words(
+    redis: Any, k: TenantKeys, listed: list[tuple[str, int]], wanted: str
+) -> list[tuple[str, int]]:
+    """The conversations whose held text holds `wanted`, read `SEARCH_CHUNK` at a time. The
+    raw JSON is looked through first (one casefold and one substring search in C per
+    conversation); only a conversation it may match is decoded and checked field by field."""
+    longest = max(wanted.split(), key=len, default="")
     found: list[tuple[str, int]] = []
     for start in range(0, len(listed), SEARCH_CHUNK):
         chunk = listed[start : start + SEARCH_CHUNK]
@@ -164,15 +199,10 @@ async def search(redis: Any, keys: Keys, tenant: str, query: str, zone: str = "U
         answers = await pipe.execute() if chunk else []
         for i, (person, ms) in enumerate(chunk):
             memory, pending, batch = answers[3 * i : 3 * i + 3]
-            if (digits.isdigit() and digits in person) or (
-                wanted and _holds(wanted, memory, pending, batch)
-            ):
+            raw = b"\n".join([*memory, *pending, batch or b""]).decode(errors="replace")
+            if longest in raw.casefold() and _holds(wanted, memory, pending, batch):
                 found.append((person, ms))
-    review = await review_state(redis, k)
-    now = await live_state.redis_now_ms(redis)
-    rows = await _rows(redis, k, found[:PAGE], now, review, zone)
-    total = int(await redis.zcard(k.conversations))
-    return Listing(tenant, rows, total, 0, now, review, query=query, looked=len(listed))
+    return found
 
 
 def _holds(wanted: str, memory: list[bytes], pending: list[bytes], batch: bytes | None) -> bool:
@@ -194,9 +224,16 @@ def _holds(wanted: str, memory: list[bytes], pending: list[bytes], batch: bytes 
     return any(wanted in " ".join(t.split()).casefold() for t in texts if t)
 
 
-async def review_state(redis: Any, k: TenantKeys) -> Review:
+# An item's person and reason, read without decoding it (its messages are most of it).
+_PERSON = re.compile(rb'"person":"([^"\\]*)"')
+_REASON = re.compile(rb'"reason":"([^"\\]*)"')
+
+
+async def review_state(redis: Any, k: TenantKeys, people: set[str]) -> Review:
     """Who of the tenant is in review and for what, and the counts by reason, from up to
-    `REVIEW_LOOK` items of the review hash."""
+    `REVIEW_LOOK` items of the review hash; the last message of the newest item of each of
+    `people` (the page's). Only those items are decoded; the others are read with three
+    regular expressions, or decoded when those find nothing."""
     total = int(await redis.hlen(k.review))
     by_person: dict[str, list[str]] = {}
     by_reason: dict[str, int] = {}
@@ -205,16 +242,23 @@ async def review_state(redis: Any, k: TenantKeys) -> Review:
     if total:
         async for _, raw in redis.hscan_iter(k.review, count=SCAN_COUNT):
             read += 1
-            item = _json(raw)
-            if isinstance(item, dict):
-                reason = _str(item.get("reason")) or "?"
-                by_reason[reason] = by_reason.get(reason, 0) + 1
-                person = _str(item.get("person"))
-                if person and reason not in by_person.setdefault(person, []):
-                    by_person[person].append(reason)
+            person_m, reason_m = _PERSON.search(raw), _REASON.search(raw)
+            if person_m and reason_m:
+                person, reason = _text(person_m.group(1)), _text(reason_m.group(1))
+                item = _json(raw) if person in people else None
+            else:
+                item = _json(raw)
+                if not isinstance(item, dict):
+                    continue
+                person, reason = _str(item.get("person")), _str(item.get("reason"))
+            reason = reason or "?"
+            by_reason[reason] = by_reason.get(reason, 0) + 1
+            if person and reason not in by_person.setdefault(person, []):
+                by_person[person].append(reason)
+            if person in people and isinstance(item, dict):
                 messages = [m for m in item.get("messages") or [] if isinstance(m, dict)]
                 at = _int(item.get("reviewed_ms"))
-                if person and messages and at >= last.get(person, (0, {}))[0]:
+                if messages and at >= last.get(person, (0, {}))[0]:
                     last[person] = (at, messages[-1])
             if read >= REVIEW_LOOK:
                 break
