@@ -6,15 +6,24 @@ overview, and the files of customers' messages.
                                     or those matching q= (number, contact name, a word)
     GET /ops/thread?tenant=&person= one conversation in time order, with the reply form
     GET /ops/media?tenant=&person=&id=&n=   the n-th file of one of the person's messages
+    GET /ops/live.js                the script that keeps these pages live
 
 Read-only (the thread's reply form posts to /ops/conversation/reply). What it reads and how it
 stays bounded: shared/ops/conversations.py and thread.py; the file fetch: shared/ops/media.py.
+
+Live: each page's changing part is a template of its own (`_*_live.html`), answered alone for
+`part=live`; static/live.js fetches that every 3 s while the tab is shown and puts it in place.
+These pages' CSP allows that one script from the page's own origin (`script-src 'self'`, and
+`connect-src 'self'` for its fetch); no inline script, nothing from elsewhere. Without scripts
+the pages are the same, as of their load.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -36,6 +45,11 @@ MEDIA_HEADERS = {
     "content-security-policy": "default-src 'none'; sandbox",
     "cache-control": "private, max-age=300",
 }
+
+# The pages with live.js: the page's own CSP, plus that one script and its fetch.
+LIVE_CSP = HEADERS["content-security-policy"] + "; script-src 'self'; connect-src 'self'"
+LIVE_JS = (Path(__file__).parent / "static" / "live.js").read_bytes()
+LIVE_JS_HEADERS = {**HEADERS, "cache-control": "no-cache"}
 
 Render = Callable[..., Response]
 
@@ -61,7 +75,7 @@ class Inbox:
         redis = self._redis()
         overview = await conversations.overview(redis, self._keys)
         if not tenant:
-            return self._render(request, "inbox.html", session, overview=overview)
+            return self._page(request, session, "inbox", overview=overview)
         await queries.check_tenant(redis, self._keys, tenant)
         query = " ".join(params.get("q", "").split())[:QUERY_MAX]
         offset = params.get("offset", "0")
@@ -72,10 +86,10 @@ class Inbox:
             start = int(offset) if offset.isdigit() else 0
             listing = await conversations.listing(redis, self._keys, tenant, start, zone)
         counts = next((t for t in overview.tenants if t.tenant == tenant), None)
-        return self._render(
+        return self._page(
             request,
-            "conversations.html",
             session,
+            "conversations",
             overview=overview,
             counts=counts,
             listing=listing,
@@ -93,16 +107,29 @@ class Inbox:
         shown = await thread.thread(redis, self._keys, tenant, person, zone)
         state = await queries.conversation(redis, self._keys, tenant, person)
         pause = state["human_pause"]
-        return self._render(
+        return self._page(
             request,
-            "thread.html",
             session,
+            "thread",
             t=shown,
             c=state,
             tenant=tenant,
             person=person,
             paused_until=thread.local(pause["until_ms"], zone) if pause else "",
         )
+
+    def _page(self, request: Request, session: Session, name: str, **context: Any) -> Response:
+        """The page `name`, or only its live part (`part=live`, what live.js asks for)."""
+        params = dict(request.query_params)
+        if params.pop("part", "") == "live":
+            return self._render(request, f"_{name}_live.html", session, **context)
+        live_url = f"{request.url.path}?{urlencode({**params, 'part': 'live'})}"
+        response = self._render(request, f"{name}.html", session, live_url=live_url, **context)
+        response.headers["content-security-policy"] = LIVE_CSP
+        return response
+
+    async def live_js(self, request: Request) -> Response:
+        return Response(LIVE_JS, media_type="text/javascript", headers=LIVE_JS_HEADERS)
 
     async def media(self, request: Request, session: Session) -> Response:
         params = request.query_params

@@ -8,6 +8,7 @@ set.
     GET  /ops/conversations     the inbox: overview, a tenant's conversations, search
     GET  /ops/thread            one conversation in time order (?tenant=&person=)
     GET  /ops/media             the file of a customer's message (?tenant=&person=&id=&n=)
+    GET  /ops/live.js           the script that keeps the inbox's pages live (no session needed)
     POST /ops/item/requeue      requeue an item (form: tenant, id)
     POST /ops/item/drop         drop an item (form: tenant, id)
     POST /ops/bulk-requeue      requeue every item of a reason (form: reason, tenant)
@@ -257,6 +258,7 @@ class OpsPage:
                 Route("/conversations", page(self.inbox.conversations), methods=["GET"]),
                 Route("/thread", page(self.inbox.thread), methods=["GET"]),
                 Route("/media", page(self.inbox.media), methods=["GET"]),
+                Route("/live.js", self.inbox.live_js, methods=["GET"]),
                 Route("/item/requeue", action(self.requeue), methods=["POST"]),
                 Route("/item/drop", action(self.drop), methods=["POST"]),
                 Route("/bulk-requeue", action(self.bulk_requeue), methods=["POST"]),

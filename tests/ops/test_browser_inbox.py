@@ -122,3 +122,69 @@ async def test_overview_conversations_search_and_a_thread_with_an_image(
         assert await fits_the_width(page), f"wider than the screen: {where}"
     (sent,) = graph.sent_texts(PERSON)
     assert sent.body == "Te escribo yo, Ana."
+
+
+@pytest.mark.parametrize("size", ["desktop", "phone"])
+async def test_the_list_and_the_open_thread_update_without_a_reload(
+    redis: Redis, settings: Settings, tmp_path: Path, size: str
+) -> None:
+    shots, viewport = folder(tmp_path), PHONE if size == "phone" else DESKTOP
+    await answered(redis, settings, PERSON, "hola", "¡Hola! ¿En qué te ayudo?", name="Rosa")
+    async with served(ops_settings(settings, timezone=ZONE)) as url, chromium() as browser:
+        page = await browser.new_page(viewport=viewport)
+        await page.goto(f"{url}/ops/signin")
+        await page.fill("#token", OPS_TOKEN)
+        await page.fill("#name", "Ana")
+        await page.click("button[type=submit]")
+        await page.goto(f"{url}/ops/conversations?tenant={TENANT}")
+        rows = page.locator("table.conversations tbody tr")
+        await expect(rows).to_have_count(1)
+        loaded_at = await page.evaluate("performance.timeOrigin")
+        await store_message(redis, WAITING, HOSTILE, name="Mariana López")
+        await intake(redis, settings)
+        # Within a few seconds, without a reload: the new conversation on top.
+        await expect(rows).to_have_count(2, timeout=10_000)
+        await expect(rows.nth(0)).to_contain_text("Mariana López")
+        assert await page.title() != "owned"
+        await expect(page.locator("#live-status")).to_contain_text("Live: up to date")
+        where = await shot(page, shots, f"{size}-6-live-list")
+        assert await page.evaluate("performance.timeOrigin") == loaded_at, f"reloaded: {where}"
+
+        await page.get_by_role("link", name="Rosa").click()
+        bubbles = page.locator("ol.thread li.bubble")
+        await expect(bubbles).to_have_count(2)
+        await page.fill("#text", "a half-written reply")
+        await store_message(redis, PERSON, "¿siguen abiertos?", name="Rosa")
+        await intake(redis, settings)
+        await expect(bubbles).to_have_count(3, timeout=10_000)
+        await expect(bubbles.nth(2)).to_contain_text("¿siguen abiertos?")
+        await expect(bubbles.nth(2)).to_contain_text("waiting")
+        await expect(page.locator("#text")).to_have_value("a half-written reply")
+        await shot(page, shots, f"{size}-7-live-thread")
+
+
+async def test_with_scripts_off_every_page_still_works(
+    redis: Redis, settings: Settings, tmp_path: Path
+) -> None:
+    shots = folder(tmp_path)
+    await answered(redis, settings, PERSON, "hola", "¡Hola!", name="Rosa")
+    async with served(ops_settings(settings)) as url, chromium() as browser:
+        context = await browser.new_context(java_script_enabled=False, viewport=PHONE)
+        page = await context.new_page()
+        await page.goto(f"{url}/ops/signin")
+        await page.fill("#token", OPS_TOKEN)
+        await page.fill("#name", "Ana")
+        await page.click("button[type=submit]")
+        await page.get_by_role("link", name="Conversations").click()
+        await page.get_by_role("link", name=TENANT).click()
+        await page.fill("#q", "rosa")
+        await page.get_by_role("button", name="Search").click()
+        await page.get_by_role("link", name="Rosa").click()
+        await expect(page.locator("ol.thread li.bubble")).to_have_count(2)
+        await expect(page.locator("#live-status")).to_be_hidden()
+        await shot(page, shots, "phone-8-no-script-thread")
+        await store_message(redis, PERSON, "otra", name="Rosa")
+        await intake(redis, settings)
+        await page.reload()
+        await expect(page.locator("ol.thread li.bubble")).to_have_count(3)
+        await context.close()

@@ -388,3 +388,41 @@ async def test_a_file_of_another_type_is_a_download_never_shown_inline(
     assert answer.status_code == 200
     assert answer.headers["content-type"] == "application/octet-stream"
     assert answer.headers["content-disposition"] == "attachment"
+
+
+# --- live -----------------------------------------------------------------------------------------
+async def test_the_pages_offer_their_live_part_and_allow_only_their_own_script(
+    ops: httpx.AsyncClient, redis: Redis, settings: Settings
+) -> None:
+    await store_message(redis, PERSON, "hola", name="Rosa")
+    await intake(redis, settings)
+    for path in (
+        "/ops/conversations",
+        f"/ops/conversations?tenant={TENANT}",
+        f"/ops/thread?tenant={TENANT}&person={PERSON}",
+    ):
+        page = await ops.get(path)
+        csp = page.headers["content-security-policy"]
+        assert "script-src 'self'" in csp and "connect-src 'self'" in csp, path
+        assert "unsafe-inline'; img" in csp and "script-src 'unsafe" not in csp, "styles only"
+        assert '<script src="/ops/live.js" defer></script>' in page.text
+        assert page.text.count("<script") == 1, "no inline script"
+        live_url = re.search(r'data-live="([^"]+)"', page.text)
+        assert live_url and "part=live" in live_url.group(1), path
+        part = await ops.get(live_url.group(1).replace("&amp;", "&"))
+        assert part.status_code == 200 and "<html" not in part.text and "<script" not in part.text
+        assert "script-src" not in part.headers["content-security-policy"], "a part runs nothing"
+    part = await ops.get(f"/ops/thread?tenant={TENANT}&person={PERSON}&part=live")
+    assert "hola" in part.text and "Rosa" in part.text
+    script = await ops.get("/ops/live.js")
+    assert script.status_code == 200 and script.headers["content-type"].startswith(
+        "text/javascript"
+    )
+    assert script.headers["x-content-type-options"] == "nosniff"
+    assert "fetch(url" in script.text
+
+
+async def test_signed_out_the_live_part_is_refused(ops: httpx.AsyncClient) -> None:
+    ops.cookies.clear()
+    part = await ops.get(f"/ops/conversations?tenant={TENANT}&part=live")
+    assert part.status_code == 303 and "/ops/signin" in part.headers["location"]
