@@ -32,6 +32,7 @@ from receiver.ops import queries
 from receiver.ops.auth import Session
 from receiver.ops.queries import NotFound
 from receiver.ops.web import HEADERS
+from shared.chatwoot import TENANT_PREFIX as CHATWOOT_TENANT
 from shared.conversation.files import File, files_of_event
 from shared.keys import Keys
 from shared.ops import conversations, thread
@@ -116,6 +117,8 @@ class Inbox:
             tenant=tenant,
             person=person,
             paused_until=thread.local(pause["until_ms"], zone) if pause else "",
+            # Chatwoot has no 24-hour window of its own to show (its channels differ).
+            chatwoot=tenant.startswith(CHATWOOT_TENANT),
         )
 
     def _page(self, request: Request, session: Session, name: str, **context: Any) -> Response:

@@ -20,7 +20,9 @@ import orjson
 import pytest
 from redis.asyncio import Redis
 
+from receiver.providers.chatwoot import parse_body
 from scripts.standins import GraphApiStandIn
+from scripts.webhooks import agent_user, message_created
 from shared import events
 from shared.conversation import index
 from shared.conversation.presentation import exchange
@@ -426,3 +428,37 @@ async def test_signed_out_the_live_part_is_refused(ops: httpx.AsyncClient) -> No
     ops.cookies.clear()
     part = await ops.get(f"/ops/conversations?tenant={TENANT}&part=live")
     assert part.status_code == 303 and "/ops/signin" in part.headers["location"]
+
+
+async def test_a_chatwoot_agents_message_shows_as_the_agents_not_the_bots(
+    ops: httpx.AsyncClient, redis: Redis, settings: Settings
+) -> None:
+    """Through the receiver's parser and the real intake: the agent's message silences the bot
+    and joins the memory (lib/silence.lua); the thread names the agent."""
+    tenant, conversation = "cw-1-3", "42"
+    k = KEYS.tenant(tenant)
+    await redis.sadd(KEYS.tenants, tenant)
+    laura = agent_user(12, "Laura Gómez")
+    for payload in (
+        message_created(message_id=7001, content="¿tienen stock?", conversation=42),
+        message_created(
+            message_id=7002,
+            content="Sí, te lo aparto",
+            conversation=42,
+            message_type="outgoing",
+            sender=laura,
+        ),
+    ):
+        parsed = parse_body(orjson.dumps(payload), int(time.time() * 1000))
+        for event in parsed.events[tenant]:
+            assert await ingest_one(redis, k, event)
+    await Scripts().load(redis)
+    await quick_store(redis, settings).claim(tenant, 0, "intake")
+    assert await redis.zscore(k.conversations, conversation) is not None
+    html = (await ops.get(f"/ops/thread?tenant={tenant}&person={conversation}")).text
+    bubbles = html.split('<li class="bubble ')[1:]
+    assert [b.split('"')[0] for b in bubbles] == ["customer", "business"], html
+    assert "Laura Gómez" in bubbles[1] and "Sí, te lo aparto" in bubbles[1]
+    assert "Chatwoot conversation" in html and "24-hour window" not in html
+    listing = (await ops.get(f"/ops/conversations?tenant={tenant}")).text
+    assert "agent handles it" in listing and "Business:" in listing

@@ -78,11 +78,14 @@ async def test_finished_conversations_leave_no_keys_or_entries_behind(
     for key in expiring:
         assert await redis.ttl(key) > 0, f"{key} must expire"
     # Only the bounded or permanent records remain: registry, counters, capped outbox, review,
+    # the conversations index of the ops inbox (the newest 10 000, 7 days: its claim trims it),
     # and the running workers' heartbeats (each worker removes its own as it stops).
     rest = set(found) - set(seen) - set(expiring)
-    assert sorted(rest) == sorted([keys.tenants, k.stats, k.outbox, k.review, keys.workers]), (
+    kept = [keys.tenants, k.stats, k.outbox, k.review, k.conversations, keys.workers]
+    assert sorted(rest) == sorted(kept), (
         "no inbox, due, running, burst, pending, batch or lock keys left"
     )
+    assert await redis.zcard(k.conversations) == 5, "one entry a person"
     assert await redis.llen(k.outbox) == 4  # plain, flaky, chatty x2
     assert (await stats(redis, prefix))["messages"] == 7
 
