@@ -16,13 +16,20 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
-
 from shared.conversation.files import files_of_event
 from shared.fleet.ai_pause import Pause
 from shared.keys import Keys, TenantKeys
 from shared.ops import live_state
-from shared.ops.thread import REVIEW_LOOK, customer_name, local, memory_bubbles
+from shared.ops.thread import (
+    REVIEW_LOOK,
+    customer_name,
+    int_of,
+    json_of,
+    local,
+    memory_bubbles,
+    str_of,
+    text_of,
+)
 
 PAGE = 50
 # Search looks at this many of the tenant's newest conversations, read this many at a time.
@@ -30,33 +37,6 @@ SEARCH_LOOK = 200
 SEARCH_CHUNK = 100
 SCAN_COUNT = 1000
 SNIPPET = 120
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode(errors="replace") if isinstance(value, bytes) else value
-
-
-def _json(raw: Any) -> Any:
-    if raw is None:
-        return None
-    try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return None
-
-
-def _str(value: Any) -> str:
-    return value if isinstance(value, str) else ""
-
-
-def _int(value: Any) -> int:
-    if isinstance(value, bool):
-        return 0
-    if isinstance(value, int | float):
-        return int(value)
-    if isinstance(value, str | bytes) and _text(value).strip().isdigit():
-        return int(_text(value))
-    return 0
 
 
 def snippet(text: str) -> str:
@@ -138,7 +118,7 @@ async def listing(
     pipe.zcard(k.conversations)
     pipe.zrevrange(k.conversations, offset, offset + PAGE - 1, withscores=True)
     total, page = await pipe.execute()
-    listed = [(_text(p), int(ms)) for p, ms in page]
+    listed = [(text_of(p), int(ms)) for p, ms in page]
     review = await review_state(redis, k, {person for person, _ in listed})
     now = await live_state.redis_now_ms(redis)
     rows = await _rows(redis, k, listed, now, review, zone)
@@ -155,14 +135,14 @@ async def search(redis: Any, keys: Keys, tenant: str, query: str, zone: str = "U
         # Redis matches the numbers (ZSCAN MATCH): only the matches come back.
         pattern = f"*{digits}*"
         matches = [
-            (_text(p), int(ms))
+            (text_of(p), int(ms))
             async for p, ms in redis.zscan_iter(k.conversations, match=pattern, count=SCAN_COUNT)
         ]
         found = sorted(matches, key=lambda m: (-m[1], m[0]))
         looked = int(await redis.zcard(k.conversations))
     else:
         newest = await redis.zrevrange(k.conversations, 0, SEARCH_LOOK - 1, withscores=True)
-        listed = [(_text(p), int(ms)) for p, ms in newest]
+        listed = [(text_of(p), int(ms)) for p, ms in newest]
         found = await _with_words(redis, k, listed, " ".join(query.split()).casefold())
         looked = len(listed)
     review = await review_state(redis, k, {person for person, _ in found[:PAGE]})
@@ -208,19 +188,19 @@ async def _with_words(
 def _holds(wanted: str, memory: list[bytes], pending: list[bytes], batch: bytes | None) -> bool:
     texts: list[str] = []
     for raw in memory:
-        entry = _json(raw)
+        entry = json_of(raw)
         if isinstance(entry, dict):
-            texts += [_str(entry.get("header")), _str(entry.get("user"))]
-            texts.append(_str(entry.get("assistant")))
+            texts += [str_of(entry.get("header")), str_of(entry.get("user"))]
+            texts.append(str_of(entry.get("assistant")))
             for line in entry.get("lines") or []:
                 if isinstance(line, dict):
-                    texts += [_str(line.get("name")), _str(line.get("text"))]
-    events = [_json(raw) for raw in pending]
-    listed = _json(batch)
+                    texts += [str_of(line.get("name")), str_of(line.get("text"))]
+    events = [json_of(raw) for raw in pending]
+    listed = json_of(batch)
     events += listed if isinstance(listed, list) else []
     for event in events:
         if isinstance(event, dict):
-            texts += [_str(event.get("name")), _str(event.get("text"))]
+            texts += [str_of(event.get("name")), str_of(event.get("text"))]
     return any(wanted in " ".join(t.split()).casefold() for t in texts if t)
 
 
@@ -244,20 +224,20 @@ async def review_state(redis: Any, k: TenantKeys, people: set[str]) -> Review:
             read += 1
             person_m, reason_m = _PERSON.search(raw), _REASON.search(raw)
             if person_m and reason_m:
-                person, reason = _text(person_m.group(1)), _text(reason_m.group(1))
-                item = _json(raw) if person in people else None
+                person, reason = text_of(person_m.group(1)), text_of(reason_m.group(1))
+                item = json_of(raw) if person in people else None
             else:
-                item = _json(raw)
+                item = json_of(raw)
                 if not isinstance(item, dict):
                     continue
-                person, reason = _str(item.get("person")), _str(item.get("reason"))
+                person, reason = str_of(item.get("person")), str_of(item.get("reason"))
             reason = reason or "?"
             by_reason[reason] = by_reason.get(reason, 0) + 1
             if person and reason not in by_person.setdefault(person, []):
                 by_person[person].append(reason)
             if person in people and isinstance(item, dict):
                 messages = [m for m in item.get("messages") or [] if isinstance(m, dict)]
-                at = _int(item.get("reviewed_ms"))
+                at = int_of(item.get("reviewed_ms"))
                 if messages and at >= last.get(person, (0, {}))[0]:
                     last[person] = (at, messages[-1])
             if read >= REVIEW_LOOK:
@@ -294,19 +274,19 @@ async def _rows(
         row.paused, row.silent = _dict(human), _dict(silent)
         row.due_in_ms = int(due) - now if due is not None and int(waiting) else None
         row.review = review.by_person.get(person, [])
-        memory = _json(last_memory)
+        memory = json_of(last_memory)
         parked = review.last.get(person)
-        if parked and not (isinstance(memory, dict) and _int(memory.get("at")) > parked[0]):
+        if parked and not (isinstance(memory, dict) and int_of(memory.get("at")) > parked[0]):
             memory = None  # the words of the newest review item are the latest
-        events = _json(batch_messages)
+        events = json_of(batch_messages)
         events = [*(parked[1:] if parked else []), *(events if isinstance(events, list) else [])]
-        _said_last(row, _json(last_pending), events, memory)
+        _said_last(row, json_of(last_pending), events, memory)
         rows.append(row)
     return rows
 
 
 def _dict(raw: Any) -> dict[str, Any] | None:
-    value = _json(raw)
+    value = json_of(raw)
     return value if isinstance(value, dict) else None
 
 
@@ -315,12 +295,12 @@ def _said_last(row: Row, pending: Any, batch: Any, memory: Any) -> None:
     events = [e for e in (batch if isinstance(batch, list) else []) if isinstance(e, dict)]
     if isinstance(pending, dict):
         events.append(pending)
-    names = [_str(e.get("name")) for e in events if _str(e.get("name"))]
+    names = [str_of(e.get("name")) for e in events if str_of(e.get("name"))]
     row.name = names[-1] if names else ""
     if isinstance(memory, dict) and not row.name:
         row.name = customer_name(memory)
     if events:
-        row.last_text, row.last_by = _event_text(events[-1]), "customer"
+        row.last_text, row.last_by = _eventtext_of(events[-1]), "customer"
     elif isinstance(memory, dict):
         bubbles = memory_bubbles(memory)
         if bubbles:
@@ -328,11 +308,11 @@ def _said_last(row: Row, pending: Any, batch: Any, memory: Any) -> None:
     row.last_text = snippet(row.last_text)
 
 
-def _event_text(event: dict[str, Any]) -> str:
+def _eventtext_of(event: dict[str, Any]) -> str:
     files = files_of_event(event)
     if files:
         return files[0].label  # `[image: caption]`
-    return _str(event.get("text")) or f"[{_str(event.get('type')) or 'message'}]"
+    return str_of(event.get("text")) or f"[{str_of(event.get('type')) or 'message'}]"
 
 
 # --- the overview ---------------------------------------------------------------------------------
@@ -356,7 +336,7 @@ class Overview:
 async def overview(redis: Any, keys: Keys) -> Overview:
     """Per tenant: conversations listed, waiting (due), running, review items; the workers
     alive by their heartbeats; the fleet's pause of AI calls."""
-    tenants = sorted(_text(t) for t in await redis.smembers(keys.tenants))
+    tenants = sorted(text_of(t) for t in await redis.smembers(keys.tenants))
     pipe = redis.pipeline(transaction=False)
     for t in tenants:
         k = keys.tenant(t)

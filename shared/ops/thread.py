@@ -30,11 +30,13 @@ SCAN_COUNT = 1000
 UNDELIVERED = re.compile(r"^\[not delivered: [^\]]*\] ?")
 
 
-def _text(value: bytes | str) -> str:
+# Values as Redis and the stored JSON give them, read without trusting their types: items of an
+# older release, or written by hand, may hold anything (shared/ops/conversations.py uses these).
+def text_of(value: bytes | str) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else value
 
 
-def _json(raw: Any) -> Any:
+def json_of(raw: Any) -> Any:
     if raw is None:
         return None
     try:
@@ -43,17 +45,17 @@ def _json(raw: Any) -> Any:
         return None
 
 
-def _str(value: Any) -> str:
+def str_of(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
 
-def _int(value: Any) -> int:
+def int_of(value: Any) -> int:
     if isinstance(value, bool):
         return 0
     if isinstance(value, int | float):
         return int(value)
-    if isinstance(value, str | bytes) and _text(value).strip().isdigit():
-        return int(_text(value))
+    if isinstance(value, str | bytes) and text_of(value).strip().isdigit():
+        return int(text_of(value))
     return 0
 
 
@@ -61,9 +63,9 @@ def customer_name(entry: dict[str, Any]) -> str:
     """The customer's name a remembered exchange holds (its header's `From:`), or ""."""
     if is_human_entry(entry):
         lines = [x for x in entry.get("lines") or [] if isinstance(x, dict)]
-        names = [_str(x.get("name")) for x in lines if x.get("by") != "agent" and x.get("name")]
+        names = [str_of(x.get("name")) for x in lines if x.get("by") != "agent" and x.get("name")]
         return names[-1] if names else ""
-    for line in _str(entry.get("header")).splitlines():
+    for line in str_of(entry.get("header")).splitlines():
         if line.startswith("From: "):
             return line[len("From: ") :]
     return ""
@@ -100,12 +102,12 @@ def memory_bubbles(entry: dict[str, Any]) -> list[Bubble]:
     if is_human_entry(entry):
         return [_line_bubble(x) for x in entry.get("lines") or [] if isinstance(x, dict)]
     bubbles = []
-    user, answer = _str(entry.get("user")), _str(entry.get("assistant"))
-    header = _str(entry.get("header"))
+    user, answer = str_of(entry.get("user")), str_of(entry.get("assistant"))
+    header = str_of(entry.get("header"))
     remembered_when = ""
     if header.startswith(HEADER_START):
         remembered_when = header.splitlines()[0][len(HEADER_START) :]
-    came_s = _int(entry.get("in"))
+    came_s = int_of(entry.get("in"))
     if user:
         files = [File.from_json(f) for f in entry.get("files") or [] if isinstance(f, dict)]
         media = entry.get("media")
@@ -117,20 +119,20 @@ def memory_bubbles(entry: dict[str, Any]) -> list[Bubble]:
                 who=customer_name(entry),
                 when="" if came_s else remembered_when,
                 files=files,
-                notes=[_str(n) for n in media if _str(n)] if isinstance(media, list) else [],
+                notes=[str_of(n) for n in media if str_of(n)] if isinstance(media, list) else [],
             )
         )
     if answer:
         human = entry.get("by") == BY_HUMAN
         who = ""
         if human:
-            who = "WhatsApp Business app" if entry.get("echo") else _str(entry.get("who"))
+            who = "WhatsApp Business app" if entry.get("echo") else str_of(entry.get("who"))
         undelivered = UNDELIVERED.match(answer)
         bubbles.append(
             Bubble(
                 "business" if human else "bot",
                 answer[undelivered.end() :] if undelivered else answer,
-                _int(entry.get("at")) or None,
+                int_of(entry.get("at")) or None,
                 who=who,
                 state=undelivered.group(0).strip(" []") if undelivered else "",
             )
@@ -143,27 +145,27 @@ def _line_bubble(line: dict[str, Any]) -> Bubble:
     agent = line.get("by") == "agent"
     return Bubble(
         "business" if agent else "customer",
-        _str(line.get("text")),
-        _int(line.get("ts")) * 1000 or None,
-        who=_str(line.get("name")),
-        message_id=_str(line.get("id")),
+        str_of(line.get("text")),
+        int_of(line.get("ts")) * 1000 or None,
+        who=str_of(line.get("name")),
+        message_id=str_of(line.get("id")),
     )
 
 
 def event_bubble(event: dict[str, Any], state: str) -> Bubble:
     files = files_of_event(event)
-    text = _str(event.get("text"))
+    text = str_of(event.get("text"))
     if files and text == files[0].caption:
         text = ""  # the caption is shown with the file
-    ts = _int(event.get("ts"))
+    ts = int_of(event.get("ts"))
     return Bubble(
         "customer",
         text,
-        ts * 1000 or _int(event.get("received_ms")) or None,
-        who=_str(event.get("name")),
+        ts * 1000 or int_of(event.get("received_ms")) or None,
+        who=str_of(event.get("name")),
         state=state,
         files=files,
-        message_id=_str(event.get("id")),
+        message_id=str_of(event.get("id")),
     )
 
 
@@ -187,24 +189,24 @@ async def thread(redis: Any, keys: Keys, tenant: str, person: str, zone: str) ->
     memory, (batch_messages, reply, token), pending = await pipe.execute()
     ordered: list[list[Bubble]] = []
     for raw in memory:
-        entry = _json(raw)
+        entry = json_of(raw)
         if isinstance(entry, dict):
             ordered.append(memory_bubbles(entry))
     others: list[Bubble] = []
     async for item in review_items_of(redis, k, person):
-        reason = _str(item.get("reason")) or "?"
+        reason = str_of(item.get("reason")) or "?"
         for event in item.get("messages") or []:
             if isinstance(event, dict):
                 others.append(event_bubble(event, f"parked for review: {reason}"))
     batch_state = "in a turn now" if token else "waiting for a retry"
-    for event in _json(batch_messages) or []:
+    for event in json_of(batch_messages) or []:
         if isinstance(event, dict):
             others.append(event_bubble(event, batch_state))
     if reply is not None:
         at = max((b.at_ms or 0 for b in others), default=0) or None
-        others.append(Bubble("bot", _text(reply), at, state="stored, being sent"))
+        others.append(Bubble("bot", text_of(reply), at, state="stored, being sent"))
     for raw in pending:
-        event = _json(raw)
+        event = json_of(raw)
         if isinstance(event, dict):
             others.append(event_bubble(event, "waiting"))
     bubbles = in_time_order(ordered, others)
@@ -235,7 +237,7 @@ async def review_items_of(redis: Any, k: TenantKeys, person: str) -> AsyncIterat
     read = 0
     async for _, raw in redis.hscan_iter(k.review, count=SCAN_COUNT):
         read += 1
-        item = _json(raw)
+        item = json_of(raw)
         if isinstance(item, dict) and item.get("person") == person:
             yield current_names(item)
         if read >= REVIEW_LOOK:
@@ -254,8 +256,8 @@ async def message_event(
     pipe.hget(k.batch(person), "messages")
     pipe.lrange(k.memory(person), 0, -1)
     pending, batch, memory = await pipe.execute()
-    events = [_json(raw) for raw in pending]
-    listed = _json(batch)
+    events = [json_of(raw) for raw in pending]
+    listed = json_of(batch)
     events += listed if isinstance(listed, list) else []
     async for item in review_items_of(redis, k, person):
         events += [m for m in item.get("messages") or [] if isinstance(m, dict)]
@@ -264,7 +266,7 @@ async def message_event(
             return event
     kept = [
         File.from_json(f)
-        for entry in (_json(raw) for raw in memory)
+        for entry in (json_of(raw) for raw in memory)
         if isinstance(entry, dict)
         for f in entry.get("files") or []
         if isinstance(f, dict) and f.get("id") == message_id
