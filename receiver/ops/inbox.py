@@ -48,7 +48,10 @@ MEDIA_HEADERS = {
 }
 
 # The pages with live.js: the page's own CSP, plus that one script and its fetch.
-LIVE_CSP = HEADERS["content-security-policy"] + "; script-src 'self'; connect-src 'self'"
+# A voice note plays in the page from /ops/media: media-src 'self' too.
+LIVE_CSP = (
+    HEADERS["content-security-policy"] + "; script-src 'self'; connect-src 'self'; media-src 'self'"
+)
 LIVE_JS = (Path(__file__).parent / "static" / "live.js").read_bytes()
 LIVE_JS_HEADERS = {**HEADERS, "cache-control": "no-cache"}
 

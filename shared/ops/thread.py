@@ -108,9 +108,9 @@ def memory_bubbles(entry: dict[str, Any]) -> list[Bubble]:
     if header.startswith(HEADER_START):
         remembered_when = header.splitlines()[0][len(HEADER_START) :]
     came_s = int_of(entry.get("in"))
-    if user:
-        files = [File.from_json(f) for f in entry.get("files") or [] if isinstance(f, dict)]
-        media = entry.get("media")
+    files = [File.from_json(f) for f in entry.get("files") or [] if isinstance(f, dict)]
+    media = entry.get("media")
+    if user or files or media:
         bubbles.append(
             Bubble(
                 "customer",

@@ -70,13 +70,21 @@ async def store_message(
 
 
 async def answered(
-    redis: Redis, settings: Settings, person: str, text: str, reply: str, **fields: Any
+    redis: Redis,
+    settings: Settings,
+    person: str,
+    text: str,
+    reply: str,
+    media: tuple[str, ...] = (),
+    **fields: Any,
 ) -> None:
-    """A message of `person` taken in, claimed and answered by a turn's finish."""
+    """A message of `person` taken in, claimed and answered by a turn's finish; `media`: what
+    the turn read of its files (a voice note's transcription)."""
     await store_message(redis, person, text, **fields)
     store = quick_store(redis, settings)
     batch = await claim_due_now(redis, store, "wa", person, "turn", tenant=TENANT)
-    remember = orjson.dumps(exchange(batch, settings, reply, [f"wamid.out.{person}"]))
+    sent = [f"wamid.out.{person}"]
+    remember = orjson.dumps(exchange(batch, settings, reply, sent, media))
     assert await store.finish_done(batch, remember, (0, f"wamid.out.{person}"))
 
 
@@ -462,3 +470,25 @@ async def test_a_chatwoot_agents_message_shows_as_the_agents_not_the_bots(
     assert "Chatwoot conversation" in html and "24-hour window" not in html
     listing = (await ops.get(f"/ops/conversations?tenant={tenant}")).text
     assert "agent handles it" in listing and "Business:" in listing
+
+
+async def test_a_voice_note_plays_with_its_transcript_and_a_document_is_named(
+    ops_graph: httpx.AsyncClient, redis: Redis, settings: Settings, graph: GraphApiStandIn
+) -> None:
+    graph.media.add("media-voice", b"OggS fake voice", "audio/ogg")
+    voice = {"type": "audio", "audio": {"id": "media-voice", "voice": True}}
+    heard = "[voice note, transcribed]: ¿a qué hora abren?"
+    await answered(redis, settings, PERSON, "", "A las 9.", media=(heard,), type="audio", raw=voice)
+    pdf = {"type": "document", "document": {"id": "media-pdf", "filename": "lista.pdf"}}
+    await store_message(redis, PERSON, "", type="document", raw=pdf)
+    await intake(redis, settings)
+    await sign_in(ops_graph)
+    page = await ops_graph.get(f"/ops/thread?tenant={TENANT}&person={PERSON}")
+    assert "media-src 'self'" in page.headers["content-security-policy"]
+    html = page.text
+    assert "[voice note]" in html and heard in html
+    audio = re.search(r'<audio controls preload="none" src="([^"]+)">', html)
+    assert audio, html
+    answer = await ops_graph.get(audio.group(1).replace("&amp;", "&"))
+    assert answer.status_code == 200 and answer.headers["content-type"] == "audio/ogg"
+    assert "[document: lista.pdf]</a>" in html
