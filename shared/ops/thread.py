@@ -161,7 +161,9 @@ def event_bubble(event: dict[str, Any], state: str) -> Bubble:
     return Bubble(
         "customer",
         text,
-        ts * 1000 or int_of(event.get("received_ms")) or None,
+        # When it reached us (the receiver's ms, on the clock of the replies' `at`), else the
+        # provider's whole second: a message and a reply of the same second keep their order.
+        int_of(event.get("received_ms")) or ts * 1000 or None,
         who=str_of(event.get("name")),
         state=state,
         files=files,

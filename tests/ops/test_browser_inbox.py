@@ -106,6 +106,11 @@ async def test_overview_conversations_search_and_a_thread_with_an_image(
         await expect(page.locator("li.bubble.customer").first).to_contain_text(HOSTILE)
         assert await page.title() != "owned", f"customer text ran as a script: {where}"
         await expect(page.locator("li.bubble.bot")).to_contain_text("Sí, quedan 3.")
+        # In time order: the message, the bot's reply, then the image sent after it.
+        kinds = await page.locator("ol.thread li.bubble").evaluate_all(
+            "items => items.map(i => i.className)"
+        )
+        assert kinds == ["bubble customer", "bubble bot", "bubble customer"], where
         await expect(page.locator("li.bubble.customer").last).to_contain_text("waiting")
         assert await fits_the_width(page), f"wider than the screen: {where}"
 
