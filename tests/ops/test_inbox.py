@@ -21,6 +21,7 @@ import pytest
 from redis.asyncio import Redis
 
 from receiver.providers.chatwoot import parse_body
+from receiver.providers.whatsapp import parse_payload
 from scripts.standins import GraphApiStandIn
 from scripts.webhooks import agent_user, message_created
 from shared import events
@@ -32,7 +33,7 @@ from shared.settings import Settings
 from shared.storage.scripts import Scripts
 from tests.ops.support import PERSON, TENANT, ops_settings, park, sign_in
 from tests.receiver.support import running
-from tests.support.helpers import TOKEN
+from tests.support.helpers import TOKEN, fixture_json
 from tests.worker.support import (
     claim_due_now,
     ingest_one,
@@ -506,3 +507,28 @@ async def test_a_voice_note_plays_with_its_transcript_and_a_document_is_named(
     answer = await ops_graph.get(audio.group(1).replace("&amp;", "&"))
     assert answer.status_code == 200 and answer.headers["content-type"] == "audio/ogg"
     assert "[document: lista.pdf]</a>" in html
+
+
+async def test_an_echo_from_the_business_app_and_an_undelivered_reply_say_so(
+    ops: httpx.AsyncClient, redis: Redis, settings: Settings
+) -> None:
+    """The echo through the receiver's parser and the real intake (lib/human.lua)."""
+    await answered(redis, settings, PERSON, "¿tienen talle M?", "Sí, en azul.")
+    # The reply Meta reported undelivered later, as mark_memory.lua rewrites it.
+    (raw,) = await redis.lrange(K.memory(PERSON), 0, -1)
+    entry = orjson.loads(raw)
+    entry["assistant"] = "[not delivered: 131047] " + entry["assistant"]
+    await redis.lset(K.memory(PERSON), 0, orjson.dumps(entry))
+    doc = fixture_json("whatsapp/echo_text.json")
+    item = doc["entry"][0]["changes"][0]["value"]["message_echoes"][0]
+    item.update(id="wamid.ECHO", text={"body": "Te lo mando hoy"}, timestamp=str(int(time.time())))
+    parsed = parse_payload(doc, now_ms())
+    for event in parsed.events[TENANT]:
+        assert await ingest_one(redis, K, event)
+    await intake(redis, settings)
+    html = (await ops.get(f"/ops/thread?tenant={TENANT}&person={PERSON}")).text
+    bubbles = html.split('<li class="bubble ')[1:]
+    assert [b.split('"')[0] for b in bubbles] == ["customer", "bot", "business"], html
+    assert "not delivered: 131047" in bubbles[1] and "[not delivered" not in bubbles[1]
+    assert "WhatsApp Business app" in bubbles[2] and "Te lo mando hoy" in bubbles[2]
+    assert "bot paused until" in html
