@@ -37,6 +37,7 @@ from shared.conversation.files import File, files_of_event
 from shared.keys import Keys
 from shared.ops import conversations, thread
 from shared.ops.media import INLINE_TYPES, MediaError, OpsMedia
+from shared.ops.thread import int_of
 from shared.settings import Settings
 
 QUERY_MAX = 100
@@ -109,17 +110,15 @@ class Inbox:
         await queries.check_person(redis, self._keys, tenant, person)
         zone = self._settings.tenant(tenant).timezone
         shown = await thread.thread(redis, self._keys, tenant, person, zone)
-        state = await queries.conversation(redis, self._keys, tenant, person)
-        pause = state["human_pause"]
+        pause = shown.paused
         return self._page(
             request,
             session,
             "thread",
             t=shown,
-            c=state,
             tenant=tenant,
             person=person,
-            paused_until=thread.local(pause["until_ms"], zone) if pause else "",
+            paused_until=thread.local(int_of(pause.get("until_ms")), zone) if pause else "",
             # Chatwoot has no 24-hour window of its own to show (its channels differ).
             chatwoot=tenant.startswith(CHATWOOT_TENANT),
         )

@@ -179,6 +179,16 @@ class Thread:
     bubbles: list[Bubble]
     name: str
     memory_entries: int
+    # Its state, read with it: the bot's pause for the person (by, why, until_ms), Chatwoot's
+    # silence, a turn or reply by hand holding it, messages waiting and when they are due, the
+    # 24-hour window, and its review items (id, reason).
+    paused: dict[str, Any] | None = None
+    silent: dict[str, Any] | None = None
+    running: bool = False
+    waiting: int = 0
+    due_in_ms: int | None = None
+    window_open: bool = False
+    review: list[tuple[str, str]] = field(default_factory=list)
 
 
 async def thread(redis: Any, keys: Keys, tenant: str, person: str, zone: str) -> Thread:
@@ -188,15 +198,25 @@ async def thread(redis: Any, keys: Keys, tenant: str, person: str, zone: str) ->
     pipe.lrange(k.memory(person), 0, -1)
     pipe.hmget(k.batch(person), "messages", "reply", "token")
     pipe.lrange(k.pending(person), 0, -1)
-    memory, (batch_messages, reply, token), pending = await pipe.execute()
+    pipe.get(k.human(person))
+    pipe.get(k.silent(person))
+    pipe.exists(k.lock(person))
+    pipe.zscore(k.due, person)
+    pipe.exists(k.last_inbound(person))
+    memory, (batch_messages, reply, token), pending, *state = await pipe.execute()
+    human, silent, lock, due, window = state
+    seconds, micros = await redis.time()  # Redis's clock, as the due times
+    now = int(seconds) * 1000 + int(micros) // 1000
     ordered: list[list[Bubble]] = []
     for raw in memory:
         entry = json_of(raw)
         if isinstance(entry, dict):
             ordered.append(memory_bubbles(entry))
     others: list[Bubble] = []
+    review: list[tuple[str, str]] = []
     async for item in review_items_of(redis, k, person):
         reason = str_of(item.get("reason")) or "?"
+        review.append((str_of(item.get("id")), reason))
         for event in item.get("messages") or []:
             if isinstance(event, dict):
                 others.append(event_bubble(event, f"parked for review: {reason}"))
@@ -215,7 +235,22 @@ async def thread(redis: Any, keys: Keys, tenant: str, person: str, zone: str) ->
     for b in bubbles:
         b.when = local(b.at_ms, zone) or b.when
     names = [b.who for b in bubbles if b.by == "customer" and b.who]
-    return Thread(tenant, person, zone, bubbles, names[-1] if names else "", len(memory))
+    paused, quiet = json_of(human), json_of(silent)
+    return Thread(
+        tenant,
+        person,
+        zone,
+        bubbles,
+        names[-1] if names else "",
+        len(memory),
+        paused=paused if isinstance(paused, dict) else None,
+        silent=quiet if isinstance(quiet, dict) else None,
+        running=bool(lock),
+        waiting=len(pending),
+        due_in_ms=int(due) - now if due is not None and pending else None,
+        window_open=bool(window),
+        review=review,
+    )
 
 
 def in_time_order(memory: Iterable[list[Bubble]], others: list[Bubble]) -> list[Bubble]:

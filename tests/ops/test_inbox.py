@@ -259,11 +259,21 @@ async def test_the_overview_lists_every_tenant_workers_and_the_ai_pause(
     assert "none</strong>: nothing is answered" in html, "no worker runs in this test"
 
 
-async def test_bad_input_gets_a_clear_page(ops: httpx.AsyncClient) -> None:
+async def test_bad_input_gets_a_clear_page(ops: httpx.AsyncClient, redis: Redis) -> None:
     page = await ops.get("/ops/conversations?tenant=nobody")
     assert page.status_code == 404 and "never received traffic" in page.text
     page = await ops.get("/ops/thread?tenant=nobody&person=1")
     assert page.status_code == 404
+    await redis.sadd(KEYS.tenants, TENANT)
+    page = await ops.get(f"/ops/thread?tenant={TENANT}&person={{bad}}")
+    assert page.status_code == 404 and "cannot be used in a Redis key" in page.text
+    page = await ops.get(f"/ops/thread?tenant={TENANT}&person=5491100009999")
+    assert page.status_code == 200, "a person the product holds nothing of: an empty thread"
+    assert "Nothing of this conversation is held" in page.text
+    page = await ops.get(f"/ops/conversations?tenant={TENANT}&offset=-5")
+    assert page.status_code == 200 and "No conversation yet" in page.text
+    page = await ops.get("/ops/media", params={"tenant": TENANT, "person": "1", "id": "x"})
+    assert page.status_code == 404 and "no file" in page.text
 
 
 # --- the thread -----------------------------------------------------------------------------------
