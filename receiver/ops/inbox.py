@@ -33,7 +33,7 @@ from receiver.ops.auth import Session
 from receiver.ops.queries import NotFound
 from receiver.ops.web import HEADERS
 from shared.chatwoot import TENANT_PREFIX as CHATWOOT_TENANT
-from shared.conversation.files import File, files_of_event
+from shared.conversation.kept_files import File, files_of_event
 from shared.keys import Keys
 from shared.ops import conversations, thread
 from shared.ops.media import INLINE_TYPES, MediaError, OpsMedia

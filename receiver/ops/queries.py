@@ -206,8 +206,13 @@ def _exchange(raw: bytes) -> dict[str, Any]:
     if not isinstance(found, dict):
         return {"user": str(found)[:500], "assistant": "", "out": []}
     out = found.get("out")
+    # The files' labels and transcripts are kept beside the text the model read before them
+    # (shared/conversation/presentation.py `exchange`): shown with it.
+    media = found.get("media")
+    notes = [str(n) for n in media if n] if isinstance(media, list) else []
+    said = [str(found.get("user") or ""), *notes]
     return {
-        "user": str(found.get("user") or ""),
+        "user": "\n".join(s for s in said if s),
         "assistant": str(found.get("assistant") or ""),
         "out": [str(o) for o in out] if isinstance(out, list) else [],
     }

@@ -6,33 +6,48 @@ remembered as they were sent (the exchange's `header` and `user`), so the next t
 byte for byte the same and the prompt cache holds:
 
 - `header`: when the batch arrived, in the tenant's time zone (`timezone` in `TENANTS_FILE`,
-  else `TIMEZONE`), and who sent it (the WhatsApp profile name);
+  else `TIMEZONE`), and who sent it (the WhatsApp profile name); when the batch is answered
+  `LATE_AFTER_S` or more after its latest message (a webhook the provider redelivered after an
+  outage, a batch requeued from review, a long wait for the AI), also the time of the answer and
+  how late it is, so the model does not answer as if they had just written;
 - `body`: each message of the burst, in order, rendered from the raw message the receiver
   stored (`raw`), so nothing is lost: a list reply's description, a button's payload, a Flow
   reply's answers, an order's product ids, quantities and prices, a contact card's phones and
   emails, a location's coordinates, the click-to-WhatsApp ad that started the chat, forwarded
   markers, and the text a reply quotes when it is known (a message of the same burst, or one
   of the remembered exchanges: their inbound message ids and the ids of our reply's parts are
-  remembered beside them). A message of another type, or from another channel, shows the
-  receiver's text (`Message.text`).
+  remembered beside them). A message Meta could not deliver in full (an `errors` entry,
+  `unsupported`, an interactive message or a button without its reply) is one sentence the model
+  can act on (shared/conversation/files.py `could_not_show`). A file (an image, a voice note, a
+  Chatwoot attachment, ...) is said once: by the receiver's label (`[image: caption]`) in its
+  place, or, when the brain shows the files beside the text (`files_beside`: the built-in
+  brain's worker/brains/media.py, label and file together), not in the body at all. A message of
+  another type, or from another channel, shows the receiver's text (`Message.text`).
 
 No I/O: the same batch and memory always give the same presentation.
 """
 
 from __future__ import annotations
 
-import functools
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
-from zoneinfo import ZoneInfo
 
 import orjson
 
+from shared.chatwoot import CHANNEL as CHATWOOT
 from shared.conversation.batch import Batch, Message
-from shared.conversation.files import files_of_event
+from shared.conversation.files import (
+    A_KIND,
+    FILE_TYPES,
+    chatwoot_content,
+    could_not_show,
+    items_of_message,
+    undelivered,
+)
+from shared.conversation.kept_files import files_of
+from shared.conversation.when import late_note, local_time
 from shared.settings import Settings, TenantConfig
 
 HEADER_START = "Date and time: "
@@ -43,23 +58,9 @@ HEADER_START = "Date and time: "
 BY_HUMAN = "human"
 HUMAN_REPLY_NOTE = "[Written by a person of the business, not by you:]"
 NO_NEW_MESSAGE = "[The customer wrote nothing new before this reply.]"
+# Types the receiver's text says in full (an edit's new content, a system notice, ...).
+SAID_BY_THE_RECEIVER = frozenset({"edit", "revoke", "reaction", "system", "request_welcome"})
 QUOTE_CHARS = 300  # a quoted text longer than this is cut (with "…")
-# English names whatever the process' locale (strftime's %A and %B follow it).
-DAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
-MONTHS = (
-    "January",
-    "February",
-    "March",
-    "April",
-    "May",
-    "June",
-    "July",
-    "August",
-    "September",
-    "October",
-    "November",
-    "December",
-)
 
 
 @dataclass(frozen=True)
@@ -81,24 +82,33 @@ class Presentation:
         return f"{self.header}\n\n{self.body}" if self.body else self.header
 
 
-def present(batch: Batch, tenant: TenantConfig, settings: Settings) -> Presentation:
+def present(
+    batch: Batch, tenant: TenantConfig, settings: Settings, *, files_beside: bool = False
+) -> Presentation:
     """The presentation of `batch` for a tenant, `settings.tenant(batch.tenant)` (its time
     zone; `settings` itself is not read, the parameter stays for custom brains' calls).
-    Computed once per batch and time zone (a batch does not change): the prompt and the
-    memory's exchange read the same one."""
-    shown: Presentation | None = batch.presented.get(tenant.timezone)
+    `files_beside`: the brain shows the batch's files after the text, each with its label
+    (worker/brains/media.py), so the body leaves them out rather than say them twice.
+    Computed once per batch, time zone and `files_beside` (a batch does not change): the
+    prompt and the memory's exchange read the same one."""
+    key = f"{tenant.timezone}\x00files" if files_beside else tenant.timezone
+    shown: Presentation | None = batch.presented.get(key)
     if shown is None:
-        shown = batch.presented[tenant.timezone] = _present(batch, tenant)
+        shown = batch.presented[key] = _present(batch, tenant, files_beside)
     return shown
 
 
-def _present(batch: Batch, tenant: TenantConfig) -> Presentation:
-    header = [f"{HEADER_START}{local_time(batch_time(batch), tenant.timezone)}"]
+def _present(batch: Batch, tenant: TenantConfig, files_beside: bool) -> Presentation:
+    written = batch_time(batch)
+    header = [f"{HEADER_START}{local_time(written, tenant.timezone)}"]
     name = next((m.name for m in reversed(batch.messages) if m.name), "")
     if name:
         header.append(f"From: {name}")
+    late = late_note(written, batch.claimed_ms / 1000, tenant.timezone)
+    if late:
+        header.append(late)
     quotes = Quotes(batch)
-    body = [present_message(m, quotes) for m in batch.messages]
+    body = [present_message(m, quotes, files_beside) for m in batch.messages]
     return Presentation("\n".join(header), "\n".join(p for p in body if p))
 
 
@@ -106,19 +116,6 @@ def batch_time(batch: Batch) -> float:
     """Unix seconds of the batch: its latest message's provider time, else its claim."""
     stamps = [m.ts for m in batch.messages if m.ts]
     return float(max(stamps)) if stamps else batch.claimed_ms / 1000
-
-
-def local_time(unix_s: float, zone: str) -> str:
-    """`Tuesday 1 December 2026, 19:40 (America/Argentina/Buenos_Aires)`."""
-    return _local_minute(int(unix_s // 60), zone)
-
-
-@functools.lru_cache(maxsize=4096)
-def _local_minute(minute: int, zone: str) -> str:
-    # Every batch of a minute in a zone shows the same words: worked out once.
-    moment = datetime.fromtimestamp(minute * 60, UTC).astimezone(ZoneInfo(zone))
-    day, month = DAYS[moment.weekday()], MONTHS[moment.month - 1]
-    return f"{day} {moment.day} {month} {moment.year}, {moment:%H:%M} ({zone})"
 
 
 class Quotes:
@@ -148,15 +145,41 @@ class Quotes:
         return self.texts.get(wamid, "a message not in this conversation's memory")
 
 
-def present_message(message: Message, quotes: Quotes) -> str:
+def present_message(message: Message, quotes: Quotes, files_beside: bool = False) -> str:
     """One message as the model reads it: what surrounds it (the ad that brought the person,
-    forwarded markers, the message it quotes) on lines of their own, then its content."""
+    forwarded markers, the message it quotes) on lines of their own, then its content. With
+    `files_beside`, a file is left to the brain's blocks (its label goes with the file)."""
     raw = message.raw if isinstance(message.raw, dict) else None
+    if message.channel == CHATWOOT and raw is not None:
+        return chatwoot_content(message, raw, files_beside)
     if message.channel != "whatsapp" or raw is None:
         return message.text
-    render = _RENDERERS.get(message.type)
-    content = render(raw.get(message.type), message) if render else message.text
-    return "\n".join(x for x in (*_surroundings(raw, message, quotes), content) if x)
+    surroundings = _surroundings(raw, message, quotes)
+    why = undelivered(raw)
+    if why or message.type == "unsupported":
+        content = could_not_show(_undelivered_kind(raw, message.type), why)
+    elif message.type in FILE_TYPES:
+        content = message.text
+        if files_beside and items_of_message(message):
+            # Its label comes with the file; in its place, only a pointer when lines about it
+            # (forwarded, quoting, an ad) would otherwise stand over nothing.
+            content = f"[sent {A_KIND[message.type]}, shown below]" if surroundings else ""
+    elif render := _RENDERERS.get(message.type):
+        content = render(raw.get(message.type), message)
+    elif message.type in SAID_BY_THE_RECEIVER:
+        content = message.text
+    else:  # a type Meta added since, or a message without one: never a bare `[type]`
+        content = could_not_show(message.type)
+    return "\n".join(x for x in (*surroundings, content) if x)
+
+
+def _undelivered_kind(raw: dict[str, Any], kind: str) -> str:
+    """`interactive`, `unsupported: poll`, `image with the caption "..."`: the message's type
+    as the sentence names it, with what the customer wrote that did arrive."""
+    if kind == "unsupported":
+        return f"unsupported: {field_str(raw.get('unsupported'), 'type') or 'unknown'}"
+    caption = field_str(raw.get(kind), "caption")
+    return f'{kind} with the caption "{caption}"' if caption else kind
 
 
 def _surroundings(raw: dict[str, Any], message: Message, quotes: Quotes) -> list[str]:
@@ -199,7 +222,7 @@ def _text(body: Any, message: Message) -> str:
 
 def _interactive(body: Any, message: Message) -> str:
     if not isinstance(body, dict):
-        return message.text
+        return could_not_show("interactive")
     kind = field_str(body, "type")
     reply = body.get(kind)
     if kind == "button_reply" and isinstance(reply, dict):
@@ -210,7 +233,8 @@ def _interactive(body: Any, message: Message) -> str:
         return f"{chosen}: {description}]" if description else f"{chosen}]"
     if kind == "nfm_reply" and isinstance(reply, dict):
         return _flow_reply(reply)
-    return message.text
+    # No reply this product can read (Meta left it out, or a kind it does not know yet).
+    return could_not_show(f"interactive {kind}" if kind else "interactive")
 
 
 def _flow_reply(reply: dict[str, Any]) -> str:
@@ -232,7 +256,7 @@ def _flow_reply(reply: dict[str, Any]) -> str:
 def _button(body: Any, message: Message) -> str:
     text, payload = field_str(body, "text"), field_str(body, "payload")
     if not text and not payload:
-        return message.text
+        return could_not_show("button")
     return f'[pressed the button "{text}" (payload {payload})]'
 
 
@@ -321,7 +345,10 @@ def exchange(
     quote), when its messages came and the reply went (`in`, provider unix s; `at`, ms) and,
     when the batch had files, the texts the model read of them (`media`: a voice
     note's transcription, a file's label; shared/conversation/turn_state.py `record_media`)."""
-    shown = present(batch, settings.tenant(batch.tenant), settings)
+    notes = [note for note in media if note]
+    # The files were shown beside the text when the brain recorded texts of them (the
+    # built-in brain always does): the memory keeps the body the model was sent.
+    shown = present(batch, settings.tenant(batch.tenant), settings, files_beside=bool(notes))
     remembered: dict[str, Any] = {
         "header": shown.header,
         "user": shown.body,
@@ -333,14 +360,9 @@ def exchange(
         "in": int(batch_time(batch)),
         "at": int(time.time() * 1000),
     }
-    notes = [note for note in media if note]
     if notes:
         remembered["media"] = notes
-    files = [
-        f.to_json()
-        for m in batch.messages
-        for f in files_of_event({"id": m.id, "type": m.type, "channel": m.channel, "raw": m.raw})
-    ]
+    files = [f.to_json() for m in batch.messages for f in files_of(m)]
     if files:  # the thread shows them (an image through the ops page's media route)
         remembered["files"] = files
     return remembered

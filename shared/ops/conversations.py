@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from shared.conversation.files import files_of_event
+from shared.conversation.kept_files import files_of_event
 from shared.fleet.ai_pause import Pause
 from shared.keys import Keys, TenantKeys
 from shared.ops import live_state

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from shared.conversation.files import File
+from shared.conversation.kept_files import File
 from shared.fetch import MediaFetcher, MediaHosts, Origin, TooBig, Unfetchable, origin_of
 from shared.settings import Settings
 

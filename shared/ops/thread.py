@@ -19,8 +19,8 @@ from zoneinfo import ZoneInfo
 
 import orjson
 
-from shared.conversation.files import File, files_of_event
 from shared.conversation.human_memory import is_human_entry
+from shared.conversation.kept_files import File, files_of_event
 from shared.conversation.presentation import BY_HUMAN, HEADER_START
 from shared.conversation.review_journal import current_names
 from shared.keys import Keys, TenantKeys

@@ -5,9 +5,10 @@ for a host inside the network and for Chatwoot's storage (tests/support/inside_h
 
 What each hostile `data_url` gets: another host or port than `CHATWOOT_BASE_URL`'s and
 `CHATWOOT_MEDIA_HOSTS` (a host inside, the Redis of the tests, a cloud metadata address) is not
-fetched, and the AI is told "[the customer sent an image that could not be downloaded]"; a
-redirect from a listed host to an unlisted one is not followed (the same sentence), to a listed
-one it is (Chatwoot redirecting to its S3 or GCS storage). No token of ours goes anywhere."""
+fetched, and the AI is told "[the customer sent an image that could not be downloaded; ask
+them to send it again or to describe it]"; a redirect from a listed host to an unlisted one
+is not followed (the same sentence), to a listed one it is (Chatwoot redirecting to its S3 or
+GCS storage). No token of ours goes anywhere."""
 
 from __future__ import annotations
 
@@ -33,7 +34,10 @@ AI: dict[str, Any] = {
     "AI_MODEL": "claude-test-model",
     "AI_TIMEOUT_S": "5",
 }
-NOT_DOWNLOADED = "[the customer sent an image that could not be downloaded]"
+NOT_DOWNLOADED = (
+    "[the customer sent an image that could not be downloaded;"
+    " ask them to send it again or to describe it]"
+)
 
 
 @pytest.fixture(autouse=True)
@@ -125,7 +129,10 @@ async def test_an_attachment_on_an_unlisted_host_is_not_fetched_and_the_ai_is_to
         "http://169.254.169.254/latest/meta-data/",
     )
 
-    assert _texts(content).count(NOT_DOWNLOADED) == 3
+    # Each one said once; the first carries the message's content as its caption.
+    assert _texts(content).count(NOT_DOWNLOADED.replace("image", 'image ("mirá")')) == 1
+    assert _texts(content).count(NOT_DOWNLOADED) == 2
+    assert _texts(content).count("mirá") == 1
     assert _images(content) == []
     assert inside.calls == []
     assert len(chatwoot.replies(CONVERSATION)) == 1  # answered once, never retried for a file

@@ -31,7 +31,10 @@ PERSON = "5491155550091"
 STT_KEY = "stt-test-key"
 PDF = b"%PDF-1.4\n1 0 obj << /Type /Catalog >> endobj\n%%EOF\n"
 OGG = b"OggS\x00\x02" + bytes(range(200))
-NOT_DOWNLOADED = "[the customer sent an image that could not be downloaded]"
+NOT_DOWNLOADED = (
+    "[the customer sent an image that could not be downloaded;"
+    " ask them to send it again or to describe it]"
+)
 
 
 @pytest.fixture

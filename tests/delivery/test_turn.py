@@ -69,16 +69,15 @@ async def test_a_burst_is_one_ai_request_and_one_reply_after_read_and_typing(
     # A prompt this short cannot be cached (under 1 024 tokens): no cache mark.
     assert body["system"] == [{"type": "text", "text": TENANT_PROMPT}]
     assert [m["role"] for m in body["messages"]] == ["user"]
-    # The header, the burst's messages, then what became of its media: this image was never
-    # registered at the Graph API stand-in, so the AI is told it could not be downloaded.
+    # The header, the burst's messages, then what became of its media, once: this image was
+    # never registered at the Graph API stand-in, so the AI is told it could not be
+    # downloaded, with its caption, and what to do.
     texts = [b["text"] for b in body["messages"][0]["content"] if b["type"] == "text"]
-    assert texts[1].splitlines() == [
-        "hola",
-        "una consulta",
-        "[image: así está la canilla]",
-        "¿tienen turno el sábado?",
+    assert texts[1].splitlines() == ["hola", "una consulta", "¿tienen turno el sábado?"]
+    assert texts[2:] == [
+        '[the customer sent an image ("así está la canilla") that could not be downloaded;'
+        " ask them to send it again or to describe it]"
     ]
-    assert texts[2:] == ["[the customer sent an image that could not be downloaded]"]
 
     assert reply.body == "¡Hola Ana! Sí, el sábado a la tarde tenemos turno a las 16."
     assert reply.to == PERSON and reply.phone_number_id == TENANT

@@ -36,7 +36,9 @@ async def test_the_view_shows_memory_what_was_sent_and_the_window(
 ) -> None:
     await park(redis, settings, ["parked <b>one</b>"])
     exchange = {"user": "¿abren hoy?", "assistant": "Sí, hasta las 20.", "out": ["wamid.A"]}
-    await redis.rpush(K.memory(PERSON), orjson.dumps(exchange), b"not json")
+    # A burst of an image only: its label is kept beside the (empty) text, and shown.
+    photo = {"user": "", "assistant": "Qué linda.", "media": ["[image: la vidriera]"]}
+    await redis.rpush(K.memory(PERSON), orjson.dumps(photo), orjson.dumps(exchange), b"not json")
     await redis.hset(
         K.outbound("wamid.A"),
         mapping={"person": PERSON, "part": 0, "status": "delivered", "sent_ms": 1},
@@ -49,6 +51,7 @@ async def test_the_view_shows_memory_what_was_sent_and_the_window(
     page = (await ops.get(PAGE)).text
     assert 'wamid.P0</td><td data-label="Status">read' in page
     assert "¿abren hoy?" in page and "Sí, hasta las 20." in page and "not json" in page
+    assert "[image: la vidriera]" in page and "Qué linda." in page
     assert "wamid.A" in page and "delivered" in page
     assert re.search(r"open, closes in (59m\d\ds|1h00m)", page), "about an hour left"
     assert "parked &lt;b&gt;one&lt;/b&gt;" in page

@@ -91,7 +91,10 @@ async def test_chatwoot_attachments_come_from_their_data_url_without_a_token(
     assert base64.b64decode(blocks[1]["source"]["data"]) == PDF
     assert blocks[1]["source"]["media_type"] == "application/pdf"  # parameters dropped
     assert base64.b64decode(blocks[3]["source"]["data"]) == PNG
-    assert blocks[4]["text"] == "[the customer sent an image that could not be downloaded]"
+    assert blocks[4]["text"] == (
+        "[the customer sent an image that could not be downloaded;"
+        " ask them to send it again or to describe it]"
+    )
     assert served.auth == [None, None, None]  # Chatwoot's links carry no token of ours
 
 
@@ -130,5 +133,8 @@ def test_files_past_the_request_budget_become_sentences() -> None:
     kept = media._within_budget([item, item], [big, big])
 
     assert kept[:2] == big  # the first fits
-    too_large = "[the customer sent a document too large to open]"
+    too_large = (
+        "[the customer sent a document too large to open;"
+        " ask them to send it again or to describe it]"
+    )
     assert kept[2:] == [{"type": "text", "text": too_large}]

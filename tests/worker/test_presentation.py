@@ -25,6 +25,8 @@ from worker.brains.prompt import build_request, render_context
 
 TENANT = "106500000000001"
 BA = "America/Argentina/Buenos_Aires"
+# Claimed 96 s after the last fixture message (order.json, 1764422104): answered on time.
+CLAIMED_MS = 1_764_422_200_000
 
 
 def messages_of(name: str) -> list[Message]:
@@ -35,7 +37,7 @@ def messages_of(name: str) -> list[Message]:
 
 
 def batch(*messages: Message, history: list[dict[str, Any]] | None = None) -> Batch:
-    return batch_of(list(messages), tenant=TENANT, claimed_ms=1_764_500_000_000, history=history)
+    return batch_of(list(messages), tenant=TENANT, claimed_ms=CLAIMED_MS, history=history)
 
 
 def body_of(name: str) -> str:
@@ -106,8 +108,34 @@ def test_the_time_is_the_latest_messages_and_the_claim_when_no_message_has_one()
     both = present(batch(early, late), settings.tenant(TENANT), settings)
     assert "13:15 (UTC)" in both.header
     unknown = present(batch(replace(late, ts=0, name="")), settings.tenant(TENANT), settings)
-    # claimed_ms 1 764 500 000 000 is Sunday 30 November 2025, 10:53:20 UTC; no name, no From.
-    assert unknown.header == "Date and time: Sunday 30 November 2025, 10:53 (UTC)"
+    # claimed_ms 1 764 422 200 000 is Saturday 29 November 2025, 13:16:40 UTC; no name, no From.
+    assert unknown.header == "Date and time: Saturday 29 November 2025, 13:16 (UTC)"
+
+
+def test_a_late_answer_says_when_and_how_late() -> None:
+    """A batch answered LATE_AFTER_S (5 minutes) or more after its latest message (Meta
+    redelivering after an outage, a requeue from review) says so under the sender's name, in
+    the tenant's time zone; one answered sooner does not."""
+    (order,) = messages_of("order.json")  # 13:15:01 UTC, 10:15 in Buenos Aires
+    settings = Settings().with_overrides(tenants={TENANT: {"timezone": BA}})
+    tenant = settings.tenant(TENANT)
+
+    def header(late_s: int) -> str:
+        claimed_ms = (order.ts + late_s) * 1000
+        late = batch_of([order], tenant=TENANT, claimed_ms=claimed_ms)
+        return present(late, tenant, settings).header
+
+    assert header(299).splitlines() == [
+        f"Date and time: Saturday 29 November 2025, 10:15 ({BA})",
+        "From: Ana Pérez",
+    ]
+    assert header(3 * 3600 + 5 * 60).splitlines()[2] == (
+        f"Answered: Saturday 29 November 2025, 13:20 ({BA}), 3 hours 5 minutes after their"
+        " last message; this reply is late."
+    )
+    assert "Answered: Monday 1 December 2025, 13:15" in header(2 * 86400 + 3 * 3600)
+    assert ", 2 days 3 hours after their last message" in header(2 * 86400 + 3 * 3600)
+    assert ", 5 minutes after" in header(300)
 
 
 def test_local_time_crosses_midnight_and_daylight_saving() -> None:
@@ -239,3 +267,83 @@ def test_a_reaction_names_our_reply_it_was_about_from_the_memory() -> None:
     assert render_context([unknown], quotes) == [
         "[the customer reacted 👍 to the message (id wamid.GONE)]"
     ]
+
+
+# --- each thing once (issue 22, item 4) ---------------------------------------------------------
+IMAGE_BLOCKS = [
+    {"type": "text", "text": "[image: así está la canilla]"},
+    {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBO"}},
+]
+
+
+def test_an_event_stored_by_the_old_receiver_presents_its_file_once() -> None:
+    """Events already in Redis carry the label in their text (`[image: caption]`): with the
+    files beside, the body leaves the file to its blocks whatever the text says; without (a
+    custom brain that shows no files), the label stands in its place, once."""
+    settings = Settings()
+    tenant = settings.tenant(TENANT)
+    (image,) = messages_of("image.json")
+    assert image.text == "[image: así está la canilla]"
+    (hello,) = messages_of("text.json")
+    both = batch(hello, image)
+    beside = present(both, tenant, settings, files_beside=True).body
+    assert "canilla" not in beside and "[image" not in beside
+    assert present(both, tenant, settings).body.count("así está la canilla") == 1
+
+    quoting = replace(image, raw={**image.raw, "context": {"forwarded": True}})
+    pointer = present(batch(quoting), tenant, settings, files_beside=True).body
+    assert pointer == "(forwarded)\n[sent an image, shown below]"
+
+
+def test_a_burst_of_files_only_sends_no_empty_body_and_is_remembered_so() -> None:
+    """An image alone: the user turn is the header, then the label and the image (no
+    "[empty message]"); the memory keeps an empty body and the label, which the next turn
+    renders as header and label, the same bytes up to where the image was."""
+    settings = Settings()
+    (image,) = messages_of("image.json")
+    first = batch(image)
+    request = build_request(settings, settings.tenant(TENANT), first, media=IMAGE_BLOCKS)
+    current = request["messages"][-1]["content"]
+    assert [b["type"] for b in current] == ["text", "text", "image"]
+    assert current[0]["text"].startswith("Date and time: ")
+    assert current[1]["text"] == "[image: así está la canilla]"
+
+    notes = ["[image: así está la canilla]"]
+    remembered = orjson.loads(orjson.dumps(exchange(first, settings, "¡Uh!", [], notes)))
+    assert remembered["user"] == "" and remembered["media"] == notes
+    later = build_request(
+        settings, settings.tenant(TENANT), batch(*messages_of("text.json"), history=[remembered])
+    )["messages"]
+    assert [b["text"] for b in later[0]["content"]] == [current[0]["text"], notes[0]]
+
+    # A reaction since the last turn still comes in a block of its own, after the header.
+    reacted = replace(first, context=[{"what": "request_welcome"}], presented={})
+    request = build_request(settings, settings.tenant(TENANT), reacted, media=IMAGE_BLOCKS)
+    texts = [b.get("text") for b in request["messages"][-1]["content"]]
+    assert texts[1:] == ["[the customer opened the chat]", IMAGE_BLOCKS[0]["text"], None]
+
+
+def test_a_message_meta_could_not_deliver_is_a_sentence_to_act_on() -> None:
+    """An `errors` entry (131000 on an interactive message), `unsupported`, an interactive
+    message or a button without the reply: what it was, and what to do."""
+    (list_reply,) = messages_of("interactive_list_reply.json")
+    error = {
+        "code": 131000,
+        "title": "Something went wrong",
+        "error_data": {"details": "Unsupported webhook payload"},
+    }
+    broken = replace(list_reply, raw={"type": "interactive", "errors": [error]})
+    assert body_of_message(broken) == (
+        "[the customer sent something that could not be shown here (interactive: Something"
+        " went wrong: Unsupported webhook payload (code 131000)); ask them to send it again"
+        " or to describe it]"
+    )
+    (unsupported,) = messages_of("unsupported.json")
+    assert body_of_message(unsupported).startswith(
+        "[the customer sent something that could not be shown here (unsupported: edit:"
+        " Message type unknown: Message type is currently not supported. (code 131051));"
+    )
+    empty = replace(list_reply, raw={"type": "interactive", "interactive": {"type": "x"}})
+    assert "(interactive x);" in body_of_message(empty)
+    (button,) = messages_of("button_template_reply.json")
+    assert "(button);" in body_of_message(replace(button, raw={"type": "button", "button": {}}))

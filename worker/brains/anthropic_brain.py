@@ -1,12 +1,12 @@
 """The Claude brain (`BRAIN=anthropic`): one Messages API call per batch.
 
 One `AsyncAnthropic` client per process; `ANTHROPIC_BASE_URL` is honoured by the SDK itself.
-The whole batch is one user turn (every message's text in order, non-text described by the
-receiver, e.g. "[image: caption]", then its images, PDFs and transcribed voice notes, fetched
-first by worker/brains/media.py), after the person's recent exchanges from memory; the request
-(the tenant's model, prompt and memory length, and the prompt-cache marks) is built by
-worker/brains/prompt.py. Each call's latency and token usage is reported to the turn
-(`record_ai_call`), which logs them and adds them to the tenant's figures.
+The whole batch is one user turn (every message in order, as shared/conversation/presentation.py
+shows it, then its images, PDFs and transcribed voice notes, each with its label, fetched first
+by worker/brains/media.py: each thing said once), after the person's recent exchanges from
+memory; the request (the tenant's model, prompt and memory length, and the prompt-cache
+marks) is built by worker/brains/prompt.py. Each call's latency and token usage is reported
+to the turn (`record_ai_call`), which logs them and adds them to the tenant's figures.
 
 The SDK's own retries are off: the worker retries the whole turn, under the lease. What an error
 means is decided in worker/brains/ai_errors.py: an outage of the API waits for it without using up

@@ -15,10 +15,11 @@ Where the files come from:
   `CHATWOOT_BASE_URL`'s host or one of `CHATWOOT_MEDIA_HOSTS`; any other is not fetched.
 Every fetch, redirects and addresses checked, goes through shared/fetch.py.
 
-What Claude gets:
+What Claude gets (each file once: the batch's text leaves the files to these blocks,
+shared/conversation/files.py):
 - images (jpeg, png, webp, gif) as image blocks, base64, after a text block naming the message
-  (`[image: caption]`, so the caption is kept); PDFs as document blocks the same way; a static
-  sticker as the image ("a sticker"), an animated one as a sentence;
+  (`[image: caption]`, the only place the caption is); PDFs as document blocks the same way;
+  a static sticker as the image ("a sticker"), an animated one as a sentence;
 - a voice note or audio file as its transcription (worker/brains/transcribe.py):
   `[voice note, transcribed]: ...`; with no transcriber configured, a sentence saying a voice
   note arrived that the AI cannot hear;
@@ -27,8 +28,9 @@ What Claude gets:
 A file larger than `MEDIA_MAX_BYTES` (an image larger than 3.75 MB, past the API's limit of 5 MB
 of base64; the files of one turn past 30 MB of base64, the request's limit being 32), of a type
 Claude cannot read, gone (404, 410: Meta keeps media 7 days), unreachable, refused or slower than
-`MEDIA_TIMEOUT_S` becomes one plain sentence for the AI ("[the customer sent an image that could
-not be downloaded]"); never a retry of the turn, which would only fetch it again. All of a
+`MEDIA_TIMEOUT_S` becomes one plain sentence for the AI, with what came with the file and what to
+do ('[the customer sent an image ("caption") that could not be downloaded; ask them to send it
+again or to describe it]'); never a retry of the turn, which would only fetch it again. All of a
 turn's files are fetched at once, each bounded by `MEDIA_TIMEOUT_S` and by half of the time the
 turn has left (the AI call needs the rest); the turn's lease renewal cancels them with the turn.
 """
@@ -38,15 +40,14 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
-from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import httpx
 import orjson
 
-from shared.chatwoot import CHANNEL as CHATWOOT
-from shared.conversation.batch import Batch, Message
+from shared.conversation.batch import Batch
+from shared.conversation.files import ASK_TO_WRITE, Item, items_of_message, to_int
+from shared.conversation.files import mime as mime_of
 from shared.fetch import MediaFetcher, MediaHosts, Origin, TooBig, Unfetchable, origin_of
 from shared.settings import Settings
 from worker.brains.transcribe import TranscribeError, Transcriber
@@ -61,48 +62,10 @@ IMAGE_MAX_BYTES = 5 * 1024 * 1024 * 3 // 4
 REQUEST_MEDIA_BUDGET = 30 * 1024 * 1024
 PDF = "application/pdf"
 INFO_MAX_BYTES = 1024 * 1024  # the Graph API's answer for a media id is a few hundred bytes
-FETCHED = frozenset({"image", "sticker", "document", "audio"})
-# Chatwoot's attachment `file_type`s, as WhatsApp's message types.
-CHATWOOT_KINDS = {"image": "image", "audio": "audio", "video": "video", "file": "document"}
-# How the sentences name a file of each kind.
-A_KIND = {
-    "image": "an image",
-    "sticker": "a sticker",
-    "document": "a document",
-    "audio": "an audio file",
-    "voice": "a voice note",
-    "video": "a video",
-}
 
 
 class MediaUnavailable(Exception):
     """The file cannot be had (no media id, not the JSON Meta documents)."""
-
-
-@dataclass(frozen=True)
-class Item:
-    """One file of an inbound message."""
-
-    kind: str  # image, sticker, document, audio, video
-    caption: str = ""
-    media_id: str = ""  # WhatsApp's media id
-    url: str = ""  # a URL to download from directly
-    token: bool = True  # send the tenant's bearer token (WhatsApp)
-    mime_type: str = ""
-    filename: str = ""
-    voice: bool = False
-    animated: bool = False
-    size: int = 0  # as announced, 0 when unknown
-
-    @property
-    def label(self) -> str:
-        """`[image: caption]`, `[document: name.pdf: caption]`, `[sticker]`."""
-        said = ": ".join(p for p in (self.filename, self.caption) if p)
-        return f"[{self.kind}: {said}]" if said else f"[{self.kind}]"
-
-    @property
-    def a_kind(self) -> str:
-        return A_KIND["voice" if self.voice else self.kind]
 
 
 def items_of(batch: Batch) -> list[Item]:
@@ -110,58 +73,6 @@ def items_of(batch: Batch) -> list[Item]:
     found: list[Item] = []
     for message in batch.messages:
         found.extend(items_of_message(message))
-    return found
-
-
-def items_of_message(message: Message) -> list[Item]:
-    raw = message.raw
-    if not isinstance(raw, Mapping):
-        return []
-    if message.channel == CHATWOOT:
-        return _chatwoot_items(raw)
-    kind = raw.get("type")
-    body = raw.get(kind) if isinstance(kind, str) else None
-    if kind not in (*FETCHED, "video") or not isinstance(body, Mapping):
-        return []
-    return [
-        Item(
-            kind=str(kind),
-            caption=_str(body.get("caption")),
-            media_id=_str(body.get("id")),
-            url=_str(body.get("url")),
-            mime_type=_mime(body.get("mime_type")),
-            filename=_str(body.get("filename")),
-            voice=kind == "audio" and (body.get("voice") is True or not body.get("filename")),
-            animated=body.get("animated") is True,
-            size=_int(body.get("file_size")),
-        )
-    ]
-
-
-def _chatwoot_items(raw: Mapping[str, Any]) -> list[Item]:
-    """Chatwoot's `attachments` (stored on the event as the webhook gave them): each one's
-    `data_url`, no token; the message's content is the first one's caption."""
-    listed = raw.get("attachments")
-    if not isinstance(listed, list):
-        return []
-    caption = _str(raw.get("content"))
-    found: list[Item] = []
-    for attachment in (a for a in listed if isinstance(a, Mapping)):
-        kind = CHATWOOT_KINDS.get(_str(attachment.get("file_type")))
-        if kind is None:
-            continue
-        found.append(
-            Item(
-                kind=kind,
-                caption=caption if not found else "",
-                url=_str(attachment.get("data_url")),
-                token=False,
-                mime_type=_mime(attachment.get("content_type")),
-                filename=_str(attachment.get("file_name")),
-                voice=kind == "audio" and not attachment.get("file_name"),
-                size=_int(attachment.get("file_size")),
-            )
-        )
     return found
 
 
@@ -197,16 +108,16 @@ class MediaLoader:
         if item.kind == "sticker" and item.animated:
             return [_text("[the customer sent an animated sticker]")]
         if item.kind == "audio" and self._transcriber is None:
-            return [_text(f"[the customer sent {item.a_kind}, which you cannot hear]")]
+            return [_text(item.not_shown("that you cannot hear", ASK_TO_WRITE))]
         try:
             async with asyncio.timeout(timeout_s):
                 data, mime = await self._fetch(batch.tenant, item)
                 return await self._present(item, data, mime)
         except TooBig:
-            return [_text(f"[the customer sent {item.a_kind} too large to open]")]
+            return [_text(item.not_shown("too large to open"))]
         except TranscribeError as exc:
             log.warning("transcription failed tenant=%s batch=%s: %s", batch.tenant, batch.id, exc)
-            return [_text(f"[the customer sent {item.a_kind} that could not be transcribed]")]
+            return [_text(item.not_shown("that could not be transcribed"))]
         except (MediaUnavailable, Unfetchable, httpx.HTTPError, TimeoutError, ValueError) as exc:
             log.warning(
                 "media unavailable tenant=%s batch=%s %s: %r",
@@ -215,7 +126,7 @@ class MediaLoader:
                 item.kind,
                 exc,
             )
-            return [_text(f"[the customer sent {item.a_kind} that could not be downloaded]")]
+            return [_text(item.not_shown("that could not be downloaded"))]
 
     async def _fetch(self, tenant: str, item: Item) -> tuple[bytes, str]:
         """(bytes, mime type) of the file."""
@@ -226,11 +137,11 @@ class MediaLoader:
             raise MediaUnavailable("no media id nor url")
         if not item.token:  # Chatwoot's attachments: no token of ours
             got = await self._fetcher.get(item.url, allowed=self._hosts.chatwoot, limit=limit)
-            return got.body, item.mime_type or _mime(got.content_type)
+            return got.body, item.mime_type or mime_of(got.content_type)
         headers = {"Authorization": f"Bearer {self._token(tenant)}"}
         url, allowed, mime = await self._whatsapp_source(tenant, item, headers, limit)
         got = await self._fetcher.get(url, allowed=allowed, limit=limit, headers=headers)
-        return got.body, mime or _mime(got.content_type)
+        return got.body, mime or mime_of(got.content_type)
 
     async def _whatsapp_source(
         self, tenant: str, item: Item, headers: dict[str, str], limit: int
@@ -257,10 +168,10 @@ class MediaLoader:
         info = orjson.loads(answer.body)
         if not isinstance(info, dict) or not isinstance(info.get("url"), str):
             raise MediaUnavailable("media id: no url in the answer")
-        if _int(info.get("file_size")) > limit:
+        if to_int(info.get("file_size")) > limit:
             raise TooBig(info["file_size"])
         url = info["url"]
-        return url, self._hosts.for_download(url), _mime(info.get("mime_type")) or item.mime_type
+        return url, self._hosts.for_download(url), mime_of(info.get("mime_type")) or item.mime_type
 
     def _limit(self, item: Item) -> int:
         if item.kind in ("image", "sticker"):
@@ -278,7 +189,7 @@ class MediaLoader:
             return [_text(f"[{what}, transcribed]: {text or '(nothing audible)'}")]
         if item.kind in ("image", "sticker"):
             if mime not in IMAGE_TYPES:
-                return [_text(f"[the customer sent {item.a_kind} in a format you cannot see]")]
+                return [_text(item.not_shown("in a format you cannot see"))]
             label = "[a sticker]" if item.kind == "sticker" else item.label
             return [_text(label), _source_block("image", mime, data)]
         if mime == PDF:
@@ -296,7 +207,7 @@ def _within_budget(
     for item, blocks in zip(items, presented, strict=True):
         size = sum(len(b["source"]["data"]) for b in blocks if "source" in b)
         if size > left:
-            blocks = [_text(f"[the customer sent {item.a_kind} too large to open]")]
+            blocks = [_text(item.not_shown("too large to open"))]
         left -= size if size <= left else 0
         kept.extend(blocks)
     return kept
@@ -309,19 +220,3 @@ def _source_block(kind: str, mime: str, data: bytes) -> dict[str, Any]:
 
 def _text(text: str) -> dict[str, Any]:
     return {"type": "text", "text": text}
-
-
-def _str(value: Any) -> str:
-    return value.strip() if isinstance(value, str) else ""
-
-
-def _int(value: Any) -> int:
-    try:
-        return int(value) if value is not None and not isinstance(value, bool) else 0
-    except (TypeError, ValueError):
-        return 0
-
-
-def _mime(value: Any) -> str:
-    """`audio/ogg; codecs=opus` -> `audio/ogg`."""
-    return value.split(";", 1)[0].strip().lower() if isinstance(value, str) else ""

@@ -28,9 +28,11 @@ The current message is marked only if the next turn keeps this turn's start (its
 full yet), the previous one only if this turn kept the previous turn's.
 
 The batch's files (images, PDFs, transcribed voice notes: worker/brains/media.py) follow its text in
-the current user message, after the mark. The memory keeps the text blocks of them (a voice
-note's transcription, a file's label), which later turns render after that batch's text: the
-same bytes up to the mark, so the next turn's prefix still ends where the mark is.
+the current user message, after the mark, each with its label; the text then leaves them out
+(`present(..., files_beside=True)`), so the model reads each label once. The memory keeps the
+text blocks of them (a voice note's transcription, a file's label), which later turns render
+after that batch's text: the same bytes up to the mark, so the next turn's prefix still ends
+where the mark is.
 """
 
 from __future__ import annotations
@@ -91,7 +93,12 @@ def build_request(
     tool_list = [dict(tool) for tool in tools]
     system = [_text_block(system_text(tenant))]
     turns = tenant.memory_turns
-    messages = render_messages(batch, turns, present(batch, tenant, settings).blocks)
+    # The files come with their labels (worker/brains/media.py): the body leaves them out.
+    shown = present(batch, tenant, settings, files_beside=bool(media))
+    messages = render_messages(batch, turns, shown.blocks)
+    current = messages[-1]["content"]
+    if media and len(current) > 1 and current[-1]["text"] == EMPTY_TEXT:
+        current.pop()  # a burst of files only has no body: the header, then the files
     if cache:
         _mark(min_cacheable_tokens(model), tool_list, system, messages, turns)
     messages[-1]["content"].extend(dict(block) for block in media)
@@ -143,13 +150,15 @@ def render_messages(
         media = exchange.get("media")
         notes = [n for n in media if isinstance(n, str)] if isinstance(media, list) else []
         head = [header] if isinstance(header, str) else []
-        messages.append(_message("user", *head, user, *notes))
+        # A burst of files only was sent without a body: remembered the same way.
+        said = [user] if user or not notes else []
+        messages.append(_message("user", *head, *said, *notes))
         messages.append(_message("assistant", answer))
     # Events that are not messages (reactions, deletions, ...) come first in the body block.
     blocks = list(current or [batch.user_text])
     lines = render_context(batch.context, Quotes(batch) if batch.context else None)
     if lines:
-        blocks[-1] = "\n".join([*lines, blocks[-1]])
+        blocks[-1] = "\n".join(line for line in [*lines, blocks[-1]] if line)
     messages.append(_message("user", *blocks))
     return messages
 
