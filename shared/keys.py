@@ -22,6 +22,10 @@ Layout (prefix `wa`, tenant 106540352242922, person 16505551234):
     wa:ops:{signin}:client:<address>    HASH    failed ops sign-ins from an address (TTL)
     wa:ops:{signin}:name:<name>         HASH    failed ops sign-ins under a name (TTL)
     wa:review:notify                    ZSET    tenant -> ms: review notifications to send
+    wa:ops:bulk:{<job>}                 HASH    one bulk action of the ops page: filter, counts,
+                                                cursors, state (TTL)
+    wa:ops:bulk:{<job>}:run             STRING  the process running that bulk action (PX; same
+                                                slot as the job, updated with it in a MULTI)
     wa:{106540352242922}:inbox          LIST    events from the receiver (LPUSH; worker RPOPs)
     wa:{106540352242922}:s:gens         HASH    the dedupe markers' generations: start (unix s) ->
                                                 shard count, `<start>:n` -> markers added
@@ -38,6 +42,15 @@ Layout (prefix `wa`, tenant 106540352242922, person 16505551234):
                                                 retry, or a sending worker's lease end)
     wa:{…}:review:notify:events         HASH    item id -> its notification (JSON: the item,
                                                 created_ms, attempts, token, error)
+    wa:{…}:review:ix                    ZSET    every review item, "<ms, 16 digits>:<id>" (score 0,
+                                                read BYLEX: by time, then id)
+    wa:{…}:review:ix:r:<reason>         ZSET    the same, of one reason
+    wa:{…}:review:ix:p:<person>         ZSET    the same, of one person
+    wa:{…}:review:ix:of                 HASH    item id -> JSON {at, reason, person}: where its
+                                                index entries are, found again to remove them
+    wa:{…}:review:ix:n                  HASH    reason -> how many items (kept as they change)
+    wa:{…}:review:ix:fill               STRING  HSCAN cursor of the backfill of items the
+                                                previous release parked (shared/ops/review_index.py)
     wa:{106540352242922}:outbox         LIST    replies recorded by the outbox sender (capped)
     wa:{106540352242922}:stats          HASH    counters (messages, turns, statuses, ...)
     wa:{106540352242922}:unroutable     LIST    inbox entries the worker could not route, whole
@@ -189,6 +202,15 @@ class Keys:
         `ops_signin_client`. Braces in the name are harmless: the first `{…}` is the tag."""
         return f"{self.prefix}:ops:{{signin}}:name:{name}"
 
+    def ops_bulk(self, job: str) -> str:
+        """One bulk action of the ops page (receiver/ops/bulk.py): its filter, counts, each
+        tenant's cursor and its state, kept a day."""
+        return f"{self.prefix}:ops:bulk:{{{_check(job, 'job')}}}"
+
+    def ops_bulk_run(self, job: str) -> str:
+        """Held (SET NX PX) by the one process running the bulk action."""
+        return f"{self.ops_bulk(job)}:run"
+
     @property
     def review_notify_queue(self) -> str:
         """Tenants with a review notification to send now (worker/fleet/review_notifier.py): the
@@ -274,6 +296,42 @@ class TenantKeys:
         """Review item id -> its notification (JSON); lib/review.lua finds it as
         `review_notify` + ':' + NOTIFY_EVENTS."""
         return f"{self.review_notify}:{NOTIFY_EVENTS}"
+
+    @cached_property
+    def review_ix(self) -> str:
+        """Every review item as "<ms, 16 digits>:<id>" (score 0, read BYLEX), kept by the
+        scripts that add and remove items (shared/lua/lib/review.lua)."""
+        return f"{self.review}:{REVIEW_IX}"
+
+    @cached_property
+    def review_ix_reason_prefix(self) -> str:
+        """Scripts append a reason to this to reach that reason's index (as `review_ix`)."""
+        return f"{self.review_ix}:{REVIEW_IX_REASON}:"
+
+    def review_ix_reason(self, reason: str) -> str:
+        return f"{self.review_ix_reason_prefix}{reason}"
+
+    def review_ix_person(self, person_id: str) -> str:
+        """One person's review items, as `review_ix` (the conversation view reads it). Not a
+        conversation key: it goes when the person's last item does (forgetting a person
+        removes the items, shared/ops/forget.py)."""
+        return f"{self.review_ix}:{REVIEW_IX_PERSON}:{_check(person_id, 'person')}"
+
+    @cached_property
+    def review_ix_of(self) -> str:
+        """Review item id -> JSON {at, reason, person}: where its index entries are."""
+        return f"{self.review_ix}:{REVIEW_IX_OF}"
+
+    @cached_property
+    def review_counts(self) -> str:
+        """Reason -> how many review items, kept by the same scripts (never recounted)."""
+        return f"{self.review_ix}:{REVIEW_COUNTS}"
+
+    @cached_property
+    def review_ix_fill(self) -> str:
+        """The HSCAN cursor of the backfill that indexes items parked by the previous release
+        (shared/ops/review_index.py)."""
+        return f"{self.review_ix}:fill"
 
     @cached_property
     def outbox(self) -> str:
@@ -400,6 +458,10 @@ SILENT = "silent"
 # The suffix of a tenant's review notifications (after its notification queue's key), written
 # into shared/lua/lib/review.lua by the loader like the suffixes above.
 NOTIFY_EVENTS = "events"
+# The suffixes of a tenant's review index (after its review hash's key), written into
+# shared/lua/lib/review.lua the same way: `<review>:ix`, `:ix:r:<reason>`, `:ix:of`, `:ix:n`.
+REVIEW_IX, REVIEW_IX_REASON, REVIEW_IX_OF, REVIEW_COUNTS = "ix", "r", "of", "n"
+REVIEW_IX_PERSON = "p"
 
 # The dedupe markers and the outbound records: the keys of the release before (`seen:<id>`,
 # `out:<id>`) and the books that replaced them (lib/book.lua: `<book>:gens`, its generations,

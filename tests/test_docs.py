@@ -37,6 +37,7 @@ NOT_KEYS = frozenset(
         "outbound_book",
         "outbound_book_pattern",
         "conversation",  # any kind of a conversation's keys: each kind has its own row
+        "review_ix_reason_prefix",  # the prefix of `review_ix_reason`, which has its row
     }
 )
 # Pages another branch generates: linking to them is fine once they exist (then drop them here).

@@ -84,7 +84,12 @@ class ConversationStore:
         k = self.keys.tenant(batch.tenant)
         return await self._call(script, k, person=batch.person, token=batch.token, **values)
 
-    async def claim(self, tenant: str, max_batches: int, token_prefix: str) -> Claim:
+    async def claim(
+        self, tenant: str, max_batches: int, token_prefix: str, answer_by_ms: int = 0
+    ) -> Claim:
+        """Take the tenant's events in and claim up to `max_batches` due batches, their lock
+        tokens `token_prefix:n`. `answer_by_ms` (Redis's clock; 0: none): when Redis runs the
+        call only after it, it claims nothing (see `unclaim`)."""
         t = self._units.tenant(tenant)
         row = await self._call(
             self._scripts.claim,
@@ -103,6 +108,7 @@ class ConversationStore:
             silence_ttl_s=SILENCE_TTL_S,
             human_pause_ms=t.human_pause_ms,
             memory_turns=t.memory_turns,
+            answer_by_ms=answer_by_ms,
         )
         return Claim(
             now_ms=int(row[0]),
@@ -110,6 +116,18 @@ class ConversationStore:
             more=bool(int(row[2])),
             batches=[Batch.from_claim(tenant, b) for b in row[3:]],
         )
+
+    async def unclaim(self, tenant: str, token_prefixes: list[str], answer_by_ms: int) -> int:
+        """Hand back the batches that the claims with these token prefixes locked, calls whose
+        answer never reached this worker: due again at once, not after their lease. -1 while
+        Redis's clock has not passed `answer_by_ms` (one of them may still run)."""
+        handed = await self._call(
+            self._scripts.unclaim,
+            self.keys.tenant(tenant),
+            answer_by_ms=answer_by_ms,
+            token_prefixes=token_prefixes,
+        )
+        return int(handed)
 
     async def renew(self, tenant: str, turns: list[tuple[str, str]]) -> list[bool]:
         """Extend the leases of (person, token) pairs; False where the lease was lost."""
@@ -255,6 +273,10 @@ class ConversationStore:
         if state.journal is not None and state.journal.steps:
             extra["hand_over_steps"] = state.journal.steps
             unknown += state.journal.unknown_steps
+        if state.reply:
+            # The reply the AI wrote (as stored before sending): what did not go out of it is
+            # what the person reviewing needs to see (a closed window, a failed send).
+            extra["reply"] = state.reply
         if state.sent_parts:
             # What the person already has of the reply (part index -> provider id; "" =
             # not sent on purpose), so whoever takes the batch over continues from there.

@@ -14,9 +14,12 @@ the person has another batch in flight, to keep the person's order. An item with
 (`delivery_unknown`: which part or template, when, why, its text): requeueing it asks the AI
 again and sends a new reply, so do it only once you know the person did not get it.
 
-Both requeue and drop lift the person's pause (a human takeover, shared/ops/takeover.py), which a
-WhatsApp review for a reason that needs a person sets: requeue hands the batch back to the AI,
+Both requeue and drop lift the pause the review itself set (a WhatsApp review for a reason
+that needs a person sets one: shared/ops/takeover.py): requeue hands the batch back to the AI,
 drop says the person dealt with it; messages that waited through the pause are then answered.
+A pause a person set (a reply by hand, the ops page, `python -m worker.takeover pause`, an echo
+from the WhatsApp Business app) is never lifted by an action on a review item: the bot must
+not talk over the person. A requeued batch then waits for that pause's end.
 """
 
 from __future__ import annotations

@@ -1,14 +1,14 @@
 """What a person can do from the ops page; each action done is one audit entry.
 
 Every change goes through the code the CLIs and the worker use (worker/review.py's
-ReviewList: the requeue script, HDEL for a drop), so the invariants hold whoever acts. An
+ReviewList: one review_act.lua call per requeue or drop; bulk actions in
+receiver/ops/bulk.py), so the invariants hold whoever acts. An
 action that cannot be done raises `ActionError` with a message for the page and changes
 nothing; only an action done is recorded (`shared/ops/audit.py`: who, when, what, whom).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from receiver.ops import queries
@@ -20,12 +20,6 @@ from shared.settings import Settings
 
 class ActionError(Exception):
     """An action that was not done; the message says why (the page shows it, 409)."""
-
-
-@dataclass(frozen=True)
-class BulkResult:
-    requeued: int
-    refused: list[str]  # "<tenant>/<item>: why" for each item left on the list
 
 
 class Actions:
@@ -52,29 +46,6 @@ class Actions:
             raise ActionError(str(exc)) from None
         await self._record(who, "drop", tenant, str(item.get("person", "")), item)
         return item
-
-    async def bulk_requeue(self, who: str, reason: str, tenant: str = "") -> BulkResult:
-        """Requeue every item of `reason` (of one tenant, or all): each is its own requeue,
-        recorded on its own; those that cannot be requeued stay and are reported."""
-        if not reason:
-            raise ActionError("choose a reason to requeue in bulk")
-        items = await queries.review_items(
-            self._redis, self._keys, self._review, tenant=tenant, reason=reason
-        )
-        if not items:
-            where = f" of tenant {tenant!r}" if tenant else ""
-            raise ActionError(f"no review item with reason {reason!r}{where}")
-        done, refused = 0, []
-        for item in items:
-            try:
-                await self._review.requeue(item["tenant"], str(item["id"]))
-            except ReviewError as exc:
-                refused.append(f"{item['tenant']}/{item['id']}: {exc}")
-                continue
-            done += 1
-            detail = f"bulk by reason {reason}"
-            await self._record(who, "requeue", item["tenant"], str(item["person"]), item, detail)
-        return BulkResult(done, refused)
 
     async def _record(
         self,

@@ -20,7 +20,7 @@ the pages are the same, as of their load.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -56,7 +56,7 @@ LIVE_CSP = (
 LIVE_JS = (Path(__file__).parent / "static" / "live.js").read_bytes()
 LIVE_JS_HEADERS = {**HEADERS, "cache-control": "no-cache"}
 
-Render = Callable[..., Response]
+Render = Callable[..., Awaitable[Response]]  # OpsPage._render: rendered in slices
 
 
 class Inbox:
@@ -80,7 +80,7 @@ class Inbox:
         redis = self._redis()
         overview = await conversations.overview(redis, self._keys)
         if not tenant:
-            return self._page(request, session, "inbox", overview=overview)
+            return await self._page(request, session, "inbox", overview=overview)
         await queries.check_tenant(redis, self._keys, tenant)
         query = " ".join(params.get("q", "").split())[:QUERY_MAX]
         offset = params.get("offset", "0")
@@ -91,7 +91,7 @@ class Inbox:
             start = int(offset) if offset.isdigit() else 0
             listing = await conversations.listing(redis, self._keys, tenant, start, zone)
         counts = next((t for t in overview.tenants if t.tenant == tenant), None)
-        return self._page(
+        return await self._page(
             request,
             session,
             "conversations",
@@ -111,7 +111,7 @@ class Inbox:
         zone = self._settings.tenant(tenant).timezone
         shown = await thread.thread(redis, self._keys, tenant, person, zone)
         pause = shown.paused
-        return self._page(
+        return await self._page(
             request,
             session,
             "thread",
@@ -123,13 +123,17 @@ class Inbox:
             chatwoot=tenant.startswith(CHATWOOT_TENANT),
         )
 
-    def _page(self, request: Request, session: Session, name: str, **context: Any) -> Response:
+    async def _page(
+        self, request: Request, session: Session, name: str, **context: Any
+    ) -> Response:
         """The page `name`, or only its live part (`part=live`, what live.js asks for)."""
         params = dict(request.query_params)
         if params.pop("part", "") == "live":
-            return self._render(request, f"_{name}_live.html", session, **context)
+            return await self._render(request, f"_{name}_live.html", session, **context)
         live_url = f"{request.url.path}?{urlencode({**params, 'part': 'live'})}"
-        response = self._render(request, f"{name}.html", session, live_url=live_url, **context)
+        response = await self._render(
+            request, f"{name}.html", session, live_url=live_url, **context
+        )
         response.headers["content-security-policy"] = LIVE_CSP
         return response
 

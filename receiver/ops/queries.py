@@ -4,8 +4,9 @@ Read-only. Review items are read with worker/review.py's ReviewList and a conver
 live state with shared/ops/live_state.py (the same views `wa-review` and `wa-inspect` print);
 this module adds what only the page needs: filters and counts across tenants, the memory's
 exchanges, the outbound records of what was sent with their delivery statuses, and the AI
-pause. Lists are bounded: the page shows `PAGE` items at a time, a conversation's outbox
-entries are looked for among the tenant's newest `OUTBOX_LOOK`.
+pause. Lists are bounded: the page shows `PAGE` items at a time, read from the review index
+(shared/ops/review_index.py) so a view costs the same at any number of items; a
+conversation's outbox entries are looked for among the tenant's newest `OUTBOX_LOOK`.
 """
 
 from __future__ import annotations
@@ -20,11 +21,13 @@ from shared.fleet.ai_pause import Pause
 from shared.keys import KeyError_, Keys
 from shared.ops import audit, live_state, outbound
 from shared.ops.review import ReviewError, ReviewList
+from shared.ops.review_index import Cursor, ReviewIndex
 
 PAGE = 50
 OUTBOX_LOOK = 500
 MEMORY_SHOWN = 20
 AUDIT_SHOWN = 100
+AUDIT_SCANNED = 5_000  # newest audit entries a conversation's view looks through for its own
 # The age filter's choices: label -> at least this old (seconds).
 AGES = {"": 0, "1h": 3600, "1d": 86400, "7d": 7 * 86400}
 
@@ -47,17 +50,23 @@ class Overview:
 
     items: list[dict[str, Any]]
     matched: int
+    position: int  # matching items before the first shown (they are older)
     by_reason: dict[str, int]
     by_tenant: dict[str, int]
     tenants: list[str]
     now_ms: int
-    offset: int
     filters: dict[str, str] = field(default_factory=dict)
+    filling: list[str] = field(default_factory=list)  # tenants whose old items are being indexed
+    older: str = ""  # the cursor of the page before (older items), "" on the first page
+    newer: str = ""  # the cursor of the page after (newer items), "" on the last page
 
     @property
-    def next_offset(self) -> int | None:
-        after = self.offset + len(self.items)
-        return after if after < self.matched else None
+    def shown_from(self) -> int:
+        return self.position + 1 if self.items else 0
+
+    @property
+    def shown_to(self) -> int:
+        return self.position + len(self.items)
 
 
 async def tenants(redis: Any, keys: Keys) -> list[str]:
@@ -82,65 +91,60 @@ async def check_person(redis: Any, keys: Keys, tenant: str, person: str) -> None
         raise NotFound(str(exc)) from None
 
 
-async def review_items(
-    redis: Any, keys: Keys, review: ReviewList, *, tenant: str = "", reason: str = ""
-) -> list[dict[str, Any]]:
-    """Every review item of `tenant` (all registered tenants when empty), oldest first, each
-    with its `tenant`; only those of `reason` when given."""
-    if tenant:
-        await check_tenant(redis, keys, tenant)
-    chosen = [tenant] if tenant else await tenants(redis, keys)
-    pipe = redis.pipeline(transaction=False)
-    for t in chosen:
-        pipe.hlen(keys.tenant(t).review)
-    sizes = await pipe.execute() if chosen else []
-    found: list[dict[str, Any]] = []
-    for t, size in zip(chosen, sizes, strict=True):
-        if int(size):
-            found += [{**i, "tenant": t} for i in await review.items(t, reason or None)]
-    return sorted(found, key=lambda i: (i.get("reviewed_ms") or 0, i["tenant"], str(i.get("id"))))
-
-
 async def overview(
     redis: Any,
     keys: Keys,
-    review: ReviewList,
+    index: ReviewIndex,
     *,
     reason: str = "",
     tenant: str = "",
     age: str = "",
-    offset: int = 0,
+    after: str = "",
+    before: str = "",
 ) -> Overview:
-    """The items matching every filter, `PAGE` of them from `offset`; counts per reason (of
-    the items matching the tenant and age filters) and per tenant (reason and age)."""
+    """The items matching every filter, `PAGE` of them, oldest first: the first page, or the
+    one right after cursor `after` (newer items) or right before `before` (older items); the
+    counts per reason (of the items matching the tenant and age filters) and per tenant
+    (reason and age). Reads one page of the index and the kept counts, whatever the number
+    of items (shared/ops/review_index.py)."""
     if age not in AGES:
         raise BadFilter(f"unknown age filter {age!r}; choose one of {', '.join(AGES)}")
-    now = await live_state.redis_now_ms(redis)
-    cutoff = now - AGES[age] * 1000
-    every = [
-        i
-        for i in await review_items(redis, keys, review)
-        if not AGES[age] or (i.get("reviewed_ms") or 0) <= cutoff
-    ]
-    if tenant:
-        await check_tenant(redis, keys, tenant)
-    by_reason = Counter(str(i.get("reason")) for i in every if not tenant or i["tenant"] == tenant)
-    by_tenant = Counter(i["tenant"] for i in every if not reason or i.get("reason") == reason)
-    matched = [
-        i
-        for i in every
-        if (not reason or i.get("reason") == reason) and (not tenant or i["tenant"] == tenant)
-    ]
-    offset = max(0, offset)
+    every = await tenants(redis, keys)
+    if tenant and tenant not in every:
+        await check_tenant(redis, keys, tenant)  # raises NotFound, saying why
+    chosen = [tenant] if tenant else every
+    state = await index.state(every)
+    filling: list[str] = []
+    if state.behind:  # items the previous release parked: index them first (bounded)
+        filling = await index.fill_behind(state.behind)
+        state = await index.state(every)
+    now = state.now_ms
+    max_ms = now - AGES[age] * 1000 if AGES[age] else None
+    counts = await index.aged(state.counts, max_ms)
+    by_reason: Counter[str] = Counter()
+    for t in chosen:
+        by_reason.update(counts.get(t, {}))
+    by_tenant = {t: (n.get(reason, 0) if reason else sum(n.values())) for t, n in counts.items()}
+    page = await index.page(
+        chosen,
+        reason=reason,
+        max_ms=max_ms,
+        after=Cursor.decode(after) if after else None,
+        before=Cursor.decode(before) if before else None,
+        size=PAGE,
+    )
     return Overview(
-        items=matched[offset : offset + PAGE],
-        matched=len(matched),
+        items=page.items,
+        matched=page.matched,
+        position=page.position,
         by_reason=dict(sorted(by_reason.items())),
-        by_tenant=dict(sorted(by_tenant.items())),
-        tenants=await tenants(redis, keys),
+        by_tenant={t: n for t, n in sorted(by_tenant.items()) if n},
+        tenants=every,
         now_ms=now,
-        offset=offset,
         filters={"reason": reason, "tenant": tenant, "age": age},
+        filling=filling,
+        older=page.first.encode() if page.has_older and page.first else "",
+        newer=page.last.encode() if page.has_newer and page.last else "",
     )
 
 
@@ -193,9 +197,16 @@ async def ai_pause(redis: Any, keys: Keys) -> dict[str, Any] | None:
 
 
 async def audit_entries(
-    redis: Any, keys: Keys, tenant: str | None = None, person: str | None = None
+    redis: Any,
+    keys: Keys,
+    tenant: str | None = None,
+    person: str | None = None,
+    limit: int = AUDIT_SHOWN,
 ) -> list[audit.Entry]:
-    return await audit.entries(redis, keys, limit=AUDIT_SHOWN, tenant=tenant, person=person)
+    """The newest entries; of one conversation, found among the newest `AUDIT_SCANNED` (the
+    log is fleet-wide: a bulk action of 200 000 items would otherwise be read at each view)."""
+    scan = AUDIT_SCANNED if person is not None else None
+    return await audit.entries(redis, keys, limit=limit, tenant=tenant, person=person, scan=scan)
 
 
 def _exchange(raw: bytes) -> dict[str, Any]:

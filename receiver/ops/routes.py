@@ -11,7 +11,11 @@ set.
     GET  /ops/live.js           the script that keeps the inbox's pages live (no session needed)
     POST /ops/item/requeue      requeue an item (form: tenant, id)
     POST /ops/item/drop         drop an item (form: tenant, id)
-    POST /ops/bulk-requeue      requeue every item of a reason (form: reason, tenant)
+    POST /ops/bulk              requeue or drop every item of a reason, in the background
+                                (form: action, reason, tenant, age; drop: confirm=yes)
+    GET  /ops/bulk              a bulk action's progress and what it did (?job=)
+    POST /ops/bulk/continue     take up a bulk action that stopped (form: job)
+    POST /ops/bulk-requeue      the same as /ops/bulk with action=requeue
     POST /ops/conversation/reply    reply by hand (form: tenant, person, text)
     POST /ops/conversation/pause    pause the bot for the person (form: tenant, person,
                                     seconds, why)
@@ -30,6 +34,7 @@ string is ever shown as a message. Its own sub-app: nothing here wraps the webho
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
@@ -44,15 +49,17 @@ from receiver.ops import queries
 from receiver.ops.actions import ActionError, Actions
 from receiver.ops.auth import Session, Sessions, SessionStore, session_secret
 from receiver.ops.backoff import SigninBackoff
+from receiver.ops.bulk import BulkJobs, Job
 from receiver.ops.inbox import Inbox
 from receiver.ops.person_actions import PersonActions
 from receiver.ops.signin import SigninPages
-from receiver.ops.web import ROOT, Web, field, link, redirect
-from shared.keys import Keys
-from shared.ops import audit
+from receiver.ops.web import Web, field, link, redirect
+from shared.keys import KeyError_, Keys
+from shared.ops import audit, live_state
 from shared.ops.accounts import parse_accounts
 from shared.ops.manual_reply import ManualReplies
 from shared.ops.review import ReviewList
+from shared.ops.review_index import ReviewIndex
 from shared.settings import Settings
 from shared.storage.scripts import Scripts
 
@@ -61,7 +68,6 @@ logger = logging.getLogger(__name__)
 DONE = {
     "requeued": "Requeued: the messages are a batch again, due now.",
     "dropped": "Dropped: the item is gone from the review list.",
-    "bulk": "Requeued every item of that reason.",
     "replied": "Sent: your reply went out and is in the memory.",
     "template": "The 24-hour window was closed: the tenant's template went out instead.",
     "paused": "Paused: the bot sends this person nothing until the pause ends or you resume.",
@@ -102,10 +108,16 @@ class OpsPage:
         )
         self._replies: ManualReplies | None = None
         self.inbox = Inbox(lambda: self._redis, receiver.keys, settings, self._render)
+        self._bulk_tasks: set[asyncio.Task[None]] = set()
         receiver.on_close.append(self._close)
         receiver.on_close.append(self.inbox.aclose)
 
     async def _close(self) -> None:
+        # A bulk job stopped here keeps its cursor: "Continue" takes it up (receiver/ops/bulk.py).
+        for task in list(self._bulk_tasks):
+            task.cancel()
+        if self._bulk_tasks:
+            await asyncio.gather(*self._bulk_tasks, return_exceptions=True)
         if self._replies is not None:
             await self._replies.aclose()
             self._replies = None
@@ -119,6 +131,15 @@ class OpsPage:
 
     def _review(self) -> ReviewList:
         return ReviewList(self._redis, self._receiver.keys, self._receiver.scripts)
+
+    def _index(self) -> ReviewIndex:
+        return ReviewIndex(self._redis, self._receiver.keys, self._receiver.scripts)
+
+    def _bulk(self) -> BulkJobs:
+        r = self._receiver
+        return BulkJobs(
+            self._redis, r.keys, self._review(), self._index(), r.settings, self._bulk_tasks
+        )
 
     def _actions(self) -> Actions:
         r = self._receiver
@@ -141,28 +162,28 @@ class OpsPage:
             retention_s=r.settings.review_retention_s,
         )
 
-    def _render(
+    async def _render(
         self, request: Request, name: str, session: Session, status: int = 200, **context: Any
     ) -> Response:
         done = DONE.get(request.query_params.get("done", ""), "")
-        return self.web.render(request, name, session, status, done=done, **context)
+        return await self.web.render_sliced(request, name, session, status, done=done, **context)
 
     # --- pages -----------------------------------------------------------------------------------
     async def overview(self, request: Request, session: Session) -> Response:
         params = request.query_params
-        offset = params.get("offset", "0")
         view = await queries.overview(
             self._redis,
             self._receiver.keys,
-            self._review(),
+            self._index(),
             reason=params.get("reason", ""),
             tenant=params.get("tenant", ""),
             age=params.get("age", ""),
-            offset=int(offset) if offset.isdigit() else 0,
+            after=params.get("after", ""),
+            before=params.get("before", ""),
         )
-        entries = await queries.audit_entries(self._redis, self._receiver.keys)
-        return self._render(
-            request, "overview.html", session, view=view, ages=queries.AGES, audit=entries[:10]
+        entries = await queries.audit_entries(self._redis, self._receiver.keys, limit=10)
+        return await self._render(
+            request, "overview.html", session, view=view, ages=queries.AGES, audit=entries
         )
 
     async def item(self, request: Request, session: Session) -> Response:
@@ -170,19 +191,20 @@ class OpsPage:
         found = await queries.item(
             self._redis, self._receiver.keys, self._review(), tenant, item_id
         )
-        return self._render(request, "item.html", session, item=found)
+        return await self._render(request, "item.html", session, item=found)
 
     async def conversation(self, request: Request, session: Session) -> Response:
         params = request.query_params
         tenant, person = params.get("tenant", ""), params.get("person", "")
         state = await queries.conversation(self._redis, self._receiver.keys, tenant, person)
         entries = await queries.audit_entries(self._redis, self._receiver.keys, tenant, person)
-        return self._render(
+        return await self._render(
             request,
             "conversation.html",
             session,
             c=state,
             audit=entries,
+            audit_scanned=f"{queries.AUDIT_SCANNED:,}".replace(",", " "),
             pause_choices=self._person_actions().pause_choices(),
         )
 
@@ -190,11 +212,11 @@ class OpsPage:
         params = request.query_params
         tenant, person = params.get("tenant", ""), params.get("person", "")
         await queries.check_person(self._redis, self._receiver.keys, tenant, person)
-        return self._render(request, "forget.html", session, tenant=tenant, person=person)
+        return await self._render(request, "forget.html", session, tenant=tenant, person=person)
 
     async def audit(self, request: Request, session: Session) -> Response:
         entries = await queries.audit_entries(self._redis, self._receiver.keys)
-        return self._render(request, "audit.html", session, audit=entries)
+        return await self._render(request, "audit.html", session, audit=entries)
 
     # --- actions ---------------------------------------------------------------------------------
     async def requeue(self, request: Request, session: Session, form: FormData) -> Response:
@@ -205,14 +227,53 @@ class OpsPage:
         item = await self._actions().drop(session.who, field(form, "tenant"), field(form, "id"))
         return redirect(_conversation(item, "dropped"))
 
+    async def bulk(self, request: Request, session: Session, form: FormData) -> Response:
+        return await self._start_bulk(session, form, field(form, "action"))
+
     async def bulk_requeue(self, request: Request, session: Session, form: FormData) -> Response:
-        reason, tenant = field(form, "reason"), field(form, "tenant")
-        result = await self._actions().bulk_requeue(session.who, reason, tenant)
-        if not result.refused:
-            return redirect(f"{ROOT}/?done=bulk")
-        return self._render(
-            request, "bulk.html", session, 200 if result.requeued else 409, result=result
-        )
+        return await self._start_bulk(session, form, "requeue")
+
+    async def _start_bulk(self, session: Session, form: FormData, action: str) -> Response:
+        reason, tenant, age = field(form, "reason"), field(form, "tenant"), field(form, "age")
+        if action == "drop" and field(form, "confirm") != "yes":
+            raise ActionError("tick the box to confirm that every matching item is to be dropped")
+        if age not in queries.AGES:
+            raise queries.BadFilter(f"unknown age filter {age!r}")
+        if tenant:
+            await queries.check_tenant(self._redis, self._receiver.keys, tenant)
+        every = await queries.tenants(self._redis, self._receiver.keys)
+        if filling := await self._index().fill(every):
+            # The job reads the index: items not in it yet would be left out, unsaid.
+            raise ActionError(
+                f"the items an earlier release parked for {', '.join(filling)} are still being "
+                "indexed; try again in a moment"
+            )
+        now = await live_state.redis_now_ms(self._redis)
+        max_ms = now - queries.AGES[age] * 1000
+        job = await self._bulk().start(session.who, action, reason, tenant, every, max_ms, age)
+        return redirect(link("/bulk", job=job))
+
+    async def bulk_progress(self, request: Request, session: Session) -> Response:
+        job = await self._bulk_job(request.query_params.get("job", ""))
+        return await self._render(request, "bulk.html", session, job=job)
+
+    async def bulk_continue(self, request: Request, session: Session, form: FormData) -> Response:
+        job = await self._bulk_job(field(form, "job"))
+        if job.state == "finished":
+            raise ActionError(f"bulk job {job.id} has finished")
+        if job.running:
+            raise ActionError(f"bulk job {job.id} is running")
+        self._bulk().run_in_background(job.id)
+        return redirect(link("/bulk", job=job.id))
+
+    async def _bulk_job(self, job_id: str) -> Job:
+        try:
+            job = await self._bulk().get(job_id) if job_id else None
+        except KeyError_:
+            job = None
+        if job is None:
+            raise queries.NotFound(f"no bulk job {job_id!r} (a job is kept a day)")
+        return job
 
     async def reply(self, request: Request, session: Session, form: FormData) -> Response:
         tenant, person = field(form, "tenant"), field(form, "person")
@@ -240,7 +301,7 @@ class OpsPage:
         if field(form, "confirm") != "yes":
             raise ActionError("tick the box to confirm that this person is to be forgotten")
         report = await self._person_actions().forget(session.who, tenant, person)
-        return self._render(request, "forgotten.html", session, report=report)
+        return await self._render(request, "forgotten.html", session, report=report)
 
     def app(self) -> Starlette:
         page, action = self.web.page, self.web.action
@@ -261,6 +322,9 @@ class OpsPage:
                 Route("/live.js", self.inbox.live_js, methods=["GET"]),
                 Route("/item/requeue", action(self.requeue), methods=["POST"]),
                 Route("/item/drop", action(self.drop), methods=["POST"]),
+                Route("/bulk", action(self.bulk), methods=["POST"]),
+                Route("/bulk", page(self.bulk_progress), methods=["GET"]),
+                Route("/bulk/continue", action(self.bulk_continue), methods=["POST"]),
                 Route("/bulk-requeue", action(self.bulk_requeue), methods=["POST"]),
                 Route("/conversation/reply", action(self.reply, None), methods=["POST"]),
                 Route("/conversation/pause", action(self.pause), methods=["POST"]),

@@ -23,9 +23,10 @@ import jinja2
 from redis.exceptions import RedisClusterException, RedisError
 from starlette.datastructures import FormData
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse, RedirectResponse, Response
+from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.templating import Jinja2Templates
 
+from receiver.ops import explain as explaining
 from receiver.ops.actions import ActionError
 from receiver.ops.auth import Session, SessionStore, csrf_ok
 from receiver.ops.queries import BadFilter, NotFound
@@ -39,6 +40,7 @@ ROOT = "/ops"
 # UTF-8 and 3 characters per byte once percent-encoded.
 FORM_MAX_BYTES = 256 * 1024
 REDIS_WAIT_S = 10.0  # one page's reads or one action, in all
+RENDER_SLICE = 100  # template pieces rendered between two turns of the event loop (~0.2 ms)
 REDIS_ERRORS = (RedisError, RedisClusterException, OSError, TimeoutError)
 HEADERS = {
     "cache-control": "no-store",
@@ -79,6 +81,9 @@ def templates() -> Jinja2Templates:
     )
     env.filters["when"] = _when
     env.filters["duration"] = duration
+    env.filters["sentence"] = explaining.sentence
+    env.filters["raw_differs"] = explaining.raw_differs
+    env.filters["deliveries"] = explaining.deliveries
     env.globals["link"] = link
     return Jinja2Templates(env=env)
 
@@ -87,6 +92,30 @@ class Web:
     def __init__(self, store: SessionStore) -> None:
         self.store = store
         self.templates = templates()
+        # The page runs in the receiver's process: the webhooks must not wait behind it. Views
+        # are built one at a time (operators reloading nonstop queue here, not in the event
+        # loop), and each renders in slices, so a webhook waits at most a slice.
+        self.gate = asyncio.Semaphore(1)
+
+    async def render_sliced(
+        self,
+        request: Request,
+        name: str,
+        session: Session | None,
+        status: int = 200,
+        **context: Any,
+    ) -> Response:
+        """`render`, giving the event loop back every `RENDER_SLICE` pieces of the page."""
+        template = self.templates.get_template(name)
+        pieces: list[str] = []
+        values = {"request": request, "session": session, **context}
+        for n, piece in enumerate(template.generate(values), 1):
+            pieces.append(piece)
+            if n % RENDER_SLICE == 0:
+                await asyncio.sleep(0)
+        response = HTMLResponse("".join(pieces), status_code=status)
+        response.headers.update(HEADERS)
+        return response
 
     def render(
         self,
@@ -115,7 +144,8 @@ class Web:
             if session is None:
                 target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
                 return redirect(link("/signin", next=target))
-            return await self.guarded(request, session, lambda: handler(request, session))
+            async with self.gate:
+                return await self.guarded(request, session, lambda: handler(request, session))
 
         return endpoint
 

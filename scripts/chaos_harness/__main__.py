@@ -35,10 +35,28 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--run-dir", type=Path, help="keep logs and Redis data here")
     parser.add_argument("--json", action="store_true", help="also print the figures as JSON")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a worker setting over the scenario's (repeatable), e.g. --set LEASE_S=120",
+    )
     args = parser.parse_args(argv)
+    try:
+        args.worker_env = dict(_setting(s) for s in args.set)
+    except ValueError as exc:
+        parser.error(str(exc))
     if args.duration <= 0 or args.people < 1 or args.workers < 1:
         parser.error("--duration, --people and --workers must be positive")
     return args
+
+
+def _setting(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition("=")
+    if not sep or not name.isidentifier() or name.upper() != name:
+        raise ValueError(f"--set wants NAME=VALUE with a setting's name, got {text!r}")
+    return name, value
 
 
 async def run_all(args: argparse.Namespace) -> list[Report]:
@@ -54,6 +72,7 @@ async def run_all(args: argparse.Namespace) -> list[Report]:
             seed=args.seed,
             run_dir=run_dir,
             drain_timeout_s=max(30.0, args.duration),
+            worker_env=args.worker_env,
         )
         print(report.summary())
         print(f"  ({time.monotonic() - started:.0f}s in all; logs and data in {report.run_dir})")

@@ -16,6 +16,11 @@ Each scenario is the same workload with one kind of fault injected while it runs
   short run), then the AI answers again: batches wait out the outage, their attempts not
   counted, the fleet (default AI pause settings) probing once per pause, never less often than
   `AI_OUTAGE_MAX_PAUSE_S`, and are answered soon after recovery.
+- `redis_freeze`: Redis is frozen (SIGSTOP) for two lease renewal intervals, once: the turns
+  running then keep their leases and the batches due meanwhile are claimed once it answers
+  again, so everything waiting at the freeze is answered within seconds of its end, and no
+  lease expires (a claim Redis ran after its worker gave up on it must not lock a batch for
+  the whole lease).
 
 Besides the invariants (checks.py), each scenario checks that its fault really happened and
 had its effect (a kill mid-turn and a lease recovered, a 503 answered, ...): a fault that
@@ -27,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import math
 import random
 import tempfile
 import time
@@ -372,6 +378,69 @@ def _verify_outage(run: Run, obs: Observation, stats: dict[str, int]) -> None:
     )
 
 
+# --- redis freeze -------------------------------------------------------------------------------
+# Leases as at the defaults (LEASE_S 120, LEASE_RENEW_S 30: four renewals a lease), scaled down
+# so that a run of a few seconds holds a freeze and its recovery. `scripts/chaos --set` can put
+# the defaults back (the freeze then lasts 60 s).
+FREEZE_ENV = {"LEASE_S": "12", "LEASE_RENEW_S": "2"}
+FREEZE_RENEWALS = 2  # the freeze lasts this many renewal intervals
+# Answered "within seconds" of the freeze's end: a claim, an AI call and a send on a loaded
+# machine, or a quarter of the lease if that is longer. The old code took the whole lease.
+FREEZE_ANSWERED_WITHIN_S = 5.0
+
+
+def freeze_span(worker_env: dict[str, str]) -> tuple[float, float]:
+    """(how long Redis is frozen, within how long of its end everything waiting is answered)
+    for workers running with `worker_env`."""
+    lease_s, renew_s = float(worker_env["LEASE_S"]), float(worker_env["LEASE_RENEW_S"])
+    return FREEZE_RENEWALS * renew_s, max(FREEZE_ANSWERED_WITHIN_S, lease_s / 4)
+
+
+async def _freeze_redis(run: Run) -> None:
+    frozen_s, _ = freeze_span(run.stack.worker_env)
+    await asyncio.sleep(min(run.duration_s / 4, 5.0))
+    run.fault("redis_freeze", f"SIGSTOP for {frozen_s:g}s")
+    await run.stack.redis_freeze(frozen_s)
+    run.fault("redis_thawed", f"after {frozen_s:g}s")
+
+
+def _verify_freeze(run: Run, obs: Observation, stats: dict[str, int]) -> None:
+    froze = next((t for t, kind, _ in run.faults if kind == "redis_freeze"), None)
+    thawed = next((t for t, kind, _ in run.faults if kind == "redis_thawed"), None)
+    run.expect(
+        "Redis was frozen",
+        froze is not None and thawed is not None,
+        f"for {thawed - froze:.1f}s" if froze and thawed else "never",
+    )
+    if froze is None or thawed is None:
+        return
+    _, within_s = freeze_span(run.stack.worker_env)
+    answered: dict[tuple[int, int], float] = {}
+    for call in obs.calls:
+        if call.kind == "send" and call.ok and call.end is not None:
+            for token in call.tokens:
+                answered[token] = min(call.end, answered.get(token, call.end))
+    reviewed = {t for item in obs.review for t in review_key(item)}  # no answer to wait for
+    # Stored before the freeze and not answered by then: running or due at the freeze.
+    waiting = [
+        answered.get(t, math.inf) - thawed
+        for t, m in obs.messages.items()
+        if m.acked is not None
+        and m.acked < froze
+        and t not in reviewed
+        and answered.get(t, math.inf) > froze
+    ]
+    late = max(waiting, default=0.0)
+    run.expect(
+        "what waited at the freeze was answered within seconds of its end",
+        bool(waiting) and late <= within_s,
+        f"{len(waiting)} messages stored before the freeze answered after it, the last"
+        f" {late:.1f}s after Redis answered again (at most {within_s:g}s)",
+    )
+    expired = stats.get("leases_expired", 0)
+    run.expect("no lease expired", expired == 0, f"leases_expired={expired}")
+
+
 SCENARIOS: dict[str, Scenario] = {
     s.name: s
     for s in (
@@ -418,6 +487,13 @@ SCENARIOS: dict[str, Scenario] = {
             # Three attempts survive 0.6 s of failures if outages were counted: every outage
             # here is longer. The AI pause runs with its defaults.
             env={"MAX_ATTEMPTS": "3"},
+        ),
+        Scenario(
+            "redis_freeze",
+            "Redis frozen (SIGSTOP) for two lease renewals, once",
+            _freeze_redis,
+            _verify_freeze,
+            env=FREEZE_ENV,
         ),
     )
 }
@@ -481,10 +557,13 @@ async def run_scenario(
     seed: int = 1,
     run_dir: Path | None = None,
     drain_timeout_s: float = 30.0,
+    worker_env: dict[str, str] | None = None,
 ) -> Report:
+    """`worker_env`: settings of the workers over the scenario's own (`scripts/chaos --set`)."""
     scenario = SCENARIOS[name]
     run_dir = run_dir or Path(tempfile.mkdtemp(prefix=f"chaos-{name}-"))
-    stack = Stack(run_dir, workers=workers, worker_env={**BASE_ENV, **scenario.env})
+    env = {**BASE_ENV, **scenario.env, **(worker_env or {})}
+    stack = Stack(run_dir, workers=workers, worker_env=env)
     closed = scenario.window_closed_people
     if closed < 0:
         closed = max(1, people // 8)

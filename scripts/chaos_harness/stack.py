@@ -285,6 +285,18 @@ class Stack:
         """Stall every client's commands for `seconds` (CLIENT PAUSE ALL ends by itself)."""
         await self.redis.client_pause(int(seconds * 1000), all=True)
 
+    async def redis_freeze(self, seconds: float) -> None:
+        """Freeze Redis for `seconds` (SIGSTOP, then SIGCONT), as a stalled host would: it
+        answers nothing and reads nothing meanwhile, its clock runs on, and it then runs the
+        commands its clients sent meanwhile, those they gave up on included."""
+        process = self.redis_server.process
+        assert process is not None, "Redis is not running"
+        os.kill(process.pid, signal.SIGSTOP)
+        try:
+            await asyncio.sleep(seconds)
+        finally:
+            os.kill(process.pid, signal.SIGCONT)
+
     # --- the stand-ins over HTTP ----------------------------------------------------------
     async def graph_control(self, payload: dict[str, Any]) -> dict[str, Any]:
         return await self._control(self.graph_url, payload)

@@ -34,6 +34,11 @@
 -- ARGV[15] human_pause_ms  how long an echo (the business wrote from the WhatsApp Business
 --         app) pauses the bot for that person (HUMAN_PAUSE_S)
 -- ARGV[16] memory_turns  how many exchanges a memory keeps (an echo enters it)
+-- ARGV[17] answer_by_ms  Redis's clock time after which the caller no longer waits for this
+--         call's answer (0: no limit). A call Redis runs later (it was frozen, or too slow)
+--         takes events in and reports but claims nothing: its locks would be held by a token
+--         no turn knows until their lease ended (the worker hands back the batches of a call
+--         it got no answer to, unclaim.lua, once this time has passed).
 --
 -- Events that are not messages (kinds "note", "revoke", "edit", "welcome"; shared/events.py)
 -- never make a conversation due: a revoke takes its message out of the pending list (an
@@ -75,7 +80,9 @@ local window, max_wait, max_intake = tonumber(ARGV[5]), tonumber(ARGV[6]), tonum
 local out_prefix, service_window, early_ttl = ARGV[8], tonumber(ARGV[9]), tonumber(ARGV[10])
 local welcome, context_ttl, context_max = ARGV[11] == '1', tonumber(ARGV[12]), tonumber(ARGV[13])
 local human_pause, memory_turns = tonumber(ARGV[15]), tonumber(ARGV[16])
+local answer_by = tonumber(ARGV[17])
 local now = now_ms()
+if answer_by > 0 and now > answer_by then max_claim = 0 end
 local silence_keys = {due = KEYS[2], burst = KEYS[4], stats = KEYS[5]}
 local silence_ttls = {memory = context_ttl, silent = tonumber(ARGV[14])}
 

@@ -67,8 +67,8 @@ if outcome == 'retry' then
   return 1
 end
 if outcome == 'review' then
-  add_review_item(KEYS[4], KEYS[5], ARGV[18], redis.call('HGET', bkey, 'id'), ARGV[6], ARGV[5],
-    now)
+  add_review_item(KEYS[4], KEYS[5], ARGV[18], redis.call('HGET', bkey, 'id'), ARGV[6], person,
+    ARGV[5], now)
   -- Decoded only when it may ask for a pause (most reviews do not).
   local ok, item = false, nil
   if string.find(ARGV[6], '"human_pause_ms":', 1, true) then

@@ -50,7 +50,7 @@ local now = now_ms()
 
 -- After the lock: what waits is due as its burst says (a claim during the reply put it off to
 -- the lock's end); `since`: what waits arrived after it. A batch requeued during the reply
--- (requeue.lua) is due now; nothing waiting, no due or burst entry.
+-- (review_act.lua) is due now; nothing waiting, no due or burst entry.
 local function reschedule(since)
   if redis.call('EXISTS', conv_key(prefix, person, BATCH)) == 1 then
     redis.call('ZADD', KEYS[1], now, person)

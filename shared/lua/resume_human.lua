@@ -11,18 +11,10 @@
 -- Returns {paused, due}: paused 1 when there was a pause (0: nothing changed), due 1 when
 -- messages or a batch wait and were made due now (the caller relays the tenant to a worker).
 --
--- uses: lib/keys.lua (conv_key, HUMAN, PENDING, BATCH)
+-- uses: lib/keys.lua (conv_key, HUMAN)
 -- uses: lib/clock.lua (now_ms)
+-- uses: lib/human.lua (make_due_after_resume)
 local prefix, person = ARGV[1], ARGV[2]
 if redis.call('DEL', conv_key(prefix, person, HUMAN)) == 0 then return {0, 0} end
 redis.call('HINCRBY', KEYS[3], 'human_resumes', 1)
--- A running turn is scheduled by its finish (finish.lua); otherwise a waiting batch (a retry)
--- or waiting messages are due now, whatever time the pause had moved them to.
-if redis.call('ZSCORE', KEYS[2], person) then return {1, 0} end
-local waits = redis.call('EXISTS', conv_key(prefix, person, BATCH),
-  conv_key(prefix, person, PENDING))
-if waits == 0 then return {1, 0} end
-local now = now_ms()
-local due = redis.call('ZSCORE', KEYS[1], person)
-if not due or tonumber(due) > now then redis.call('ZADD', KEYS[1], now, person) end
-return {1, 1}
+return {1, make_due_after_resume(prefix, person, KEYS[1], KEYS[2], now_ms())}

@@ -69,6 +69,38 @@ async def record(
     return entry
 
 
+async def record_many(
+    redis: Any,
+    keys: Keys,
+    wanted: list[dict[str, str]],
+    *,
+    retention_s: float,
+    now_ms: int | None = None,
+) -> list[Entry]:
+    """Add one entry per dict of `wanted` (who, action, tenant, person, detail) and trim, in
+    one round trip: a chunk of a bulk action."""
+    at = int(time.time() * 1000) if now_ms is None else now_ms
+    added = [
+        Entry(
+            uuid.uuid4().hex,
+            at,
+            w["who"],
+            w["action"],
+            w.get("tenant", ""),
+            w.get("person", ""),
+            w.get("detail", ""),
+        )
+        for w in wanted
+    ]
+    if not added:
+        return []
+    pipe = redis.pipeline(transaction=True)
+    pipe.zadd(keys.audit, {entry.to_json(): at for entry in added})
+    pipe.zremrangebyscore(keys.audit, "-inf", f"({at - int(retention_s * 1000)}")
+    await pipe.execute()
+    return added
+
+
 async def entries(
     redis: Any,
     keys: Keys,
@@ -76,11 +108,14 @@ async def entries(
     limit: int = 100,
     tenant: str | None = None,
     person: str | None = None,
+    scan: int | None = None,
 ) -> list[Entry]:
-    """The newest entries first, at most `limit`, optionally of one tenant and person."""
+    """The newest entries first, at most `limit`, optionally of one tenant and person, found
+    among the newest `scan` entries (None: all of them)."""
     wanted: list[Entry] = []
-    start, page = 0, max(limit, 200)
-    while len(wanted) < limit:
+    # Unfiltered, the newest `limit` are all that is read.
+    start, page = 0, limit if tenant is None and person is None else max(limit, 200)
+    while len(wanted) < limit and (scan is None or start < scan):
         raw = await redis.zrevrange(keys.audit, start, start + page - 1)
         if not raw:
             break

@@ -3,9 +3,10 @@ overview of what waits and runs (one conversation as a thread: shared/ops/thread
 
 Read-only and bounded. The list reads one page of the tenant's index (`wa:{T}:convs`,
 shared/conversation/index.py) and, per conversation on it, a few keys in one pipeline; search
-looks at the newest `SEARCH_LOOK` conversations only (the page says so); review items are found
-per person by reading the tenant's review hash up to `REVIEW_LOOK` items (the page says when
-there were more).
+looks at the newest `SEARCH_LOOK` conversations only (the page says so); who is in review and
+the counts by reason come from the review index (shared/lua/lib/review.lua), or, while items of
+the release before are not indexed yet, from reading up to `REVIEW_LOOK` items (the page says
+so).
 
 Nothing here sends a request anywhere or decides anything: shared/ops/media.py fetches files.
 """
@@ -23,6 +24,7 @@ from shared.ops import live_state
 from shared.ops.thread import (
     REVIEW_LOOK,
     customer_name,
+    index_id,
     int_of,
     json_of,
     local,
@@ -204,44 +206,86 @@ def _holds(wanted: str, memory: list[bytes], pending: list[bytes], batch: bytes 
     return any(wanted in " ".join(t.split()).casefold() for t in texts if t)
 
 
+async def review_state(redis: Any, k: TenantKeys, people: set[str]) -> Review:
+    """The tenant's review items by reason (the counts shared/lua/lib/review.lua keeps), which
+    of `people` (the page's) are in review and for what, and the last message of each one's
+    newest item: through the review index, a few commands whatever the number of items. While
+    items of the release before are not indexed yet (shared/ops/review_index.py fills it), by
+    reading the items, at most `REVIEW_LOOK` of them."""
+    listed = sorted(people)
+    pipe = redis.pipeline(transaction=False)
+    pipe.hlen(k.review)
+    pipe.hlen(k.review_ix_of)
+    pipe.hgetall(k.review_counts)
+    for person in listed:
+        pipe.zrange(k.review_ix_person(person), 0, -1)
+    items_n, indexed_n, counts, *members = await pipe.execute()
+    if int(items_n) > int(indexed_n):
+        return await _scanned_review_state(redis, k, people)
+    by_reason = {text_of(r): int(n) for r, n in counts.items() if int(n) > 0}
+    ids = {p: [index_id(m) for m in found] for p, found in zip(listed, members, strict=True)}
+    every = [i for found in ids.values() for i in found]
+    newest = [found[-1] for found in ids.values() if found]
+    pipe = redis.pipeline(transaction=False)
+    pipe.hmget(k.review_ix_of, every)
+    pipe.hmget(k.review, newest)
+    entries, items = await pipe.execute() if every else ([], [])
+    where = {i: json_of(e) for i, e in zip(every, entries, strict=True)}
+    by_person: dict[str, list[str]] = {}
+    for person, found in ids.items():
+        for i in found:
+            entry = where.get(i)
+            reason = str_of(entry.get("reason")) if isinstance(entry, dict) else ""
+            if reason and reason not in by_person.setdefault(person, []):
+                by_person[person].append(reason)
+    last: dict[str, tuple[int, dict[str, Any]]] = {}
+    for raw in items:
+        item = json_of(raw)
+        if not isinstance(item, dict):
+            continue
+        messages = [m for m in item.get("messages") or [] if isinstance(m, dict)]
+        if messages and str_of(item.get("person")) in people:
+            last[str_of(item.get("person"))] = (int_of(item.get("reviewed_ms")), messages[-1])
+    total = int(items_n)
+    return Review(by_person, dict(sorted(by_reason.items())), total, total, last)
+
+
 # An item's person and reason, read without decoding it (its messages are most of it).
 _PERSON = re.compile(rb'"person":"([^"\\]*)"')
 _REASON = re.compile(rb'"reason":"([^"\\]*)"')
 
 
-async def review_state(redis: Any, k: TenantKeys, people: set[str]) -> Review:
-    """Who of the tenant is in review and for what, and the counts by reason, from up to
-    `REVIEW_LOOK` items of the review hash; the last message of the newest item of each of
-    `people` (the page's). Only those items are decoded; the others are read with three
-    regular expressions, or decoded when those find nothing."""
+async def _scanned_review_state(redis: Any, k: TenantKeys, people: set[str]) -> Review:
+    """`review_state` from the items themselves, up to `REVIEW_LOOK` of them: only the page's
+    people's items are decoded, the others read with two regular expressions (or decoded when
+    those find nothing)."""
     total = int(await redis.hlen(k.review))
     by_person: dict[str, list[str]] = {}
     by_reason: dict[str, int] = {}
     last: dict[str, tuple[int, dict[str, Any]]] = {}
     read = 0
-    if total:
-        async for _, raw in redis.hscan_iter(k.review, count=SCAN_COUNT):
-            read += 1
-            person_m, reason_m = _PERSON.search(raw), _REASON.search(raw)
-            if person_m and reason_m:
-                person, reason = text_of(person_m.group(1)), text_of(reason_m.group(1))
-                item = json_of(raw) if person in people else None
-            else:
-                item = json_of(raw)
-                if not isinstance(item, dict):
-                    continue
-                person, reason = str_of(item.get("person")), str_of(item.get("reason"))
-            reason = reason or "?"
-            by_reason[reason] = by_reason.get(reason, 0) + 1
-            if person and reason not in by_person.setdefault(person, []):
-                by_person[person].append(reason)
-            if person in people and isinstance(item, dict):
-                messages = [m for m in item.get("messages") or [] if isinstance(m, dict)]
-                at = int_of(item.get("reviewed_ms"))
-                if messages and at >= last.get(person, (0, {}))[0]:
-                    last[person] = (at, messages[-1])
-            if read >= REVIEW_LOOK:
-                break
+    async for _, raw in redis.hscan_iter(k.review, count=SCAN_COUNT):
+        read += 1
+        person_m, reason_m = _PERSON.search(raw), _REASON.search(raw)
+        if person_m and reason_m:
+            person, reason = text_of(person_m.group(1)), text_of(reason_m.group(1))
+            item = json_of(raw) if person in people else None
+        else:
+            item = json_of(raw)
+            if not isinstance(item, dict):
+                continue
+            person, reason = str_of(item.get("person")), str_of(item.get("reason"))
+        reason = reason or "?"
+        by_reason[reason] = by_reason.get(reason, 0) + 1
+        if person and reason not in by_person.setdefault(person, []):
+            by_person[person].append(reason)
+        if person in people and isinstance(item, dict):
+            messages = [m for m in item.get("messages") or [] if isinstance(m, dict)]
+            at = int_of(item.get("reviewed_ms"))
+            if messages and at >= last.get(person, (0, {}))[0]:
+                last[person] = (at, messages[-1])
+        if read >= REVIEW_LOOK:
+            break
     return Review(by_person, dict(sorted(by_reason.items())), read, total, last)
 
 

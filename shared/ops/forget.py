@@ -40,7 +40,7 @@ import orjson
 
 from shared.keys import CONVERSATION_KINDS, LOCK, KeyError_, Keys, TenantKeys
 from shared.ops import audit, outbound
-from shared.storage.scripts import Scripts
+from shared.storage.scripts import Scripts, shared_scripts
 
 SCAN_COUNT = 1000  # keys, fields or entries looked at per SCAN/HSCAN round trip
 _LOCKED = -1  # forget.lua's state when a turn holds the lock
@@ -175,12 +175,13 @@ async def _forget_review_items(redis: Any, k: TenantKeys, person: str) -> int:
             ids.append(item_id)
     if not ids:
         return 0
-    # A pending review webhook event holds a copy of the item (shared/lua/lib/review.lua).
+    # The items go with their index entries (review_remove.lua); a pending review webhook
+    # event holds a copy of the item (shared/lua/lib/review.lua).
+    deleted = await shared_scripts().review_remove(redis, k, item_ids=ids)
     pipe = redis.pipeline(transaction=True)
-    pipe.hdel(k.review, *ids)
     pipe.zrem(k.review_notify, *ids)
     pipe.hdel(k.review_notify_events, *ids)
-    deleted, _, _ = await pipe.execute()
+    await pipe.execute()
     return int(deleted)
 
 

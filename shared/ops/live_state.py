@@ -18,7 +18,7 @@ import orjson
 from shared.conversation.review_journal import JOURNAL_FIELD, ReviewJournal, current_names
 from shared.conversation.unknowns import describe
 from shared.fleet import dispatch_lag, heartbeats, wake
-from shared.keys import PENDING, Keys
+from shared.keys import PENDING, Keys, TenantKeys
 
 SCAN_COUNT = 1000
 
@@ -171,8 +171,7 @@ async def person(
     ) = await pipe.execute()
     review = [
         item if with_text else _review_summary(item)
-        for item in await _review_items(redis, k.review, None)
-        if item.get("person") == person_id
+        for item in await _person_review_items(redis, k, person_id)
     ]
     return {
         "tenant": tenant_id,
@@ -256,6 +255,35 @@ async def _pending(redis: Any, keys: Keys, tenant_id: str, limit: int) -> dict[s
             for i, who in enumerate(people)
         ],
     }
+
+
+async def _person_review_items(redis: Any, k: TenantKeys, person_id: str) -> list[dict[str, Any]]:
+    """The person's review items, oldest first: from the person's index (shared/lua/lib/
+    review.lua) when every item is indexed, else (items of the previous release not indexed
+    yet: shared/ops/review_index.py) by a scan of the tenant's items."""
+    pipe = redis.pipeline(transaction=False)
+    pipe.hlen(k.review)
+    pipe.hlen(k.review_ix_of)
+    pipe.zrange(k.review_ix_person(person_id), 0, -1)
+    items_n, indexed_n, members = await pipe.execute()
+    if int(items_n) > int(indexed_n):
+        return [
+            item
+            for item in await _review_items(redis, k.review, None)
+            if item.get("person") == person_id
+        ]
+    ids = [_text(m)[17:] for m in members]
+    found = await redis.hmget(k.review, ids) if ids else []
+    items: list[dict[str, Any]] = []
+    for item_id, raw in zip(ids, found, strict=True):
+        if raw is None:
+            continue
+        try:
+            item = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            item = {"id": item_id, "reason": "(not JSON)", "raw": _text(raw)[:200]}
+        items.append(current_names(item) if isinstance(item, dict) else {"id": item_id})
+    return items
 
 
 async def _review_items(redis: Any, key: str, limit: int | None) -> list[dict[str, Any]]:

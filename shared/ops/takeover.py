@@ -13,8 +13,11 @@ business writing
 from the WhatsApp Business app (an echo, claim.lua, `HUMAN_PAUSE_S`), and a WhatsApp batch
 parked for review for a reason that needs a person (`pauses_for_review`; the AI's hand-over is
 one, finish.lua sets it with the review item). Automatic pauses never shorten a longer one; a
-pause set by hand replaces whatever was there. Requeueing or dropping a review item lifts it
-(worker/review.py). A turn already running when a pause is set is not stopped.
+pause set by hand replaces whatever was there. Requeueing or dropping a review item lifts only
+the pause that review set (`by` "review:<reason>", lib/human.lua), never a person's: a person's
+pause meeting a longer review pause makes it the person's, and a review pause replacing a
+person's shorter one gives it back when lifted (worker/review.py). A turn already running when
+a pause is set is not stopped.
 
 The calls here are the API the ops page and the CLI use; each change is one Lua script
 (pause_human.lua, resume_human.lua), so it never races a claim. A reply sent by hand

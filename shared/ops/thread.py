@@ -4,14 +4,15 @@ of the person: the memory (an exchange remembered since the ops inbox came keeps
 messages came, `in`, and the reply went, `at`; older ones show with the time their header
 names), the person's review items, the batch in flight and the messages waiting.
 
-Read-only. The person's review items are found in the tenant's review hash (it has no index by
-person), reading at most `REVIEW_LOOK` items.
+Read-only. The person's review items come through their review index (`review_ix_person`),
+or, while items of the release before are not indexed yet, from reading at most `REVIEW_LOOK`
+of the tenant's items.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -214,7 +215,7 @@ async def thread(redis: Any, keys: Keys, tenant: str, person: str, zone: str) ->
             ordered.append(memory_bubbles(entry))
     others: list[Bubble] = []
     review: list[tuple[str, str]] = []
-    async for item in review_items_of(redis, k, person):
+    for item in await review_items_of(redis, k, person):
         reason = str_of(item.get("reason")) or "?"
         review.append((str_of(item.get("id")), reason))
         for event in item.get("messages") or []:
@@ -269,16 +270,36 @@ def in_time_order(memory: Iterable[list[Bubble]], others: list[Bubble]) -> list[
     return [b for _, _, b in sorted(keyed, key=lambda x: (x[0], x[1]))]
 
 
-async def review_items_of(redis: Any, k: TenantKeys, person: str) -> AsyncIterator[dict[str, Any]]:
-    """The person's review items (the review hash has no per-person index: bounded scan)."""
+async def review_items_of(redis: Any, k: TenantKeys, person: str) -> list[dict[str, Any]]:
+    """The person's review items, oldest first: through the person's review index
+    (`review_ix_person`, kept by shared/lua/lib/review.lua) when every item is indexed; while
+    items of the release before are not yet (shared/ops/review_index.py fills it), by reading
+    the tenant's items, at most `REVIEW_LOOK` of them."""
+    pipe = redis.pipeline(transaction=False)
+    pipe.hlen(k.review)
+    pipe.hlen(k.review_ix_of)
+    pipe.zrange(k.review_ix_person(person), 0, -1)
+    items_n, indexed_n, members = await pipe.execute()
+    if int(items_n) <= int(indexed_n):
+        ids = [index_id(m) for m in members]
+        found = await redis.hmget(k.review, ids) if ids else []
+        items = [json_of(raw) for raw in found]
+        return [current_names(i) for i in items if isinstance(i, dict)]
+    scanned: list[dict[str, Any]] = []
     read = 0
     async for _, raw in redis.hscan_iter(k.review, count=SCAN_COUNT):
         read += 1
         item = json_of(raw)
         if isinstance(item, dict) and item.get("person") == person:
-            yield current_names(item)
+            scanned.append(current_names(item))
         if read >= REVIEW_LOOK:
-            return
+            break
+    return sorted(scanned, key=lambda i: (int_of(i.get("reviewed_ms")), str_of(i.get("id"))))
+
+
+def index_id(member: bytes | str) -> str:
+    """The item id of a review index member, "<ms, 16 digits>:<id>"."""
+    return text_of(member).split(":", 1)[-1]
 
 
 async def message_event(
@@ -296,7 +317,7 @@ async def message_event(
     events = [json_of(raw) for raw in pending]
     listed = json_of(batch)
     events += listed if isinstance(listed, list) else []
-    async for item in review_items_of(redis, k, person):
+    for item in await review_items_of(redis, k, person):
         events += [m for m in item.get("messages") or [] if isinstance(m, dict)]
     for event in events:
         if isinstance(event, dict) and event.get("id") == message_id:

@@ -22,7 +22,13 @@ from scripts.chaos_harness.checks import (
     check,
 )
 from scripts.chaos_harness.observe import classify
-from scripts.chaos_harness.scenarios import OUTAGE_ANSWERED_WITHIN_S, SCENARIOS, Run
+from scripts.chaos_harness.scenarios import (
+    FREEZE_ANSWERED_WITHIN_S,
+    FREEZE_ENV,
+    OUTAGE_ANSWERED_WITHIN_S,
+    SCENARIOS,
+    Run,
+)
 from scripts.chaos_harness.workload import TENANTS, Burst, Message, Person, tokens_in
 from shared.keys import Keys
 
@@ -425,3 +431,60 @@ def test_an_outage_nobody_noticed_fails() -> None:
         "AI calls failed during the outage",
         "a worker paused the fleet",
     ]
+
+
+# --- the redis_freeze scenario's own checks ------------------------------------------------------
+FROZE, THAWED = 12.2, 16.2
+
+
+def freeze_records() -> tuple[Run, Observation, dict[str, int]]:
+    """Redis frozen from 12.2 s to 16.2 s: Alice's third message (12 s) was due then, and is
+    answered a second after Redis answers again."""
+    stack = cast(Any, type("Stack", (), {"worker_env": dict(FREEZE_ENV)}))
+    run = Run(stack, cast(Any, None), 4.0, random.Random(1))
+    run.faults = [(FROZE, "redis_freeze", ""), (THAWED, "redis_thawed", "")]
+    obs = clean()
+    obs.calls = [c for c in obs.calls if c.tokens[-1:] != ((ALICE, 2),)]
+    obs.calls += turn(ALICE, [2], THAWED + 0.85)
+    return run, obs, {"leases_expired": 0}
+
+
+def failed_freeze_expectations(run: Run, obs: Observation, stats: dict[str, int]) -> list[str]:
+    assert violations(obs) == []
+    SCENARIOS["redis_freeze"].verify(run, obs, stats)
+    return [what for what, ok, _ in run.expectations if not ok]
+
+
+def test_a_freeze_recovered_within_seconds_passes_the_scenarios_checks() -> None:
+    assert failed_freeze_expectations(*freeze_records()) == []
+
+
+def test_a_freeze_answered_only_after_a_lease_fails() -> None:
+    """What the old code did: a claim Redis ran after the worker gave up on it held the batch
+    for the whole lease (12 s here)."""
+    run, obs, stats = freeze_records()
+    obs.calls = [c for c in obs.calls if c.tokens[-1:] != ((ALICE, 2),)]
+    obs.calls += turn(ALICE, [2], THAWED + 12.0)
+    stats["leases_expired"] = 1
+    assert failed_freeze_expectations(run, obs, stats) == [
+        "what waited at the freeze was answered within seconds of its end",
+        "no lease expired",
+    ]
+    run, obs, stats = freeze_records()
+    obs.calls = [c for c in obs.calls if c.tokens[-1:] != ((ALICE, 2),)]
+    obs.calls += turn(ALICE, [2], THAWED + FREEZE_ANSWERED_WITHIN_S + 0.5)
+    assert failed_freeze_expectations(run, obs, stats) == [
+        "what waited at the freeze was answered within seconds of its end"
+    ]
+
+
+def test_a_freeze_that_caught_nothing_waiting_or_never_happened_fails() -> None:
+    run, obs, stats = freeze_records()
+    obs.calls = [c for c in obs.calls if c.tokens[-1:] != ((ALICE, 2),)]
+    obs.calls += turn(ALICE, [2], 12.02)  # answered just before the freeze: nothing waited
+    assert failed_freeze_expectations(run, obs, stats) == [
+        "what waited at the freeze was answered within seconds of its end"
+    ]
+    run, obs, stats = freeze_records()
+    run.faults = []
+    assert failed_freeze_expectations(run, obs, stats) == ["Redis was frozen"]

@@ -119,6 +119,7 @@ async def test_meta_answering_131047_without_a_template_parks_the_batch(
     (item,) = await in_review(redis, prefix, PLAIN_TENANT)
     assert item["reason"] == "window_closed"
     assert item["error"] == "131047: Re-engagement message"
+    assert item["reply"], "the reply that was not delivered is on the item (issue 23)"
     assert graph.sent_messages() == []
     assert len(ai_requests(ai)) == 1
     assert "retries" not in await stats(redis, prefix, PLAIN_TENANT)
@@ -282,6 +283,7 @@ async def test_131047_on_a_later_part_without_a_template_parks_what_was_sent(
     assert item["error"] == "131047: Re-engagement message"
     assert item["parts_sent"] == {"0": first.wamid}
     assert item["parts_total"] == 3
+    assert item["reply"] == THREE_PARTS, "the reply that did not go out is on the item"
     assert graph.sent_templates() == [] and len(_text_requests(graph, PERSON)) == 2
     assert "retries" not in await stats(redis, prefix, PLAIN_TENANT)
 

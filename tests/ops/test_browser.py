@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import orjson
 import pytest
 from playwright.async_api import expect
 from redis.asyncio import Redis
@@ -109,3 +110,75 @@ async def test_reply_by_hand_reaches_the_graph_api(
         assert sent.body == "Abrimos a las 9, ¡lo esperamos!", where
         await expect(page.locator("table.sent")).to_contain_text(sent.wamid)
         await expect(page.locator("table.audit")).to_contain_text("reply")
+
+
+async def test_pages_say_which_way_they_go_and_a_bulk_drop_shows_its_progress(
+    redis: Redis, settings: Settings, tmp_path: Path
+) -> None:
+    """Issue 23: from a later page "newer page" led to older items; a bulk past what fit in
+    one request answered 503 and hid what it did."""
+    shots = tmp_path / "screenshots"
+    k = Keys().tenant(TENANT)
+    await redis.sadd(Keys().tenants, TENANT)
+    n = 1_230
+    await redis.hset(
+        k.review,
+        mapping={
+            f"old{i:05}": orjson.dumps(
+                {"id": f"old{i:05}", "person": f"p{i}", "reason": "too_old", "reviewed_ms": i + 1}
+            )
+            for i in range(n)
+        },
+    )
+    parked = await park(redis, settings, ["hola"], reason="max_attempts")
+    async with served(ops_settings(settings)) as url, chromium() as browser:
+        page = await browser.new_page(viewport=PHONE)
+        await page.goto(f"{url}/ops/signin")
+        await page.fill("#token", OPS_TOKEN)
+        await page.fill("#name", "Ana")
+        await page.click("button[type=submit]")
+        await page.get_by_role("link", name=f"too_old ({n})").click()
+        where = await shot(page, shots, "1-first-page")
+        await expect(page.locator("nav.pages")).to_contain_text(f"Items 1–50 of {n}, oldest first")
+        await expect(page.get_by_role("link", name="← older items")).to_have_count(0)
+        assert await fits_the_width(page), f"wider than a phone: {where}"
+        await page.get_by_role("link", name="newer items →").click()
+        await page.get_by_role("link", name="newer items →").click()
+        where = await shot(page, shots, "2-third-page")
+        await expect(page.locator("nav.pages")).to_contain_text(f"Items 101–150 of {n}")
+        await expect(page.locator('table.items a[href$="id=old00100"]')).to_have_count(1)
+        await page.get_by_role("link", name="← older items").click()
+        where = await shot(page, shots, "3-older-page")
+        await expect(page.locator("nav.pages")).to_contain_text(f"Items 51–100 of {n}")
+        await expect(page.locator('table.items a[href$="id=old00050"]')).to_have_count(1)
+        await expect(page.locator('table.items a[href$="id=old00100"]')).to_have_count(0)
+
+        await page.get_by_role(
+            "button", name=f"Drop every too_old item of every tenant ({n})"
+        ).click()
+        where = await shot(page, shots, "4-drop-refused-unconfirmed")
+        await expect(page.get_by_role("main")).to_contain_text("tick the box")
+        await page.go_back()
+        await page.check("input[name=confirm]")
+        await page.get_by_role(
+            "button", name=f"Drop every too_old item of every tenant ({n})"
+        ).click()
+        where = await shot(page, shots, "5-bulk-progress")
+        assert "/ops/bulk?job=" in page.url, where
+        await expect(page.locator("progress")).to_have_attribute("max", str(n))
+        await expect(page.locator("#bulk-state")).to_have_text("finished", timeout=30_000)
+        where = await shot(page, shots, "6-bulk-finished")
+        await expect(page.locator("#bulk-result")).to_contain_text(
+            f"Dropped {n} of {n} item(s); 0 left on the list; 0 gone meanwhile"
+        )
+        await expect(page.locator("progress")).to_have_attribute("value", str(n))
+        assert await fits_the_width(page), f"wider than a phone: {where}"
+        await page.get_by_role("link", name="Back to the review list").click()
+        where = await shot(page, shots, "7-list-after")
+        await expect(page.locator("table.items tbody tr")).to_have_count(0)
+        await page.get_by_role("link", name="all").first.click()
+        await expect(page.locator("table.items tbody tr")).to_have_count(1)
+    assert await redis.hkeys(k.review) == [parked.encode()], where
+    entries = await audit.entries(redis, Keys(), limit=2000)
+    assert sum(e.action == "drop" for e in entries) == n, where
+    assert entries[0].action == "bulk drop" and f"dropped {n} of {n}" in entries[0].detail, where

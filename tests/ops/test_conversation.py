@@ -4,6 +4,7 @@ forgetting a person after a confirmation; bad input gets a clear error and chang
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import AsyncIterator
 
@@ -15,10 +16,13 @@ from redis.asyncio import Redis
 from scripts.standins import GraphApiStandIn
 from shared.keys import Keys
 from shared.ops import audit, takeover
+from shared.ops.review import ReviewList
 from shared.settings import Settings
+from shared.storage.scripts import Scripts
 from tests.ops.support import PERSON, TENANT, ops_settings, park, sign_in
 from tests.receiver.support import running
 from tests.support.helpers import TOKEN
+from tests.worker.support import ingest_one, message_event, quick_store
 
 KEYS = Keys()
 K = KEYS.tenant(TENANT)
@@ -221,3 +225,65 @@ async def test_a_reply_that_cannot_go_out_says_why_and_sends_nothing(
     assert answer.status_code == 409 and "template" in answer.text, answer.text
     assert graph.sent_messages(PERSON) == []
     assert await audit.entries(redis, KEYS) == []
+
+
+@pytest.mark.parametrize("action", ["drop", "requeue"])
+async def test_a_pause_a_person_set_survives_any_action_on_the_review_item(
+    ops_graph: httpx.AsyncClient,
+    redis: Redis,
+    settings: Settings,
+    graph: GraphApiStandIn,
+    action: str,
+) -> None:
+    """Issue 23: a reply by hand to an ai_hand_over person pauses the bot; dropping the item
+    lifted that pause and the bot answered the customer's next message over the person."""
+    item = await park(redis, settings, ["¿me pasás con alguien?"], reason="ai_hand_over")
+    assert (await takeover.pause_state(redis, KEYS, TENANT, PERSON) or {})["by"] == (
+        "review:ai_hand_over"
+    ), "the hand-over paused the bot"
+    csrf = await sign_in(ops_graph, "Ana")
+    form = {"tenant": TENANT, "person": PERSON, "csrf": csrf}
+    answer = await ops_graph.post("/ops/conversation/reply", data={**form, "text": "Hola, soy Ana"})
+    assert answer.status_code == 303 and "done=replied" in answer.headers["location"]
+    answer = await ops_graph.post(
+        f"/ops/item/{action}", data={"tenant": TENANT, "id": item, "csrf": csrf}
+    )
+    assert answer.status_code == 303, answer.text
+    assert not await redis.hexists(K.review, item)
+    pause = await takeover.pause_state(redis, KEYS, TENANT, PERSON)
+    assert pause is not None and pause["by"] == "Ana", "Ana's pause outlives the item"
+    # The customer writes again: no turn for the bot while Ana has the conversation.
+    event = message_event(TENANT, PERSON, "wamid.after", "¿Ana?")
+    await ingest_one(redis, K, event, dedupe_ttl_s=60)
+    store = quick_store(redis, settings)
+    await store.claim(TENANT, 0, "t")
+    await asyncio.sleep(0.05)
+    assert (await store.claim(TENANT, 5, "t")).batches == []
+    await takeover.resume(redis, KEYS, TENANT, PERSON, by="Ana")
+    assert len((await store.claim(TENANT, 5, "t")).batches) == 1, "resumed: the bot answers"
+
+
+async def test_dropping_lifts_the_pause_the_review_set_and_gives_back_a_persons(
+    redis: Redis, settings: Settings
+) -> None:
+    """The pause a review set is the review's: dropping its item lifts it. A person's shorter
+    pause it had replaced comes back for what is left of it."""
+    review = ReviewList(redis, KEYS, Scripts())
+    item = await park(redis, settings, ["hola"], reason="ai_hand_over")
+    await review.drop(TENANT, item)
+    assert await takeover.pause_state(redis, KEYS, TENANT, PERSON) is None
+    # Ana pauses the bot while a turn runs; the turn then parks its batch as a hand-over.
+    await ingest_one(redis, K, message_event(TENANT, PERSON, "wamid.again", "otra vez"))
+    store = quick_store(redis, settings)
+    await store.claim(TENANT, 0, "t")
+    await asyncio.sleep(0.05)
+    (batch,) = (await store.claim(TENANT, 5, "t")).batches
+    await takeover.pause(redis, KEYS, TENANT, PERSON, by="Ana", why="mine", seconds=600)
+    assert await store.finish_review(batch, "ai_hand_over", "wants a person", 0)
+    item = batch.id
+    paused = await takeover.pause_state(redis, KEYS, TENANT, PERSON) or {}
+    assert paused["by"] == "review:ai_hand_over", "the review's pause is longer"
+    await review.drop(TENANT, item)
+    back = await takeover.pause_state(redis, KEYS, TENANT, PERSON) or {}
+    assert back["by"] == "Ana" and back["why"] == "mine"
+    assert 590_000 < await redis.pttl(K.human(PERSON)) <= 600_000

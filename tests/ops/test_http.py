@@ -5,6 +5,8 @@ then the actions, each recorded in the audit log."""
 
 from __future__ import annotations
 
+import asyncio
+import re
 import time
 from collections.abc import AsyncIterator
 from http.cookies import SimpleCookie
@@ -260,6 +262,21 @@ async def test_an_action_that_cannot_be_done_says_why_and_changes_nothing(
     assert await no_audit(redis)
 
 
+async def finished_job(ops: httpx.AsyncClient, location: str) -> str:
+    """The job page once the job has finished (it runs in the background)."""
+    assert location.startswith("/ops/bulk?job="), location
+    deadline = time.monotonic() + 30
+    while True:
+        page = await ops.get(location)
+        assert page.status_code == 200, page.text
+        if 'id="bulk-state">finished' in page.text:
+            assert 'http-equiv="refresh"' not in page.text, "a finished job stops reloading"
+            return page.text
+        assert time.monotonic() < deadline, page.text
+        await asyncio.sleep(0.05)
+
+
+@pytest.mark.cluster
 async def test_bulk_requeue_by_reason_and_tenant_reports_what_it_left(
     ops: httpx.AsyncClient, redis: Redis, settings: Settings
 ) -> None:
@@ -276,17 +293,101 @@ async def test_bulk_requeue_by_reason_and_tenant_reports_what_it_left(
     await redis.hset(KEYS.tenant(TENANT).batch("5491100000002"), "id", "in-flight")
     data = {"reason": "too_old", "tenant": TENANT, "csrf": csrf}
     answer = await ops.post("/ops/bulk-requeue", data=data)
-    assert answer.status_code == 200, "one requeued, one left and named"
-    assert f"{TENANT}/{b}: person 5491100000002 has a batch in flight" in answer.text
+    assert answer.status_code == 303, answer.text
+    text = await finished_job(ops, answer.headers["location"])
+    assert "Requeued 1 of 2 item(s); 1 left on the list; 0 gone meanwhile" in text
+    assert f"{TENANT}/{b}: person 5491100000002 has a batch in flight" in text
     assert await review_ids(redis) == {b, other}
     assert await review_ids(redis, TENANT_2) == {elsewhere}
-    assert [e.detail for e in await audit.entries(redis, KEYS)] == [
-        f"item {a} (too_old); bulk by reason too_old"
-    ]
+    details = [e.detail for e in await audit.entries(redis, KEYS)]
+    assert details[1] == f"item {a} (too_old); bulk job {details[1].split()[5]} by reason too_old"
+    assert details[0].endswith(
+        "requeued 1 of 2 too_old item(s), 1 left on the list, 0 gone meanwhile"
+    )
+    assert details[2].endswith(f"2 too_old item(s) of tenant {TENANT}")
     await redis.delete(KEYS.tenant(TENANT).batch("5491100000002"))
-    answer = await ops.post("/ops/bulk-requeue", data={"reason": "too_old", "csrf": csrf})
-    assert answer.status_code == 303 and answer.headers["location"] == "/ops/?done=bulk"
+    answer = await ops.post(
+        "/ops/bulk", data={"action": "requeue", "reason": "too_old", "csrf": csrf}
+    )
+    text = await finished_job(ops, answer.headers["location"])
+    assert "Requeued 2 of 2 item(s); 0 left on the list" in text
     assert await review_ids(redis) == {other} and await review_ids(redis, TENANT_2) == set()
+    page = await ops.get("/ops/")
+    assert "too_old (" not in page.text and "failed (1)" in page.text, "counts kept as they change"
+
+
+async def test_a_bulk_of_any_size_finishes_in_chunks_and_the_audit_says_what_it_did(
+    ops: httpx.AsyncClient, redis: Redis, settings: Settings
+) -> None:
+    """Issue 23: a bulk past what fits in one request answered 503 and hid what it did. Old
+    items (written as the previous release did, without the index) are found too."""
+    await redis.sadd(KEYS.tenants, TENANT)
+    n = 1_050
+    items = {
+        f"old{i:05}": orjson.dumps(
+            {"id": f"old{i:05}", "person": f"p{i}", "reason": "too_old", "reviewed_ms": i + 1}
+        )
+        for i in range(n)
+    }
+    await redis.hset(K.review, mapping=items)
+    csrf = await sign_in(ops)
+    form = {"action": "drop", "reason": "too_old", "csrf": csrf}
+    answer = await ops.post("/ops/bulk", data=form)
+    assert answer.status_code == 409 and "tick the box" in answer.text
+    answer = await ops.post("/ops/bulk", data={**form, "confirm": "yes"})
+    assert answer.status_code == 303
+    text = await finished_job(ops, answer.headers["location"])
+    assert f"Dropped {n} of {n} item(s); 0 left on the list" in text
+    assert await redis.hlen(K.review) == 0 and await redis.zcard(K.review_ix) == 0
+    assert await redis.hgetall(K.review_counts) == {}
+    entries = await audit.entries(redis, KEYS, limit=5000)
+    assert sum(e.action == "drop" for e in entries) == n
+    assert entries[0].action == "bulk drop" and f"dropped {n} of {n}" in entries[0].detail
+
+
+async def test_a_bulk_job_that_stopped_is_continued_where_it_was(
+    ops: httpx.AsyncClient, redis: Redis, settings: Settings
+) -> None:
+    """A job whose process ended (no run lease) shows as stopped; Continue finishes it and
+    never acts twice on an item."""
+    first = await park(redis, settings, ["a"], person="5491100000001", reason="too_old")
+    second = await park(redis, settings, ["b"], person="5491100000002", reason="too_old")
+    csrf = await sign_in(ops)
+    member = (await redis.zrange(K.review_ix, 0, 0))[0].decode()
+    assert member.endswith(first)
+    await redis.hset(
+        KEYS.ops_bulk("j1"),
+        mapping={
+            "action": "requeue",
+            "reason": "too_old",
+            "tenant": "",
+            "age": "",
+            "who": "Ana",
+            "started_ms": 1,
+            "max_ms": int(time.time() * 1000) + 60_000,
+            "tenants": orjson.dumps([TENANT]),
+            "matched": 2,
+            "done": 1,
+            "refused": 0,
+            "gone": 0,
+            "refusals": "[]",
+            "state": "running",
+            "error": "",
+            "updated_ms": 1,
+            f"cursor:{TENANT}": member,
+        },
+    )
+    page = await ops.get("/ops/bulk?job=j1")
+    assert 'id="bulk-state">stopped' in page.text and "Continue from where it stopped" in page.text
+    answer = await ops.post("/ops/bulk/continue", data={"job": "j1", "csrf": csrf})
+    assert answer.status_code == 303
+    text = await finished_job(ops, answer.headers["location"])
+    assert "Requeued 2 of 2 item(s)" in text
+    assert await review_ids(redis) == {first}, "the item before the cursor was not touched again"
+    assert second not in await review_ids(redis)
+    answer = await ops.post("/ops/bulk/continue", data={"job": "j1", "csrf": csrf})
+    assert answer.status_code == 409 and "has finished" in answer.text
+    assert (await ops.get("/ops/bulk?job=nope")).status_code == 404
 
 
 # ----------------------------------------------------------------- pages
@@ -316,21 +417,128 @@ async def test_the_pages_filter_count_page_and_escape_customer_text(
     assert (await ops.get("/ops/?reason=too_old")).text.count('href="/ops/item?') == 0
 
 
-async def test_the_overview_pages_through_many_items(ops: httpx.AsyncClient, redis: Redis) -> None:
+async def test_an_item_shows_what_was_sent_and_not_as_text_and_errors_as_sentences(
+    ops: httpx.AsyncClient, redis: Redis
+) -> None:
+    """Issue 23: a window_closed item never showed the reply that was not delivered, a
+    delivery_unknown one showed it inside a Python dict, errors were raw."""
     await redis.sadd(KEYS.tenants, TENANT)
-    items = {
-        f"i{n:03}": orjson.dumps(
-            {"id": f"i{n:03}", "person": f"p{n}", "reason": "failed", "reviewed_ms": n}
-        )
-        for n in range(120)
+    message = {"id": "wamid.in", "type": "text", "text": "¿Tienen turno?"}
+    closed = {
+        "id": "w1",
+        "person": PERSON,
+        "reason": "window_closed",
+        "messages": [message],
+        "error": "131047: Re-engagement message",
+        "reviewed_ms": 1,
+        "reply": "Sí, el jueves.\n\nA las 10.",
+        "parts_sent": {"0": "wamid.out0"},
+        "parts_total": 2,
     }
-    await redis.hset(K.review, mapping=items)
+    unknown = {
+        "id": "u1",
+        "person": PERSON,
+        "reason": "delivery_unknown",
+        "messages": [message],
+        "error": "part 1 of 1: no answer",
+        "reviewed_ms": 2,
+        "delivery_unknown": {
+            "what": "part",
+            "part": 0,
+            "parts_total": 1,
+            "at_ms": 1764421200000,
+            "error": "Graph API did not answer: ReadTimeout('')",
+            "text": "Te espero el jueves",
+        },
+    }
+    failed = {
+        "id": "f1",
+        "person": PERSON,
+        "reason": "max_attempts",
+        "messages": [message],
+        "error": "RetryLater: HTTP 500, code None: <html><body>Internal</body></html>",
+        "reviewed_ms": 3,
+    }
+    for item in (closed, unknown, failed):
+        await redis.hset(K.review, str(item["id"]), orjson.dumps(item))
     await sign_in(ops)
-    first = await ops.get("/ops/")
-    assert first.text.count('href="/ops/item?') == 50 and "offset=50" in first.text
-    last = await ops.get("/ops/?offset=100")
-    assert last.text.count('href="/ops/item?') == 20 and "next page" not in last.text
-    assert "i119" in last.text and "failed (120)" in last.text
+    page = (await ops.get(f"/ops/item?tenant={TENANT}&id=w1")).text
+    assert "¿Tienen turno?" in page
+    assert "Sí, el jueves.\n\nA las 10." in page and "24-hour window closed" in page
+    assert "part 1 of 2" in page and "WhatsApp refused it: error 131047" in page
+    page = (await ops.get(f"/ops/item?tenant={TENANT}&id=u1")).text
+    assert "Te espero el jueves" in page and "{&#39;what&#39;" not in page and "{'what'" not in page
+    assert "WhatsApp did not answer (ReadTimeout) after the request was sent" in page
+    page = (await ops.get(f"/ops/item?tenant={TENANT}&id=f1")).text
+    assert (
+        "WhatsApp answered 500 (server error) with an HTML page instead of an error message."
+        in page
+    )
+    assert "<details><summary>the error as recorded</summary>" in page
+    assert "&lt;html&gt;&lt;body&gt;Internal" in page, "the raw detail, escaped, one click away"
+    listing = (await ops.get("/ops/")).text
+    assert "WhatsApp answered 500 (server error)" in listing and "&lt;html&gt;" not in listing
+    conversation = (await ops.get(f"/ops/conversation?tenant={TENANT}&person={PERSON}")).text
+    assert "24-hour window closed" in conversation and "Te espero el jueves" in conversation
+
+
+@pytest.mark.cluster
+async def test_the_overview_pages_through_many_items(ops: httpx.AsyncClient, redis: Redis) -> None:
+    """Pages hold 50 items, oldest first; "newer items" leads to newer ones and "older items"
+    back (issue 23: from a later page, "newer page" led to older items)."""
+    await redis.sadd(KEYS.tenants, TENANT, TENANT_2)
+    for tenant, start in ((TENANT, 0), (TENANT_2, 1)):
+        items = {
+            f"i{n:03}": orjson.dumps(
+                {"id": f"i{n:03}", "person": f"p{n}", "reason": "failed", "reviewed_ms": n}
+            )
+            for n in range(start, 120, 2)
+        }
+        await redis.hset(KEYS.tenant(tenant).review, mapping=items)
+    await sign_in(ops)
+
+    def shown(text: str) -> list[int]:
+        return [int(i) for i in re.findall(r'href="/ops/item\?tenant=\d+&amp;id=i(\d+)"', text)]
+
+    def link_of(text: str, label: str) -> str | None:
+        found = re.search(rf'href="([^"]+)">{label}', text)
+        return found.group(1).replace("&amp;", "&") if found else None
+
+    first = (await ops.get("/ops/")).text
+    assert shown(first) == list(range(50)) and "Items 1–50 of 120" in first
+    assert link_of(first, "← older items") is None
+    second = (await ops.get(link_of(first, "newer items →") or "")).text
+    assert shown(second) == list(range(50, 100)) and "Items 51–100 of 120" in second
+    last = (await ops.get(link_of(second, "newer items →") or "")).text
+    assert shown(last) == list(range(100, 120)) and link_of(last, "newer items →") is None
+    back = (await ops.get(link_of(last, "← older items") or "")).text
+    assert shown(back) == list(range(50, 100)), "older items are older"
+    assert "failed (120)" in back
+    tenant_only = (await ops.get(f"/ops/?tenant={TENANT_2}")).text
+    assert shown(tenant_only) == list(range(1, 101, 2))
+    assert (await ops.get("/ops/?after=garbage")).status_code == 200, "a bad cursor: first page"
+
+
+async def test_items_of_the_previous_release_are_indexed_and_its_deletions_forgotten(
+    ops: httpx.AsyncClient, redis: Redis, settings: Settings
+) -> None:
+    """The release before the index wrote and deleted items in the hash alone, during a
+    rolling deploy too: the page indexes the ones it finds and drops the entries of the ones
+    it deleted, and the counts follow."""
+    parked = await park(redis, settings, ["nuevo"], reason="failed")
+    old = {"id": "old1", "person": PERSON, "reason": "too_old", "reviewed_ms": 5}
+    await redis.hset(K.review, "old1", orjson.dumps(old))
+    await sign_in(ops)
+    page = (await ops.get("/ops/")).text
+    assert "too_old (1)" in page and "failed (1)" in page and "Items 1–2 of 2" in page
+    assert await redis.hlen(K.review_ix_of) == 2
+    conversation = (await ops.get(f"/ops/conversation?tenant={TENANT}&person={PERSON}")).text
+    assert "old1" in conversation and parked in conversation
+    await redis.hdel(K.review, "old1")  # deleted by a process of the previous release
+    page = (await ops.get("/ops/")).text
+    assert "Items 1–1 of" in page and "old1" not in page
+    assert await redis.hlen(K.review_ix_of) == 1
+    assert await redis.hgetall(K.review_counts) == {b"failed": b"1"}
 
 
 async def test_the_webhook_path_still_works_with_the_ops_page_mounted(

@@ -70,3 +70,19 @@ async def test_a_member_that_is_not_an_entry_is_skipped_not_fatal(fake: FakeRedi
 
     assert [e.detail for e in await audit.entries(fake, KEYS)] == ["real"]
     assert await fake.zcard(KEYS.audit) == 2
+
+
+async def test_a_filtered_read_looks_only_through_the_newest_it_is_told_to(
+    fake: FakeRedis,
+) -> None:
+    """A conversation's view reads the newest entries only (receiver/ops/queries.py): a bulk
+    action of many items must not make every view read them all."""
+    await add(fake, 1_000, detail="mine, old")
+    wanted = [
+        {"who": "ana", "action": "drop", "tenant": "t1", "person": f"p{i}"} for i in range(400)
+    ]
+    await audit.record_many(fake, KEYS, wanted, retention_s=30 * 86400, now_ms=2_000)
+    mine = {"tenant": "t1", "person": "5491100000001"}
+    assert [e.detail for e in await audit.entries(fake, KEYS, **mine)] == ["mine, old"]
+    assert await audit.entries(fake, KEYS, **mine, scan=200) == []
+    assert len(await audit.entries(fake, KEYS, limit=1000)) == 401

@@ -1,4 +1,5 @@
-"""worker/review.py's list, show and drop: the review hash read and edited without a script."""
+"""worker/review.py's list, show and drop: the review hash read without a script (a drop is
+one, review_act.lua, so its test has a real Redis)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Any
 import orjson
 import pytest
 from fakeredis.aioredis import FakeRedis
+from redis.asyncio import Redis
 
 from shared.keys import Keys
 from shared.ops.review import ReviewError, ReviewList
@@ -23,7 +25,7 @@ def item(item_id: str, reason: str, reviewed_ms: int | None, **fields: Any) -> d
     return found
 
 
-async def stored(fake: FakeRedis, *items: dict[str, Any]) -> ReviewList:
+async def stored(fake: FakeRedis | Redis, *items: dict[str, Any]) -> ReviewList:
     review = KEYS.tenant(TENANT).review
     await fake.hset(review, mapping={i["id"]: orjson.dumps(i) for i in items})
     return ReviewList(fake, KEYS, Scripts())
@@ -43,11 +45,12 @@ async def test_items_are_listed_oldest_first_and_filtered_by_reason(fake: FakeRe
     assert await review.items("106540352242923") == []
 
 
-async def test_show_and_drop_name_the_item_they_cannot_find(fake: FakeRedis) -> None:
-    review = await stored(fake, item("b1", "failed", 100, error="boom"))
+async def test_show_and_drop_name_the_item_they_cannot_find(redis: Redis) -> None:
+    """A drop is a script (review_act.lua): a real Redis."""
+    review = await stored(redis, item("b1", "failed", 100, error="boom"))
     assert (await review.get(TENANT, "b1"))["error"] == "boom"
     await review.drop(TENANT, "b1")
-    assert await fake.hlen(KEYS.tenant(TENANT).review) == 0
+    assert await redis.hlen(KEYS.tenant(TENANT).review) == 0
     with pytest.raises(ReviewError, match="no review item 'b1' for tenant '106540352242922'"):
         await review.get(TENANT, "b1")
     with pytest.raises(ReviewError, match="no review item 'b1'"):

@@ -138,9 +138,20 @@ async def snapshot(redis: Redis) -> dict[str, Any]:
     return found
 
 
-def about(person: str, k: TenantKeys, key: str, value: Any) -> Any:
+def about(
+    person: str, k: TenantKeys, key: str, value: Any, items: frozenset[bytes] = frozenset()
+) -> Any:
     """`value` of `key` without what concerns `person` of the tenant of `k`; None: the key is
-    the person's own."""
+    the person's own. `items`: the ids of the person's review items (their index entries go
+    with them, and the counts drop by as many)."""
+    if key == k.review_ix or key.startswith((k.review_ix_reason_prefix, f"{k.review_ix}:p:")):
+        return [(m, s) for m, s in value if m.split(b":", 1)[1] not in items] or None
+    if key == k.review_ix_of:
+        return {f: v for f, v in value.items() if f not in items} or None
+    if key == k.review_counts:
+        return {
+            r: str(int(n) - len(items)).encode() for r, n in value.items() if int(n) > len(items)
+        } or None
     if key.startswith(f"{k.conversation_prefix}{person}:"):
         return None
     if key.startswith(k.outbound_prefix):
@@ -201,10 +212,11 @@ async def test_forget_deletes_everything_of_the_person_and_nothing_else(
     )
     after = await snapshot(redis)
     audit_key = made.keys.audit
+    items = frozenset(f for f, v in before[k.review].items() if orjson.loads(v)["person"] == PERSON)
     expected = {
         key: kept
         for key, value in before.items()
-        if key != audit_key and (kept := about(PERSON, k, key, value)) is not None
+        if key != audit_key and (kept := about(PERSON, k, key, value, items)) is not None
     }
     assert {key: v for key, v in after.items() if key != audit_key} == expected
     # The audit log: the entry about the person keeps only that it happened, and the forget
@@ -334,10 +346,12 @@ async def forgotten_alone(
 ) -> bool:
     """Nothing of `person` is left, and everything else is as in `before` (the audit aside)."""
     k = keys.tenant(tenant)
+    review = before.get(k.review, {})
+    items = frozenset(f for f, v in review.items() if orjson.loads(v)["person"] == person)
     expected = {
         key: kept
         for key, value in before.items()
-        if key != keys.audit and (kept := about(person, k, key, value)) is not None
+        if key != keys.audit and (kept := about(person, k, key, value, items)) is not None
     }
     after = {key: v for key, v in (await snapshot(redis)).items() if key != keys.audit}
     assert after == expected

@@ -77,10 +77,15 @@ async def test_finished_conversations_leave_no_keys_or_entries_behind(
     assert k.human(human) in expiring and k.human(old) not in expiring, "too_old pauses no one"
     for key in expiring:
         assert await redis.ttl(key) > 0, f"{key} must expire"
+    # The review list's index goes with its items (shared/lua/lib/review.lua): the time index,
+    # one per reason and per person, the id map and the counts.
+    index = {key for key in found if key.startswith(f"{k.review_ix}")}
+    assert {k.review_ix, k.review_ix_of, k.review_counts} <= index
+    assert await redis.zcard(k.review_ix) == 2 == await redis.hlen(k.review)
     # Only the bounded or permanent records remain: registry, counters, capped outbox, review,
     # the conversations index of the ops inbox (the newest 10 000, 7 days: its claim trims it),
     # and the running workers' heartbeats (each worker removes its own as it stops).
-    rest = set(found) - set(seen) - set(expiring)
+    rest = set(found) - set(seen) - set(expiring) - index
     kept = [keys.tenants, k.stats, k.outbox, k.review, k.conversations, keys.workers]
     assert sorted(rest) == sorted(kept), (
         "no inbox, due, running, burst, pending, batch or lock keys left"

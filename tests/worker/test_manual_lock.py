@@ -93,8 +93,9 @@ async def test_a_reply_that_lost_its_lock_records_what_went_out_and_leaves_pendi
 
 
 async def test_a_batch_requeued_during_the_reply_is_due_when_it_ends(redis: Redis) -> None:
-    """requeue.lua may make a batch while the reply holds the person; a claim then put it off
-    to the lock's end. The reply's end makes it due now, and leaves the batch alone."""
+    """A requeue (review_act.lua) may make a batch while the reply holds the person; a claim
+    then put it off to the lock's end. The reply's end makes it due now, and leaves the batch
+    alone."""
     await redis.rpush(K.pending(PERSON), EVENT)
     assert (await begin(redis, "manual:a"))[0] == "ok"
     await redis.hset(K.batch(PERSON), mapping={"id": "item-r1", "requeued": 1})

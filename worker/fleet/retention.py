@@ -13,8 +13,9 @@ N x 2 x POLL_INTERVAL_S / round_s of them (20 000 tenants, 1 s, an hour: about 1
 tenant is visited about twice a round whichever worker sweeps, and a sweep that is late or
 missed (its sweeper died) leaves a tenant at most one round more. A visit: one pipelined
 `HLEN` for the slice, then for each tenant with items an `HSCAN` of its review hash and one
-`HDEL` of the old items. An item's age is its `reviewed_ms` (else the creation time its batch
-id starts with); an item with neither is kept.
+review_remove.lua call per 500 old items (the items go with their index entries). An item's
+age is its `reviewed_ms` (else the creation time its batch id starts with); an item with
+neither is kept.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ from typing import Any
 import orjson
 from redis.exceptions import RedisError
 
-from shared.keys import Keys
+from shared.keys import Keys, TenantKeys
+from shared.storage.scripts import shared_scripts
 
 log = logging.getLogger(__name__)
 
@@ -96,33 +98,39 @@ class ReviewRetention:
     async def _prune(self, tenants: list[str], now_ms: int) -> int:
         if not tenants:
             return 0
-        reviews = [self._keys.tenant(t).review for t in tenants]
+        reviews = [self._keys.tenant(t) for t in tenants]
         pipe = self._redis.pipeline(transaction=False)
-        for key in reviews:
-            pipe.hlen(key)
+        for k in reviews:
+            pipe.hlen(k.review)
         async with asyncio.timeout(self._timeout_s):
             sizes = await pipe.execute()
         deleted = 0
-        for key, size in zip(reviews, sizes, strict=True):
+        for k, size in zip(reviews, sizes, strict=True):
             if int(size):
-                deleted += await self._prune_hash(key, now_ms - self._retention_ms)
+                deleted += await self._prune_hash(k, now_ms - self._retention_ms)
         if deleted:
             log.info("review retention deleted %d items older than the retention", deleted)
         return deleted
 
-    async def _prune_hash(self, key: str, cutoff_ms: int) -> int:
+    async def _prune_hash(self, k: TenantKeys, cutoff_ms: int) -> int:
         old: list[bytes] = []
         cursor = 0
         while True:
             async with asyncio.timeout(self._timeout_s):
-                cursor, found = await self._redis.hscan(key, cursor, count=SCAN_COUNT)
+                cursor, found = await self._redis.hscan(k.review, cursor, count=SCAN_COUNT)
             for item_id, raw in found.items():
                 at = reviewed_ms(item_id, raw)
                 if at is not None and at < cutoff_ms:
                     old.append(item_id)
             if int(cursor) == 0:
                 break
-        if not old:
-            return 0
-        async with asyncio.timeout(self._timeout_s):
-            return int(await self._redis.hdel(key, *old))
+        deleted = 0
+        # With their index entries (review_remove.lua), a bounded chunk per call.
+        for start in range(0, len(old), SCAN_COUNT):
+            async with asyncio.timeout(self._timeout_s):
+                deleted += int(
+                    await shared_scripts().review_remove(
+                        self._redis, k, item_ids=old[start : start + SCAN_COUNT]
+                    )
+                )
+        return deleted

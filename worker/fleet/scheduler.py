@@ -8,6 +8,10 @@ cannot serve (no free slot, shutting down) it relays to a worker that can. The
 `POLL_INTERVAL_S` sweep over the tenant registry is only a safety net (a lost wake-up, a
 restarted Redis, a dead worker's lease or due time), done by one worker of the fleet per
 interval and by each worker when its wake-up connection (re)connects (worker/fleet/sweep.py).
+
+A claim whose answer never came (Redis froze or was too slow) may still run in Redis and
+lock batches for tokens no turn holds: worker/fleet/unanswered_claims.py makes such a call claim
+nothing, or hands back what it locked, so a Redis stall costs seconds, not `LEASE_S`.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from worker.fleet.leases import Leases
 from worker.fleet.listeners import WakeListener
 from worker.fleet.retention import ReviewRetention
 from worker.fleet.sweep import Sweep
+from worker.fleet.unanswered_claims import HAND_BACK_EVERY_S, UnansweredClaims
 
 if TYPE_CHECKING:
     from worker.fleet.review_notifier import ReviewNotifier
@@ -59,6 +64,7 @@ class Scheduler:
         # sweeper's relays: it then sweeps every interval on its own.
         self._deaf = True
         self._final_relays: list[asyncio.Task[None]] = []  # relays sent while shutting down
+        self._unanswered = UnansweredClaims(settings)  # claims whose answer never came
         # Set by `connect` at start-up, once Redis answers.
         self._redis: Any = None
         self._store: ConversationStore
@@ -108,6 +114,9 @@ class Scheduler:
             todo: set[str] = set()
             unserved: set[str] = set()
             try:
+                if self._unanswered:
+                    # Before the claims: what a lost claim locked is then claimed at once.
+                    self._dirty |= await self._unanswered.hand_back(self._store)
                 if self._sweep_forced or now >= self._next_sweep:
                     # Both set before the await: a sweep asked for meanwhile must survive it.
                     forced = self._sweep_forced or self._deaf
@@ -150,6 +159,8 @@ class Scheduler:
         if self._dirty:
             return 0.0
         until = next_sweep
+        if self._unanswered:
+            until = min(until, asyncio.get_running_loop().time() + HAND_BACK_EVERY_S)
         if self._next_wake:  # with no free slot too: it is then relayed
             until = min(until, min(self._next_wake.values()))
         return until - asyncio.get_running_loop().time()
@@ -210,12 +221,21 @@ class Scheduler:
         # share saves a second claim per tenant whenever the slots suffice, the usual case.
         ordered = sorted(tenants)
         share = self.free_slots // len(ordered)
-        claims = await asyncio.gather(*(self._claim(t, share) for t in ordered))
-        ready = []
-        for tenant, claim in zip(ordered, claims, strict=True):
-            self._apply(tenant, claim)
-            if _still_due(claim):
-                ready.append((claim.next_ms, tenant))
+        # Every claim that answered is applied even when another failed: its batches are
+        # locked for this worker, and dropping them would leave them to wait out the lease.
+        answers = await asyncio.gather(
+            *(self._claim(t, share) for t in ordered), return_exceptions=True
+        )
+        ready, failed = [], None
+        for tenant, answer in zip(ordered, answers, strict=True):
+            if isinstance(answer, BaseException):
+                failed = failed or answer
+                continue
+            self._apply(tenant, answer)
+            if _still_due(answer):
+                ready.append((answer.next_ms, tenant))
+        if failed is not None:
+            raise failed
         still_due = set()
         for _, tenant in sorted(ready):
             if self.free_slots <= 0:
@@ -229,7 +249,7 @@ class Scheduler:
 
     async def _claim(self, tenant: str, max_batches: int) -> Claim:
         token = f"{self._worker_id}:{next(self._seq)}"
-        return await self._store.claim(tenant, max(0, max_batches), token)
+        return await self._unanswered.claim(self._store, tenant, max(0, max_batches), token)
 
     def _apply(self, tenant: str, claim: Claim) -> None:
         loop_now = asyncio.get_running_loop().time()

@@ -44,6 +44,7 @@ class UnderLease:
         self._store = store
         self._leases = leases
         self.delivery = LeasedDelivery(self)
+        self._answers_lost = 0  # tries whose answer never came (Redis away); some may have run
 
     async def save_reply(self, answer: str) -> str:
         """Store the reply before its first part goes out; the reply the batch holds (an
@@ -133,8 +134,21 @@ class UnderLease:
         # From here on the turn only waits for its finish's answer: a renewal that finds the
         # lock released (by this very finish, in the same round) must not stop it.
         self._leases.finishing(self.batch)
+        lost_before = self._answers_lost
         if await self._write(call, "finish the turn"):
             self.state.figures_recorded = True
+        elif self._answers_lost > lost_before:
+            # An earlier try ran, its answer lost (a Redis that froze runs what it read once it
+            # continues): while the lease holds nothing else releases a running turn's lock
+            # (invariant 3), so the lock this try found released is that finish's doing, but
+            # for a lease already lost before it. The turn is finished and its figures written:
+            # not added a second time (a lost lease's figures would go uncounted, not twice).
+            self.state.figures_recorded = True
+            log.info(
+                "finish done by an earlier try whose answer was lost tenant=%s batch=%s",
+                self.batch.tenant,
+                self.batch.id,
+            )
         else:
             log.warning(
                 "lease lost before finish tenant=%s batch=%s", self.batch.tenant, self.batch.id
@@ -153,6 +167,7 @@ class UnderLease:
             try:
                 return await call()
             except REDIS_AWAY as exc:
+                self._answers_lost += 1
                 until = self._leases.retry_until(self.batch)
                 if asyncio.get_running_loop().time() + delay >= until:
                     raise
