@@ -542,3 +542,23 @@ async def test_an_echo_from_the_business_app_and_an_undelivered_reply_say_so(
     assert "not delivered: 131047" in bubbles[1] and "[not delivered" not in bubbles[1]
     assert "WhatsApp Business app" in bubbles[2] and "Te lo mando hoy" in bubbles[2]
     assert "bot paused until" in html
+
+
+async def test_items_the_previous_release_parked_show_before_they_are_indexed(
+    ops: httpx.AsyncClient, redis: Redis, settings: Settings
+) -> None:
+    """An item stored without its index entries (as the release before stored them): the view
+    reads the items themselves until the backfill has indexed them."""
+    await answered(redis, settings, PERSON, "hola", "¡Hola!")
+    item = {
+        "id": "1764421200000-1",
+        "person": PERSON,
+        "reason": "too_old",
+        "reviewed_ms": now_ms(),
+        "messages": [message_event(TENANT, PERSON, "wamid.old", "¿siguen?", ts=1)],
+    }
+    await redis.hset(K.review, item["id"], orjson.dumps(item))
+    html = (await ops.get(f"/ops/conversations?tenant={TENANT}")).text
+    assert "review: too_old" in html and "1 in review: too_old" in html
+    thread_html = (await ops.get(f"/ops/thread?tenant={TENANT}&person={PERSON}")).text
+    assert "¿siguen?" in thread_html and "parked for review: too_old" in thread_html
