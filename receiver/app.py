@@ -35,6 +35,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import Receive, Scope, Send
 
 from receiver.body_deadline import BodyDeadlines, BodyTimeout
+from receiver.catchup_request import CatchUpRequests
 from receiver.metrics.endpoint import ReceiverMetrics, authorized
 from receiver.providers.base import InboundProvider, WebhookRequest
 from receiver.providers.chatwoot import ChatwootInbound
@@ -44,12 +45,7 @@ from receiver.providers.signature import SignatureError, token_matches
 from receiver.providers.whatsapp import WhatsAppInbound
 from receiver.store import DeadLetterBounds, InboxWriter, StoreUnavailable, WriterTuning
 from shared.keys import Keys
-from shared.logs import (
-    configure_logging,
-    log_startup,
-    served_by_uvicorn,
-    warn_if_not_persistent,
-)
+from shared.logs import configure_logging, log_startup, served_by_uvicorn, warn_if_not_persistent
 from shared.settings import Settings
 from shared.storage.redis_client import explain, make_redis
 from shared.storage.scripts import Scripts
@@ -105,6 +101,7 @@ class Receiver:
         self.writer: InboxWriter | None = None
         self.metrics = ReceiverMetrics(settings)
         self.deadlines = BodyDeadlines(settings.body_read_timeout_s)
+        self.catchup = CatchUpRequests(self.keys, self.scripts, settings.redis_timeout_s)
         # Run at shutdown before Redis is closed: what a mounted app opened (the ops page's
         # senders of replies by hand).
         self.on_close: list[Callable[[], Awaitable[None]]] = []
@@ -134,6 +131,7 @@ class Receiver:
             retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
         )
         await self._prepare_redis()
+        self.catchup.redis = self.redis
         self.writer = InboxWriter(
             self.redis,
             self.scripts,
@@ -151,6 +149,7 @@ class Receiver:
         finally:
             self.writer = None
             await self.deadlines.stop()
+            await self.catchup.stop()
             for close in self.on_close:
                 await close()
             await self.redis.aclose()
@@ -324,6 +323,8 @@ class Receiver:
             logger.info("webhook stored after %d attempts (Redis: %s)", attempts, error)
             return answer
         status = inbound.unavailable_status
+        if inbound.channel == "chatwoot":  # never sent again: read back through Chatwoot's API
+            self.catchup.remember(parsed.items, received_ns // 1_000_000)
         logger.warning(
             "webhook not stored after %d attempts in %.1fs, answering %d: %s",
             attempts,
@@ -367,9 +368,8 @@ class Receiver:
         ]
 
     def _ops(self) -> list[BaseRoute]:
-        """The ops page (receiver/ops/), a sub-app of its own under /ops: without OPS_TOKEN or
-        OPS_USERS it is neither imported nor mounted (404), and its guards never wrap the
-        webhook routes."""
+        """The ops page (receiver/ops/), a sub-app under /ops: without OPS_TOKEN or OPS_USERS
+        it is neither imported nor mounted (404); its guards never wrap the webhook routes."""
         from receiver.ops.routes import OpsPage
 
         return [Mount("/ops", app=OpsPage(self).app())]

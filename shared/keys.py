@@ -26,6 +26,15 @@ Layout (prefix `wa`, tenant 106540352242922, person 16505551234):
                                                 cursors, state (TTL)
     wa:ops:bulk:{<job>}:run             STRING  the process running that bulk action (PX; same
                                                 slot as the job, updated with it in a MULTI)
+    wa:cw:catchup:lock                  STRING  token of the worker running the Chatwoot
+                                                catch-up (PX, renewed while it runs)
+    wa:cw:catchup:due                   STRING  the periodic catch-up's guard (NX PX interval)
+    wa:cw:catchup:wanted                HASH    Chatwoot tenant -> ms a receiver could not store
+                                                one of its webhooks (a catch-up is owed)
+    wa:cw:catchup:cursor                HASH    Chatwoot tenant -> last activity (unix s) the
+                                                catch-up has read through
+    wa:cw:catchup:resume                HASH    Chatwoot tenant -> "position floor top" of a pass
+                                                a run did not finish (the next run goes on there)
     wa:{106540352242922}:inbox          LIST    events from the receiver (LPUSH; worker RPOPs)
     wa:{106540352242922}:s:gens         HASH    the dedupe markers' generations: start (unix s) ->
                                                 shard count, `<start>:n` -> markers added
@@ -216,6 +225,31 @@ class Keys:
         """Tenants with a review notification to send now (worker/fleet/review_notifier.py): the
         sweep and shutting-down workers add them (`ZADD NX`), any worker takes them."""
         return f"{self.prefix}:review:notify"
+
+    @property
+    def chatwoot_catchup_lock(self) -> str:
+        """Set NX PX (renewed) by the one worker running the Chatwoot catch-up."""
+        return f"{self.prefix}:cw:catchup:lock"
+
+    @property
+    def chatwoot_catchup_due(self) -> str:
+        """Set NX PX `CHATWOOT_CATCHUP_INTERVAL_S` by the worker that starts a periodic run."""
+        return f"{self.prefix}:cw:catchup:due"
+
+    @property
+    def chatwoot_catchup_wanted(self) -> str:
+        """Chatwoot tenant -> ms of a webhook a receiver could not store: a catch-up is owed."""
+        return f"{self.prefix}:cw:catchup:wanted"
+
+    @property
+    def chatwoot_catchup_cursor(self) -> str:
+        """Chatwoot tenant -> the last activity (unix s) its catch-up read through."""
+        return f"{self.prefix}:cw:catchup:cursor"
+
+    @property
+    def chatwoot_catchup_resume(self) -> str:
+        """Chatwoot tenant -> "position floor top": where an unfinished pass goes on."""
+        return f"{self.prefix}:cw:catchup:resume"
 
     # --- per tenant ---------------------------------------------------------------------
     def tenant(self, tenant: str) -> TenantKeys:

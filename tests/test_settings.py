@@ -242,7 +242,10 @@ def test_every_secret_is_masked_because_it_is_declared_secret() -> None:
     secrets = [spec for spec in SPECS if spec.secret]
     assert {spec.env for spec in secrets} >= {"WHATSAPP_APP_SECRET", "ANTHROPIC_API_KEY"}
     # Long enough for every rule (OPS_TOKEN: at least 32 characters).
-    s = Settings.from_env({spec.env: f"hidden-{spec.env}-{'0' * 32}" for spec in secrets})
+    env = {spec.env: f"hidden-{spec.env}-{'0' * 32}" for spec in secrets}
+    # OPS_USERS must parse: a token credential, the secret to hide being the whole value.
+    env["OPS_USERS"] = f"hidden-OPS_USERS:sha256${'0' * 64}"
+    s = Settings.from_env(env)
     shown = repr(s.masked())
     assert not [spec.env for spec in secrets if f"hidden-{spec.env}" in shown]
 

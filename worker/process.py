@@ -39,6 +39,7 @@ from shared.storage.scripts import Scripts
 from worker.brains.ai_pause import AIPause
 from worker.brains.loading import Brain, load_brain
 from worker.conversation_store import ConversationStore
+from worker.fleet.chatwoot_catchup_loop import ChatwootCatchUpLoop, enabled
 from worker.fleet.heartbeat_loop import Heartbeat
 from worker.fleet.leases import Leases, RunningTurn
 from worker.fleet.listeners import WakeListener
@@ -191,6 +192,12 @@ class Worker:
             asyncio.create_task(self._leases.renew_forever(self.store), name="renew"),
             asyncio.create_task(self._heartbeat.beat_forever(), name="heartbeat"),
         ]
+        if enabled(s):  # messages whose webhook was lost (worker/fleet/chatwoot_catchup.py)
+            self.catchup = ChatwootCatchUpLoop(s, self.redis, self.keys, self.scripts)
+            self._owned.append(self.catchup)
+            self._background.append(
+                asyncio.create_task(self.catchup.run_forever(), name="chatwoot-catchup")
+            )
         # Connected first, then one sweep of its own (set by the listener) covers everything
         # from before; without the wait the first sweep would run twice.
         try:

@@ -39,6 +39,10 @@ STATS_COUNTERS = {
     "review_webhook_sent": "review items' webhook events the receiver took (2xx)",
     "review_webhook_retries": "review webhook POSTs that failed and were scheduled again",
     "review_webhook_gave_up": "review webhook events given up (the item stays in review)",
+    "catchup_runs": "Chatwoot catch-up runs over a tenant (worker/fleet/chatwoot_catchup.py)",
+    "catchup_ms": "milliseconds the Chatwoot catch-up spent (divide by its runs: a run's time)",
+    "catchup_messages": "messages the Chatwoot catch-up took in (their webhook never was)",
+    "catchup_api_errors": "Chatwoot API reads of the catch-up that failed (5xx, timeouts, 429s)",
 }
 REVIEW_PREFIX = "review:"
 UNKNOWN_PREFIX = (

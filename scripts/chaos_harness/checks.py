@@ -49,17 +49,25 @@ from scripts.chaos_harness.workload import Burst, Message, Person, tokens_in
 Token = tuple[int, int]
 BatchKey = tuple[Token, ...]
 
-IN_FLIGHT_KINDS = frozenset({"inbox", "due", "running", "burst", "pending", "batch", "lock"})
+# "catchup_wanted": a Chatwoot catch-up asked for and never run (worker/fleet/chatwoot_catchup.py)
+IN_FLIGHT_KINDS = frozenset(
+    {"inbox", "due", "running", "burst", "pending", "batch", "lock", "catchup_wanted"}
+)
 # "sweep": the fleet's safety-sweep guard (SET NX PX, worker/fleet/sweep.py); "ai_pause": the
 # fleet's AI pause and probe token (PX, worker/brains/ai_pause.py); "human": a person's pause after
 # a review that needs a person (PX HUMAN_PAUSE_S, shared/ops/takeover.py); "sent", "late": what late
-# delivery failures need (shared/conversation/late_failure_codes.py)
+# delivery failures need (shared/conversation/late_failure_codes.py); "catchup_guard": the
+# Chatwoot catch-up's lock and periodic guard (PX)
 EXPIRING_KINDS = frozenset(
-    {"seen", "out", "lastin", "memory", "context", "sweep", "ai_pause", "human", "sent", "late"}
+    {
+        *("seen", "out", "lastin", "memory", "context", "sweep", "ai_pause", "human", "sent"),
+        *("late", "catchup_guard"),
+    }
 )
 # "workers": the live workers' heartbeats (shared/fleet/heartbeats.py), pruned by the workers;
 # "users" (user id -> number) is kept like a contact list; the rest for people to read and empty
-KEPT_KINDS = frozenset({"tenants", "stats", "review", "workers", "users"})
+# "catchup": the Chatwoot catch-up's cursor per inbox (kept, like the registry)
+KEPT_KINDS = frozenset({"tenants", "stats", "review", "workers", "users", "catchup"})
 FORBIDDEN_KINDS = frozenset({"unroutable", "deadletter", "outbox", "other"})
 OVERLAP_TOLERANCE_S = 0.001
 # A send counts as in flight at a kill that fell within this long of it: before its arrival

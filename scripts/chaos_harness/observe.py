@@ -10,12 +10,14 @@ from typing import Any
 import orjson
 
 from scripts.chaos_harness.checks import Call, LeftKey
-from scripts.chaos_harness.stack import PREFIX, Stack, decoded
+from scripts.chaos_harness.stack import CHATWOOT_TENANT, PREFIX, Stack, decoded
 from scripts.chaos_harness.workload import TENANTS, Workload, tokens_in
 from scripts.standins.messages_api import last_user_text
 from shared.keys import BATCH, CONTEXT, HUMAN, LASTIN, LATE, LOCK, MEMORY, PENDING, SENT, Keys
 
 CONVERSATION_KINDS = (PENDING, BATCH, LOCK, LASTIN, MEMORY, CONTEXT, HUMAN, SENT, LATE)
+# The WhatsApp workload's tenants and the Chatwoot inbox (keys only in `chatwoot_outage`).
+ALL_TENANTS = (*TENANTS, CHATWOOT_TENANT)
 
 
 def calls_from(
@@ -73,7 +75,13 @@ def classify(key: str, keys: Keys) -> tuple[str, str | None]:
         return "ai_pause", None
     if key == keys.workers:
         return "workers", None
-    for tenant in TENANTS:
+    if key in (keys.chatwoot_catchup_cursor, keys.chatwoot_catchup_resume):
+        return "catchup", None
+    if key in (keys.chatwoot_catchup_due, keys.chatwoot_catchup_lock):
+        return "catchup_guard", None
+    if key == keys.chatwoot_catchup_wanted:
+        return "catchup_wanted", None
+    for tenant in ALL_TENANTS:
         k = keys.tenant(tenant)
         exact = {
             k.inbox: "inbox",
@@ -88,6 +96,8 @@ def classify(key: str, keys: Keys) -> tuple[str, str | None]:
         }
         if key in exact:
             return exact[key], None
+        if key.startswith(k.review_ix):  # the ops page's index of review items: kept with them
+            return "review", None
         if key.startswith((k.seen(""), k.seen_book)):
             return "seen", None
         if key.startswith((k.outbound_prefix, k.outbound_book)):
@@ -128,7 +138,7 @@ async def in_flight(stack: Stack) -> Counter[str]:
     batch and lock keys, and status webhooks the Graph API stand-in has yet to deliver."""
     redis = stack.redis
     found: Counter[str] = Counter()
-    for tenant in TENANTS:
+    for tenant in ALL_TENANTS:
         k = stack.keys.tenant(tenant)
         pipe = redis.pipeline(transaction=False)
         pipe.llen(k.inbox)
@@ -143,6 +153,10 @@ async def in_flight(stack: Stack) -> Counter[str]:
                 found[kind] += 1
     state = await stack.graph_state()
     found["status_webhooks"] = int(state.get("pending_webhooks", 0))
+    if stack.chatwoot:  # a catch-up asked for and not yet run, webhooks the stand-in still posts
+        found["catchup_wanted"] = int(await redis.exists(stack.keys.chatwoot_catchup_wanted))
+        chatwoot = await stack.chatwoot_state()
+        found["chatwoot_webhooks"] = int(chatwoot.get("pending_webhooks", 0))
     return +found  # only what is there
 
 
@@ -166,7 +180,7 @@ async def drain(stack: Stack, timeout_s: float) -> tuple[float, dict[str, int]]:
 
 async def review_items(stack: Stack) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = []
-    for tenant in TENANTS:
+    for tenant in ALL_TENANTS:
         for raw in (await stack.redis.hgetall(stack.keys.tenant(tenant).review)).values():
             items.append(orjson.loads(raw))
     return items
@@ -174,7 +188,7 @@ async def review_items(stack: Stack) -> list[dict[str, Any]]:
 
 async def stats(stack: Stack) -> dict[str, int]:
     total: Counter[str] = Counter()
-    for tenant in TENANTS:
+    for tenant in ALL_TENANTS:
         for name, value in (await stack.redis.hgetall(stack.keys.tenant(tenant).stats)).items():
             total[decoded(name)] += int(value)
     return dict(total)

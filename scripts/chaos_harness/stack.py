@@ -10,7 +10,11 @@ Every process is a child of this one, started as the Procfile and the dev stack 
 `python -m scripts.standins.graph_api`, ...), with its output in `run_dir/<name>.log`. The
 workers run the real `anthropic` brain and the real `whatsapp` sender, pointed at the stand-ins
 through `ANTHROPIC_BASE_URL` and `WHATSAPP_API_BASE_URL`. The Graph API stand-in posts signed
-status webhooks back to the receiver, as Meta does.
+status webhooks back to the receiver, as Meta does. With `chatwoot=True` the Chatwoot API
+stand-in runs too (`python -m scripts.standins.chatwoot_api`), posting its customers' messages
+to the receiver as an account webhook does (once, whatever the answer), and the workers answer
+Chatwoot conversations through it (`CHATWOOT_BASE_URL`, `CHATWOOT_API_ACCESS_TOKEN`), which also
+turns their catch-up on.
 """
 
 from __future__ import annotations
@@ -40,6 +44,9 @@ APP_SECRET = "chaos-app-secret"
 GRAPH_TOKEN = "chaos-graph-token"
 AI_KEY = "chaos-ai-key"
 AI_MODEL = "claude-chaos-model"
+CHATWOOT_TOKEN = "chaos-chatwoot-token"
+CHATWOOT_SECRET = "chaos-chatwoot-secret"
+CHATWOOT_TENANT = "cw-1-3"  # account 1, the stand-in's inbox 3
 
 # What the product reads from the environment: a developer's own values must not leak in.
 _OWN_PREFIXES = ("WHATSAPP_", "ANTHROPIC_", "CHATWOOT_", "REDIS_")
@@ -108,6 +115,7 @@ class Stack:
         worker_env: dict[str, str] | None = None,
         receiver_env: dict[str, str] | None = None,
         status_delays: tuple[float, ...] = (0.05,),
+        chatwoot: bool = False,
     ) -> None:
         self.run_dir = run_dir
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -118,6 +126,8 @@ class Stack:
         self.keys = Keys(PREFIX)
         self.redis_server = RedisServer(directory=run_dir / "redis", appendonly=True)
         self.graph_port, self.ai_port, self.receiver_port = free_port(), free_port(), free_port()
+        self.chatwoot = chatwoot
+        self.chatwoot_port = free_port() if chatwoot else 0
         self.workers: list[Child] = []
         self.others: list[Child] = []
         self._redis: Redis | None = None
@@ -143,6 +153,10 @@ class Stack:
     def receiver_url(self) -> str:
         return f"http://127.0.0.1:{self.receiver_port}/webhooks/whatsapp"
 
+    @property
+    def chatwoot_url(self) -> str:
+        return f"http://127.0.0.1:{self.chatwoot_port}"
+
     # --- environment ----------------------------------------------------------------------
     def product_env(self) -> dict[str, str]:
         """What the receiver and the workers share (the Settings contract names)."""
@@ -154,6 +168,7 @@ class Stack:
             "WHATSAPP_VERIFY_TOKEN": "chaos-verify",
             "LOG_LEVEL": "INFO",
             "PYTHONUNBUFFERED": "1",
+            **({"CHATWOOT_WEBHOOK_SECRET": CHATWOOT_SECRET} if self.chatwoot else {}),
         }
 
     def env_for_workers(self) -> dict[str, str]:
@@ -168,6 +183,14 @@ class Stack:
             "WHATSAPP_API_BASE_URL": self.graph_url,
             "SENDER": "whatsapp",
             "SHUTDOWN_GRACE_S": "1",
+            **(
+                {
+                    "CHATWOOT_BASE_URL": self.chatwoot_url,
+                    "CHATWOOT_API_ACCESS_TOKEN": CHATWOOT_TOKEN,
+                }
+                if self.chatwoot
+                else {}
+            ),
             **self.worker_env,
         }
 
@@ -194,6 +217,12 @@ class Stack:
                 "ai", [*ai_argv, "--log-level", "warning"], base | {"ANTHROPIC_API_KEY": AI_KEY}
             )
         )
+        if self.chatwoot:
+            chatwoot_argv = [py, "-m", "scripts.standins.chatwoot_api"]
+            chatwoot_argv += ["--port", str(self.chatwoot_port), "--token", CHATWOOT_TOKEN]
+            chatwoot_argv += ["--webhook-url", self.receiver_url.replace("whatsapp", "chatwoot")]
+            chatwoot_argv += ["--secret", CHATWOOT_SECRET, "--log-level", "warning"]
+            self.others.append(self._child("chatwoot", chatwoot_argv, base))
         receiver_argv = [py, "-m", "uvicorn", "receiver.app:create_app", "--factory"]
         receiver_argv += ["--port", str(self.receiver_port)]
         receiver_argv += ["--loop", "uvloop", "--http", "httptools", "--no-access-log"]
@@ -203,6 +232,8 @@ class Stack:
             self.spawn_worker()
         await self._wait_http(f"{self.graph_url}/_health", "graph stand-in")
         await self._wait_http(f"{self.ai_url}/_health", "messages stand-in")
+        if self.chatwoot:
+            await self._wait_http(f"{self.chatwoot_url}/_health", "chatwoot stand-in")
         await self._wait_http(
             self.receiver_url.replace("/webhooks/whatsapp", "/readyz"), "receiver"
         )
@@ -281,6 +312,13 @@ class Stack:
         """Crash Redis (SIGKILL) and start it again from its AOF after `down_s`."""
         await asyncio.to_thread(self.redis_server.restart, True, down_s)
 
+    async def redis_stop(self) -> None:
+        """Stop Redis (SIGTERM: it writes its AOF and exits); `redis_start` brings it back."""
+        await asyncio.to_thread(self.redis_server.stop)
+
+    async def redis_start(self) -> None:
+        await asyncio.to_thread(self.redis_server.start)
+
     async def redis_pause(self, seconds: float) -> None:
         """Stall every client's commands for `seconds` (CLIENT PAUSE ALL ends by itself)."""
         await self.redis.client_pause(int(seconds * 1000), all=True)
@@ -303,6 +341,20 @@ class Stack:
 
     async def ai_control(self, payload: dict[str, Any]) -> dict[str, Any]:
         return await self._control(self.ai_url, payload)
+
+    async def chatwoot_control(self, payload: dict[str, Any]) -> dict[str, Any]:
+        return await self._control(self.chatwoot_url, payload)
+
+    async def chatwoot_state(self) -> dict[str, Any]:
+        state: dict[str, Any] = (await self._http.get(f"{self.chatwoot_url}/_control")).json()
+        return state
+
+    async def chatwoot_records(self) -> dict[str, Any]:
+        """The Chatwoot stand-in's `requests` and the `webhooks` it posted (with the answers)."""
+        listing: dict[str, Any] = (
+            await self._http.get(f"{self.chatwoot_url}/_requests", timeout=60.0)
+        ).json()
+        return listing
 
     async def _control(self, base: str, payload: dict[str, Any]) -> dict[str, Any]:
         response = await self._http.post(f"{base}/_control", json=payload)

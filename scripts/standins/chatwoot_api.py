@@ -17,7 +17,10 @@ or over HTTP (`POST /_control`). With `webhook_url` it posts each created messag
 `message_created` webhook, as Chatwoot does (signed with `webhook_secret`, or carrying
 `?token=` when `webhook_token` is set): the bot's own replies come back that way. `GET
 /_requests` lists the calls (`requests`) and those webhook deliveries with the receiver's
-answer (`webhooks`). `POST /_control`: the ops every stand-in takes are in
+answer (`webhooks`). It keeps every conversation's messages as Chatwoot does and serves them
+back (`GET .../conversations`, `GET .../conversations/{c}/messages`:
+scripts/standins/_chatwoot_history.py); `customer_writes` adds a customer's message, with its
+webhook or without. `POST /_control`: the ops every stand-in takes are in
 `StandInBase.control`, this one's own in `ChatwootApiStandIn._control_ops`.
 
 Run alone: `scripts/chatwoot_standin --port 8082 [--token T] [--webhook-url URL --secret S]`.
@@ -39,6 +42,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from scripts.standins._chatwoot_history import (
+    INCOMING,
+    OUTGOING,
+    ChatwootHistory,
+    contact,
+)
 from scripts.standins._common import (
     UNSET,
     ControlOp,
@@ -69,6 +78,9 @@ __all__ = [
 ]
 
 CALL_KINDS = frozenset({"reply", "note", "status", "typing"})
+# The reads of the catch-up: `GET conversations` ("list") and `GET messages` ("history"). Not
+# in a fault's default kinds, so the faults the senders' tests set never touch them.
+READ_KINDS = frozenset({"list", "history"})
 CONVERSATION_EVENT_MODES = frozenset({"", "account", "agent_bot"})
 BOT_SENDER = {"id": 1, "name": "Bot", "type": "agent_bot"}
 STATUSES = frozenset({"open", "resolved", "pending", "snoozed"})
@@ -109,6 +121,7 @@ class ChatwootFault:
     kinds: frozenset[str] = CALL_KINDS
     after: int = 0
     drop: bool = False
+    retry_after: float | None = None  # a `Retry-After` header on the error (a 429's)
     hits: int = 0
 
     def matches(self, kind: str, conversation: int) -> bool:
@@ -197,6 +210,9 @@ class ChatwootApiStandIn(WebhookStandIn[ChatwootFault, WebhookDelivery]):
         self._statuses: dict[tuple[int, int], str] = {}
         self._assignees: dict[tuple[int, int], dict[str, Any] | None] = {}
         self.agent_messages: list[CreatedMessage] = []
+        # Every message of every conversation, as Chatwoot keeps them (GET conversations,
+        # GET messages: scripts/standins/_chatwoot_history.py).
+        self.history = ChatwootHistory()
         self._initial_config = {
             "access_tokens": access_tokens,
             "webhook_url": webhook_url,
@@ -208,7 +224,15 @@ class ChatwootApiStandIn(WebhookStandIn[ChatwootFault, WebhookDelivery]):
         }
         self.configure(**self._initial_config)
         self._app = self._serve(
-            [Route(f"{_PREFIX}/{{action}}", self._conversation_call, methods=["POST"])]
+            [
+                Route(
+                    "/api/v1/accounts/{account}/conversations",
+                    self._conversation_list,
+                    methods=["GET"],
+                ),
+                Route(f"{_PREFIX}/messages", self._message_list, methods=["GET"]),
+                Route(f"{_PREFIX}/{{action}}", self._conversation_call, methods=["POST"]),
+            ]
         )
 
     # ------------------------------------------------------------------ configuration
@@ -258,9 +282,10 @@ class ChatwootApiStandIn(WebhookStandIn[ChatwootFault, WebhookDelivery]):
         kinds: Iterable[str] = CALL_KINDS,
         delay: float = 0.0,
         after: int = 0,
+        retry_after: float | None = None,
     ) -> ChatwootFault:
         """The next `n` matching calls (after `after` that succeed) get HTTP `status` with
-        `{"error": message}`."""
+        `{"error": message}` (and a `Retry-After` header when `retry_after` is given)."""
         return self.add_fault(
             ChatwootFault(
                 status=status,
@@ -270,6 +295,7 @@ class ChatwootApiStandIn(WebhookStandIn[ChatwootFault, WebhookDelivery]):
                 delay=delay,
                 count=n,
                 after=after,
+                retry_after=retry_after,
             )
         )
 
@@ -330,6 +356,7 @@ class ChatwootApiStandIn(WebhookStandIn[ChatwootFault, WebhookDelivery]):
             self._statuses.clear()
             self._assignees.clear()
             self.agent_messages.clear()
+            self.history.clear()
 
     def _admits(self, kind: str, conversation: int) -> ChatwootFault | None:
         def admits(fault: ChatwootFault) -> bool:
@@ -393,7 +420,10 @@ class ChatwootApiStandIn(WebhookStandIn[ChatwootFault, WebhookDelivery]):
         - people in Chatwoot: `{"op": "agent_writes", "conversation": 42, "content": "..."}`
           (optional `name`, `agent_id`), `{"op": "assign", "conversation": 42, "agent_id": 12,
           "name": "..."}` (`agent_id` null: unassign), `{"op": "set_status", "conversation":
-          42, "status": "pending"}`; each takes `account` (default 1).
+          42, "status": "pending"}`, `{"op": "customer_writes", "conversation": 42,
+          "content": "hola", "webhook": true}` (optional `name`, `attachments`), `{"op":
+          "add_message", "conversation": 42, "content": "...", "message_type": 2, "private":
+          false}` (no webhook; optional `sender`); each takes `account` (default 1).
         - `{"op": "conversation_events", "mode": "account"}`: which conversation events to post.
         - `clear` also forgets the conversation statuses and the webhook deliveries.
         """
@@ -418,6 +448,22 @@ class ChatwootApiStandIn(WebhookStandIn[ChatwootFault, WebhookDelivery]):
                 int(p["conversation"]), str(p["status"]), int(p.get("account", 1))
             ),
             "conversation_events": lambda p: self.configure(conversation_events=str(p["mode"])),
+            "customer_writes": lambda p: self.customer_writes(
+                int(p["conversation"]),
+                p.get("content"),
+                account=int(p.get("account", 1)),
+                name=str(p.get("name", "Ana Pérez")),
+                attachments=p.get("attachments"),
+                webhook=bool(p.get("webhook", True)),
+            ),
+            "add_message": lambda p: self.add_message(
+                int(p["conversation"]),
+                p.get("content"),
+                int(p["message_type"]),
+                account=int(p.get("account", 1)),
+                private=bool(p.get("private", False)),
+                sender=p.get("sender"),
+            ),
         }
 
     def _control_fail(self, payload: Mapping[str, Any]) -> None:
@@ -453,7 +499,62 @@ class ChatwootApiStandIn(WebhookStandIn[ChatwootFault, WebhookDelivery]):
         if fault.status is None:
             return None
         error = fault.message or DEFAULT_ERRORS.get(fault.status, "Error")
-        return self._answer(record, fault.status, {"error": error})
+        headers = None if fault.retry_after is None else {"Retry-After": f"{fault.retry_after:g}"}
+        return self._answer(record, fault.status, {"error": error}, headers=headers)
+
+    async def _read_call(self, request: Request, kind: str) -> tuple[Any, Response | None]:
+        """Record a GET, check its token and faults: (the record, an answer or None)."""
+        headers = pick_headers(request.headers)
+        token = request.headers.get("api_access_token")
+        if token is not None:
+            headers["api_access_token"] = token
+        record = await self._receive(request, kind=kind, headers=headers)
+        record.extra["query"] = dict(request.query_params)
+        if not await self._delay(record, self.latency):
+            return record, self._stale(record)
+        if not accepts(self.access_tokens, token):
+            return record, self._answer(record, 401, {"error": DEFAULT_ERRORS[401]})
+        try:
+            account = int(request.path_params["account"])
+            conversation = int(request.path_params.get("conversation", 0))
+        except ValueError:
+            return record, self._answer(record, 404, {"error": DEFAULT_ERRORS[404]})
+        record.extra.update(account=account, conversation=conversation)
+        return record, await self._injected(record, self._admits(kind, conversation))
+
+    async def _conversation_list(self, request: Request) -> Response:
+        record, answered = await self._read_call(request, "list")
+        if answered is not None:
+            return answered
+        params = dict(request.query_params)
+        if not (params.get("page") or "1").isdigit():
+            return self._answer(record, 422, {"error": "page must be a number"})
+        with self._lock:
+            listed = self.history.conversation_list(
+                record.extra["account"], params, self._state_unlocked
+            )
+        return self._answer(record, 200, listed)
+
+    async def _message_list(self, request: Request) -> Response:
+        record, answered = await self._read_call(request, "history")
+        if answered is not None:
+            return answered
+        params = dict(request.query_params)
+        if any(not (params.get(k) or "0").isdigit() for k in ("before", "after")):
+            return self._answer(record, 422, {"error": "before and after must be ids"})
+        with self._lock:
+            listed = self.history.message_list(
+                record.extra["account"], record.extra["conversation"], params
+            )
+        if listed is None:
+            return self._answer(record, 404, {"error": DEFAULT_ERRORS[404]})
+        return self._answer(record, 200, listed)
+
+    def _state_unlocked(self, account: int, conversation: int) -> dict[str, Any]:
+        return {
+            "status": self._statuses.get((account, conversation), "pending"),
+            "assignee": self._assignees.get((account, conversation)),
+        }
 
     async def _conversation_call(self, request: Request) -> Response:
         params = request.path_params
@@ -522,6 +623,18 @@ class ChatwootApiStandIn(WebhookStandIn[ChatwootFault, WebhookDelivery]):
             time=time.time(),
         )
         record.extra["created"] = message
+        with self._lock:
+            self.history.add(
+                account,
+                conversation,
+                self.inbox_id,
+                message_id=message.id,
+                content=message.content,
+                message_type=OUTGOING,
+                sender=dict(self.bot_sender),
+                private=message.private,
+                created_at=message.time,
+            )
         return message
 
     def _message_json(self, message: CreatedMessage) -> dict[str, Any]:
@@ -589,6 +702,17 @@ class ChatwootApiStandIn(WebhookStandIn[ChatwootFault, WebhookDelivery]):
         )
         with self._lock:
             self.agent_messages.append(message)
+            self.history.add(
+                account,
+                conversation,
+                self.inbox_id,
+                message_id=message.id,
+                content=content,
+                message_type=OUTGOING,
+                sender=agent_user(agent_id, name),
+                private=private,
+                created_at=message.time,
+            )
         state = self.conversation_state(account, conversation)
         self._post_event(
             message_created(
@@ -606,6 +730,88 @@ class ChatwootApiStandIn(WebhookStandIn[ChatwootFault, WebhookDelivery]):
             message.id,
         )
         return message
+
+    def customer_writes(
+        self,
+        conversation: int,
+        content: str | None,
+        *,
+        account: int = 1,
+        name: str = "Ana Pérez",
+        attachments: list[dict[str, Any]] | None = None,
+        created_at: float | None = None,
+        webhook: bool = True,
+    ) -> int:
+        """The customer writes (an incoming message from the contact): kept in the
+        conversation and, with `webhook` (and a `webhook_url`), posted as Chatwoot's
+        `message_created`, once and never again whatever the answer, as an account webhook
+        is. Returns the message's id."""
+        when = time.time() if created_at is None else created_at
+        sender = contact(name)
+        with self._lock:
+            message_id = next(self._ids)
+            self.history.add(
+                account,
+                conversation,
+                self.inbox_id,
+                message_id=message_id,
+                content=content,
+                message_type=INCOMING,
+                sender=sender,
+                created_at=when,
+                attachments=attachments,
+            )
+            inbox = self.inbox_id
+        if webhook:
+            self._post_event(
+                message_created(
+                    message_id=message_id,
+                    content=content,
+                    conversation=conversation,
+                    account=account,
+                    inbox=inbox,
+                    created_at=when,
+                    sender_name=name,
+                    sender=sender,
+                    attachments=attachments,
+                    **self.conversation_state(account, conversation),
+                ),
+                message_id,
+            )
+        return message_id
+
+    def add_message(
+        self,
+        conversation: int,
+        content: str | None,
+        message_type: int,
+        *,
+        account: int = 1,
+        private: bool = False,
+        sender: dict[str, Any] | None = None,
+        created_at: float | None = None,
+    ) -> int:
+        """Keep any other message in the conversation, with no webhook: an activity message
+        (2, no sender), a template (3), a private note. Returns its id."""
+        with self._lock:
+            message_id = next(self._ids)
+            self.history.add(
+                account,
+                conversation,
+                self.inbox_id,
+                message_id=message_id,
+                content=content,
+                message_type=message_type,
+                sender=sender,
+                private=private,
+                created_at=created_at,
+            )
+        return message_id
+
+    def messages(self, conversation: int, account: int = 1) -> list[dict[str, Any]]:
+        """The conversation's messages as `GET messages` shows them, oldest first, all."""
+        with self._lock:
+            return self.history.messages_of(account, conversation)
 
     def assign(
         self,

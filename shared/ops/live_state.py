@@ -15,10 +15,10 @@ from typing import Any
 
 import orjson
 
-from shared.conversation.review_journal import JOURNAL_FIELD, ReviewJournal, current_names
-from shared.conversation.unknowns import describe
+from shared.conversation.review_journal import current_names
 from shared.fleet import dispatch_lag, heartbeats, wake
 from shared.keys import PENDING, Keys, TenantKeys
+from shared.ops.live_rows import batch_row, message_row, review_summary
 
 SCAN_COUNT = 1000
 
@@ -126,7 +126,7 @@ async def tenant(redis: Any, keys: Keys, tenant_id: str, limit: int = 50) -> dic
         "running": await _running(redis, keys, tenant_id, running, now),
         "pending": await _pending(redis, keys, tenant_id, limit),
         "review_total": int(n_review),
-        "review": [_review_summary(item) for item in await _review_items(redis, k.review, limit)],
+        "review": [review_summary(item) for item in await _review_items(redis, k.review, limit)],
         "counters": counters,
         "deliveries_unknown": _unknown(counters),
         "dispatch_lag": _lag(counters),
@@ -170,14 +170,14 @@ async def person(
         human,
     ) = await pipe.execute()
     review = [
-        item if with_text else _review_summary(item)
+        item if with_text else review_summary(item)
         for item in await _person_review_items(redis, k, person_id)
     ]
     return {
         "tenant": tenant_id,
         "person": person_id,
         "now_ms": now,
-        "pending": [_message(raw, now, with_text) for raw in pending],
+        "pending": [message_row(raw, now, with_text) for raw in pending],
         "due": None if due is None else {"due_ms": int(due), "due_in_ms": int(due) - now},
         "burst": _burst(burst),
         "lease": None
@@ -188,7 +188,7 @@ async def person(
             "token": None if token is None else _text(token),
             "lock_ttl_ms": int(pttl) if int(pttl) >= 0 else None,
         },
-        "batch": _batch(batch, now, with_text) if batch else None,
+        "batch": batch_row(batch, now, with_text) if batch else None,
         "window": _window(lastin, lastin_ttl),
         "memory_exchanges": int(memory),
         # Chatwoot: a person of the business handles the conversation, the bot is silent
@@ -299,48 +299,6 @@ async def _review_items(redis: Any, key: str, limit: int | None) -> list[dict[st
     return sorted(items, key=lambda i: (i.get("reviewed_ms") or 0, str(i.get("id"))))
 
 
-def _review_summary(item: dict[str, Any]) -> dict[str, Any]:
-    summary = {
-        "id": item.get("id"),
-        "person": item.get("person"),
-        "reason": item.get("reason"),
-        "error": item.get("error"),
-        "attempts": item.get("attempts"),
-        "messages": len(item.get("messages") or []),
-        "reviewed_ms": item.get("reviewed_ms"),
-    }
-    unknown = item.get("delivery_unknown")
-    if isinstance(unknown, dict):
-        # What may be missing and when, without the text (that needs --text or review show).
-        summary["delivery_unknown"] = {
-            "send": describe(unknown),
-            "at_ms": unknown.get("at_ms"),
-            "error": unknown.get("error"),
-        }
-    for name in ("hand_over", "hand_over_steps", "parts_sent", "parts_total"):
-        if name in item:
-            summary[name] = item[name]
-    return summary
-
-
-def _message(raw: bytes, now: int, with_text: bool) -> dict[str, Any]:
-    try:
-        event = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return {"id": None, "error": "not JSON", "bytes": len(raw)}
-    text = str(event.get("text") or "")
-    row: dict[str, Any] = {
-        "id": event.get("id"),
-        "type": event.get("type"),
-        "ts": event.get("ts"),
-        "received_ago_ms": now - int(event.get("received_ms") or now),
-        "chars": len(text),
-    }
-    if with_text:
-        row["text"] = text
-    return row
-
-
 def _burst(raw: bytes | None) -> dict[str, int] | None:
     if raw is None:
         return None
@@ -348,61 +306,6 @@ def _burst(raw: bytes | None) -> dict[str, int] | None:
     try:
         return {"first_ms": int(first), "last_ms": int(last)}
     except ValueError:
-        return None
-
-
-def _batch(fields: dict[bytes, bytes], now: int, with_text: bool) -> dict[str, Any]:
-    f = {_text(name): _text(value) for name, value in fields.items()}
-    parts = sorted(int(name[5:]) for name in f if name.startswith("part:") and name[5:].isdigit())
-    claimed = int(f.get("claimed_ms") or 0)
-    row: dict[str, Any] = {
-        "id": f.get("id"),
-        "attempt": int(f.get("attempt") or 0),
-        "messages": int(f.get("size") or 0),
-        "created_ms": int(f.get("created_ms") or 0),
-        "claimed_ms": claimed or None,
-        "claimed_ago_ms": now - claimed if claimed else None,
-        "in_turn": bool(f.get("token")),
-        "last_error": f.get("last_error") or None,
-        "requeued": f.get("requeued") == "1",
-        "reply_stored": "reply" in f,
-        "reply_chars": len(f["reply"]) if "reply" in f else None,
-        "parts_sent": parts,
-        # Noted before the template's request: if that part is not in parts_sent when the
-        # batch is resumed, nobody knows whether the template went out.
-        "template": {"part": int(f.get("template_part") or 0), "noted_ms": _int(f, "template_ms")}
-        if f.get("template") == "1"
-        else None,
-        "review_journal": _journal(f.get(JOURNAL_FIELD)),
-    }
-    if with_text:
-        row["reply"] = f.get("reply")
-        row["messages_json"] = orjson.loads(f.get("messages") or "[]")
-    return row
-
-
-def _journal(raw: str | None) -> dict[str, Any] | None:
-    """A review decided and a hand-over begun by a worker that has not finished the batch."""
-    if raw is None:
-        return None
-    try:
-        journal = ReviewJournal.from_json(raw)
-    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
-        return {"raw": raw[:200]}
-    return {
-        "reason": journal.reason,
-        "decided_ms": journal.at_ms,
-        "steps": journal.steps,
-        "delivery_unknown": describe(journal.delivery_unknown.to_json())
-        if journal.delivery_unknown
-        else None,
-    }
-
-
-def _int(fields: dict[str, str], name: str) -> int | None:
-    try:
-        return int(fields[name])
-    except (KeyError, ValueError):
         return None
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any, NoReturn
 
+from shared.settings.catchup_fields import CatchUpSettings
 from shared.settings.fields import AISettings, ConnectionSettings, ProviderSettings, TurnSettings
 from shared.settings.intake_fields import IntakeSettings
 from shared.settings.ops_fields import OpsSettings
@@ -29,11 +30,17 @@ from shared.settings.tenants import TenantConfig, check_tenants, load_tenants
 __all__ = ["ConfigError", "Settings", "TenantConfig", "env_names", "exit_on_config_error"]
 
 
-# The groups' fields come in this order: connection, providers, AI, turns, intake, ops
-# (dataclasses take the fields of the last base first).
+# The groups' fields come in this order: connection, providers, the Chatwoot catch-up, AI,
+# turns, intake, ops (dataclasses take the fields of the last base first).
 @dataclass(frozen=True)
 class Settings(
-    OpsSettings, IntakeSettings, TurnSettings, AISettings, ProviderSettings, ConnectionSettings
+    OpsSettings,
+    IntakeSettings,
+    TurnSettings,
+    AISettings,
+    CatchUpSettings,
+    ProviderSettings,
+    ConnectionSettings,
 ):
     """The effective configuration of a process; `from_env()` builds it."""
 

@@ -349,6 +349,10 @@ def test_key_kinds_follow_the_key_layout() -> None:
     assert classify(k.pending("549"), keys) == ("pending", "549")
     assert classify(k.memory("549"), keys) == ("memory", "549")
     assert classify("chaos:something:else", keys) == ("other", None)
+    assert classify(keys.chatwoot_catchup_cursor, keys) == ("catchup", None)
+    assert classify(keys.chatwoot_catchup_lock, keys) == ("catchup_guard", None)
+    assert classify(keys.chatwoot_catchup_wanted, keys) == ("catchup_wanted", None)
+    assert classify(keys.tenant("cw-1-3").lock("9001"), keys) == ("lock", "9001")
 
 
 def test_tokens_name_person_and_message() -> None:

@@ -181,3 +181,131 @@ def test_chatwoot_standin_launcher() -> None:
         assert [r["status"] for r in records] == [200, 422]
     finally:
         stop_process(proc, 5)
+
+
+def get(standin: ChatwootApiStandIn, path: str, token: str = TOKEN, **params: Any) -> Any:
+    return httpx.get(
+        f"{standin.url}/api/v1/accounts/1/conversations{path}",
+        params=params,
+        headers={"api_access_token": token},
+    )
+
+
+def test_conversations_are_listed_25_a_page_newest_activity_first(
+    chatwoot: ChatwootApiStandIn,
+) -> None:
+    now = time.time()
+    for n in range(30):
+        chatwoot.customer_writes(100 + n, "hola", created_at=now - 100 + n)
+    chatwoot.customer_writes(100, "otra vez", created_at=now)  # 100 is the newest now
+    chatwoot.set_status(101, "open")
+    first = get(chatwoot, "", status="all").json()["data"]
+    second = get(chatwoot, "", status="all", page=2).json()["data"]
+    ids = [c["id"] for c in first["payload"] + second["payload"]]
+    assert len(first["payload"]) == 25 and first["meta"]["all_count"] == 30
+    assert ids == [100, *range(129, 100, -1)]
+    newest = first["payload"][0]
+    assert newest["last_activity_at"] == newest["timestamp"] == int(now)
+    assert (newest["inbox_id"], newest["account_id"], newest["status"]) == (3, 1, "pending")
+    assert newest["meta"]["sender"]["type"] == "contact"
+    # Chatwoot's default is `open` only; `pending` the bot's, and an inbox that has none.
+    assert [c["id"] for c in get(chatwoot, "").json()["data"]["payload"]] == [101]
+    assert len(get(chatwoot, "", status="pending").json()["data"]["payload"]) == 25
+    assert get(chatwoot, "", status="all", inbox_id=4).json()["data"]["payload"] == []
+    assert [
+        c["id"]
+        for c in get(chatwoot, "", status="all", sort_by="last_activity_at_asc").json()["data"][
+            "payload"
+        ][:2]
+    ] == [101, 102]
+    assert get(chatwoot, "", token="wrong").status_code == 401
+    assert get(chatwoot, "", page="x").status_code == 422
+    assert [r.kind for r in chatwoot.requests][:2] == ["list", "list"]
+
+
+def test_messages_are_read_20_before_an_id_or_100_after_oldest_first(
+    chatwoot: ChatwootApiStandIn,
+) -> None:
+    ids = [chatwoot.customer_writes(42, f"m{n}", webhook=False) for n in range(130)]
+    latest = get(chatwoot, "/42/messages").json()["payload"]
+    assert [m["content"] for m in latest] == [f"m{n}" for n in range(110, 130)]
+    before = get(chatwoot, "/42/messages", before=ids[110]).json()["payload"]
+    assert [m["id"] for m in before] == ids[90:110]
+    after = get(chatwoot, "/42/messages", after=ids[9]).json()["payload"]
+    assert [m["id"] for m in after] == ids[10:110]
+    between = get(chatwoot, "/42/messages", after=ids[5], before=ids[8]).json()["payload"]
+    assert [m["id"] for m in between] == ids[5:8]
+    message = latest[0]
+    assert message["message_type"] == 0 and message["private"] is False
+    assert message["sender"]["type"] == "contact" and isinstance(message["created_at"], int)
+    assert get(chatwoot, "/43/messages").status_code == 404
+    assert get(chatwoot, "/42/messages", before="x").status_code == 422
+
+
+def test_every_message_is_kept_with_its_type_sender_and_privacy(
+    chatwoot: ChatwootApiStandIn,
+) -> None:
+    chatwoot.customer_writes(42, "hola", webhook=False)
+    call(chatwoot, "messages", {"content": "respuesta", "message_type": "outgoing"})
+    call(chatwoot, "messages", {"content": "nota", "private": True})
+    chatwoot.agent_writes(42, "soy Laura")
+    chatwoot.add_message(42, "Conversation was assigned", 2)
+    kept = [
+        (m["message_type"], m["private"], (m.get("sender") or {}).get("type"), m["content"])
+        for m in get(chatwoot, "/42/messages").json()["payload"]
+    ]
+    assert kept == [
+        (0, False, "contact", "hola"),
+        (1, False, "agent_bot", "respuesta"),
+        (1, True, "agent_bot", "nota"),
+        (1, False, "user", "soy Laura"),
+        (2, False, None, "Conversation was assigned"),
+    ]
+
+
+async def test_a_customers_message_is_posted_once_or_not_at_all(
+    chatwoot: ChatwootApiStandIn,
+) -> None:
+    received: list[dict[str, Any]] = []
+
+    async def receiver(request: Request) -> Response:
+        received.append(orjson.loads(await request.body()))
+        return Response(b"", status_code=500)  # never sent again
+
+    app = Starlette(routes=[Route("/hook", receiver, methods=["POST"])])
+    async with BackgroundServer(app) as server:
+        chatwoot.configure(webhook_url=f"{server.url}/hook", webhook_secret="s")
+        posted = chatwoot.customer_writes(42, "hola")
+        chatwoot.customer_writes(42, "sin webhook", webhook=False)
+        await chatwoot.await_webhooks(timeout=10)
+    assert [(h["id"], h["message_type"], h["content"]) for h in received] == [
+        (posted, "incoming", "hola")
+    ]
+    assert [d.response_status for d in chatwoot.webhook_deliveries] == [500]
+    (parsed,) = parse_body(orjson.dumps(received[0]), 0).events["cw-1-3"]
+    assert parsed["text"] == "hola" and parsed["id"] == str(posted)
+
+
+def test_reads_fail_only_when_a_fault_names_them_and_a_429_says_when_to_retry(
+    chatwoot: ChatwootApiStandIn,
+) -> None:
+    chatwoot.customer_writes(42, "hola", webhook=False)
+    chatwoot.fail_next(1, 500)  # the senders' default kinds: not the reads
+    assert get(chatwoot, "").status_code == 200
+    chatwoot.reset_faults()
+    chatwoot.fail_next(1, 429, kinds=["history"], retry_after=2)
+    limited = get(chatwoot, "/42/messages")
+    assert limited.status_code == 429 and limited.headers["retry-after"] == "2"
+    assert get(chatwoot, "/42/messages").status_code == 200
+
+
+def test_people_write_through_the_control_endpoint(chatwoot: ChatwootApiStandIn) -> None:
+    for op in (
+        {"op": "customer_writes", "conversation": 42, "content": "hola", "webhook": False},
+        {"op": "add_message", "conversation": 42, "content": "asignada", "message_type": 2},
+    ):
+        assert httpx.post(f"{chatwoot.url}/_control", json=op).json()["ok"] is True
+    assert [(m["message_type"], m["content"]) for m in chatwoot.messages(42)] == [
+        (0, "hola"),
+        (2, "asignada"),
+    ]
