@@ -44,6 +44,8 @@ Layout (prefix `wa`, tenant 106540352242922, person 16505551234):
     wa:{106540352242922}:due            ZSET    person -> when its conversation is due (ms)
     wa:{106540352242922}:running        ZSET    person -> when the running turn's lease ends (ms)
     wa:{106540352242922}:burst          HASH    person -> "first_ms,last_ms" of waiting messages
+    wa:{106540352242922}:convs          ZSET    person -> ms of the conversation's last activity
+                                                (the ops page's inbox; bounded)
     wa:{106540352242922}:review         HASH    batch id -> review item (JSON)
     wa:{106540352242922}:review:notify  ZSET    item id -> ms its webhook may be tried (due,
                                                 retry, or a sending worker's lease end)
@@ -309,6 +311,12 @@ class TenantKeys:
     @cached_property
     def review(self) -> str:
         return f"{self.base}:review"
+
+    @cached_property
+    def conversations(self) -> str:
+        """Person -> the ms of their conversation's last activity (shared/conversation/index.py):
+        written by the claim, the finish and a reply by hand, never by the receiver."""
+        return f"{self.base}:convs"
 
     @cached_property
     def review_notify(self) -> str:

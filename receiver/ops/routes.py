@@ -5,6 +5,10 @@ set.
     GET  /ops/item              one item (?tenant=&id=)
     GET  /ops/conversation      one person's conversation (?tenant=&person=)
     GET  /ops/audit             who did what, newest first
+    GET  /ops/conversations     the inbox: overview, a tenant's conversations, search
+    GET  /ops/thread            one conversation in time order (?tenant=&person=)
+    GET  /ops/media             the file of a customer's message (?tenant=&person=&id=&n=)
+    GET  /ops/live.js           the script that keeps the inbox's pages live (no session needed)
     POST /ops/item/requeue      requeue an item (form: tenant, id)
     POST /ops/item/drop         drop an item (form: tenant, id)
     POST /ops/bulk              requeue or drop every item of a reason, in the background
@@ -46,6 +50,7 @@ from receiver.ops.actions import ActionError, Actions
 from receiver.ops.auth import Session, Sessions, SessionStore, session_secret
 from receiver.ops.backoff import SigninBackoff
 from receiver.ops.bulk import BulkJobs, Job
+from receiver.ops.inbox import Inbox
 from receiver.ops.person_actions import PersonActions
 from receiver.ops.signin import SigninPages
 from receiver.ops.web import Web, field, link, redirect
@@ -102,8 +107,10 @@ class OpsPage:
             self._audit,
         )
         self._replies: ManualReplies | None = None
+        self.inbox = Inbox(lambda: self._redis, receiver.keys, settings, self._render)
         self._bulk_tasks: set[asyncio.Task[None]] = set()
         receiver.on_close.append(self._close)
+        receiver.on_close.append(self.inbox.aclose)
 
     async def _close(self) -> None:
         # A bulk job stopped here keeps its cursor: "Continue" takes it up (receiver/ops/bulk.py).
@@ -274,7 +281,8 @@ class OpsPage:
             session.who, tenant, person, field(form, "text")
         )
         done = "template" if result.template else "replied"
-        return redirect(link("/conversation", tenant=tenant, person=person, done=done))
+        back = "/thread" if field(form, "then") == "thread" else "/conversation"
+        return redirect(link(back, tenant=tenant, person=person, done=done))
 
     async def pause(self, request: Request, session: Session, form: FormData) -> Response:
         tenant, person = field(form, "tenant"), field(form, "person")
@@ -308,6 +316,10 @@ class OpsPage:
                 Route("/item", page(self.item), methods=["GET"]),
                 Route("/conversation", page(self.conversation), methods=["GET"]),
                 Route("/audit", page(self.audit), methods=["GET"]),
+                Route("/conversations", page(self.inbox.conversations), methods=["GET"]),
+                Route("/thread", page(self.inbox.thread), methods=["GET"]),
+                Route("/media", page(self.inbox.media), methods=["GET"]),
+                Route("/live.js", self.inbox.live_js, methods=["GET"]),
                 Route("/item/requeue", action(self.requeue), methods=["POST"]),
                 Route("/item/drop", action(self.drop), methods=["POST"]),
                 Route("/bulk", action(self.bulk), methods=["POST"]),

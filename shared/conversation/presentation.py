@@ -29,6 +29,7 @@ No I/O: the same batch and memory always give the same presentation.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -45,6 +46,7 @@ from shared.conversation.files import (
     items_of_message,
     undelivered,
 )
+from shared.conversation.kept_files import files_of
 from shared.conversation.when import late_note, local_time
 from shared.settings import Settings, TenantConfig
 
@@ -340,7 +342,8 @@ def exchange(
     """What the memory keeps of a turn: the presentation the model was shown (`header`, and its
     body as `user`, which brains reading the memory have always found there), its reply, the
     batch's message ids, the provider ids of the reply's parts `sent` (what a later reply may
-    quote) and, when the batch had files, the texts the model read of them (`media`: a voice
+    quote), when its messages came and the reply went (`in`, provider unix s; `at`, ms) and,
+    when the batch had files, the texts the model read of them (`media`: a voice
     note's transcription, a file's label; shared/conversation/turn_state.py `record_media`)."""
     notes = [note for note in media if note]
     # The files were shown beside the text when the brain recorded texts of them (the
@@ -352,9 +355,16 @@ def exchange(
         "assistant": reply,
         "ids": [m.id for m in batch.messages],
         "out": [s for s in sent if s],
+        # When: the batch's latest message (provider unix s) and the reply (ms), for the ops
+        # page's thread; exchanges remembered before these were kept have neither.
+        "in": int(batch_time(batch)),
+        "at": int(time.time() * 1000),
     }
     if notes:
         remembered["media"] = notes
+    files = [f.to_json() for m in batch.messages for f in files_of(m)]
+    if files:  # the thread shows them (an image through the ops page's media route)
+        remembered["files"] = files
     return remembered
 
 

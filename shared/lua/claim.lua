@@ -9,6 +9,8 @@
 -- KEYS[5] stats        HASH: counters
 -- KEYS[6] unroutable   LIST: inbox entries that are not ours to interpret
 -- KEYS[7] users        HASH: WhatsApp user id -> the phone number it was seen with
+-- KEYS[8] conversations  ZSET: person -> ms of the conversation's last activity (the ops
+--         page's inbox, shared/conversation/index.py)
 -- ARGV[1] conversation_prefix  the tenant's conversation key prefix ("wa:{t}:c:"); a
 --         conversation's keys are built from it with conv_key() (same hash tag, so the same
 --         slot as KEYS)
@@ -53,6 +55,9 @@
 -- An echo (kind "echo": what the business wrote from the WhatsApp Business app) pauses the
 -- person, enters their memory as written by a human, takes the waiting messages with it (the
 -- human answered them) and starts no turn (stats event:echo).
+-- Every person something was taken in for (a message, an agent's message, an echo, a note, a
+-- revoke or edit) is listed in `conversations` at now, in one ZADD for the call; a person new
+-- there also trims it (older than CONVERSATIONS_KEPT_MS, past the newest CONVERSATIONS_KEPT).
 -- A status moves its part's outbound record forward; a `failed` one queues a late delivery
 -- failure and, when the person has no batch, makes it a batch due now (lib/outbound.lua).
 --
@@ -80,6 +85,37 @@ local now = now_ms()
 if answer_by > 0 and now > answer_by then max_claim = 0 end
 local silence_keys = {due = KEYS[2], burst = KEYS[4], stats = KEYS[5]}
 local silence_ttls = {memory = context_ttl, silent = tonumber(ARGV[14])}
+
+-- People something was taken in for in this call: listed in `conversations` at the end.
+local active, n_active = {}, 0
+local function touched(person)
+  if not active[person] then
+    active[person] = true
+    n_active = n_active + 1
+  end
+end
+
+-- One ZADD for every person of the call (the index of the ops page's inbox; one per 1000
+-- people, as unpack's stack is limited), trimmed only when it gained a person: a call about
+-- known people costs that one command.
+local function list_active()
+  if n_active == 0 then return end
+  local args, added = {}, 0
+  local function flush()
+    added = added + redis.call('ZADD', KEYS[8], unpack(args))
+    args = {}
+  end
+  for person in pairs(active) do
+    args[#args + 1] = now
+    args[#args + 1] = person
+    if #args >= 2000 then flush() end
+  end
+  if #args > 0 then flush() end
+  if added > 0 then
+    redis.call('ZREMRANGEBYSCORE', KEYS[8], '-inf', now - {{CONVERSATIONS_KEPT_MS}})
+    redis.call('ZREMRANGEBYRANK', KEYS[8], 0, -{{CONVERSATIONS_KEPT}} - 1)
+  end
+end
 
 local function next_wake()
   local d = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
@@ -259,8 +295,11 @@ while taken < max_intake do
       take_message(ev, person)
     end
     saw_inbound(ev, person)
+    touched(person)
   elseif has_person and kind == 'human' then
-    if not take_agent_message(prefix, out_prefix, person, ev, silence_keys, now, silence_ttls) then
+    if take_agent_message(prefix, out_prefix, person, ev, silence_keys, now, silence_ttls) then
+      touched(person)
+    else
       redis.call('LPUSH', KEYS[6], ev)
     end
   elseif has_person and kind == 'conversation' then
@@ -275,15 +314,18 @@ while taken < max_intake do
     person = same_person(ev, person)
     take_echo(KEYS[2], KEYS[4], KEYS[5], prefix, ev, person, now, human_pause, memory_turns,
       context_ttl)
+    touched(person)
   elseif has_person and (kind == 'note' or kind == 'revoke' or kind == 'edit'
       or kind == 'welcome') then
     take_other(kind, ev, person)
+    touched(person)
   else
     -- Not ours to interpret: keep it whole for an operator instead of dropping it.
     redis.call('LPUSH', KEYS[6], ev)
   end
 end
 if messages > 0 then redis.call('HINCRBY', KEYS[5], 'messages', messages) end
+list_active()
 if statuses > 0 then redis.call('HINCRBY', KEYS[5], 'statuses', statuses) end
 if taken >= max_intake and redis.call('LLEN', KEYS[1]) > 0 then
   return {now, next_wake(), 1}

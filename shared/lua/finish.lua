@@ -5,6 +5,7 @@
 -- KEYS[3] burst        HASH: person -> "first_ms,last_ms" of waiting messages
 -- KEYS[4] review       HASH: batch id -> review item
 -- KEYS[5] stats        HASH: counters
+-- KEYS[6] conversations  ZSET: person -> ms of the last activity (done: the reply is some)
 -- ARGV[1] conversation_prefix  the tenant's conversation key prefix ("wa:{t}:c:")
 -- ARGV[2] person
 -- ARGV[3] token        the lock token of the turn
@@ -83,6 +84,7 @@ if outcome == 'review' then
   end
 else
   redis.call('HINCRBY', KEYS[5], 'turns', 1)
+  redis.call('ZADD', KEYS[6], now, person)
   if ARGV[12] and ARGV[12] ~= '' and ARGV[13] ~= '' then
     record_outbound(prefix, KEYS[5], ARGV[14], ARGV[13], redis.call('HGET', bkey, 'id'),
       person, ARGV[12], ARGV[15], now)

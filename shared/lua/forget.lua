@@ -9,13 +9,14 @@
 -- KEYS[2] running      ZSET: person -> when the running turn's lease ends (ms)
 -- KEYS[3] burst        HASH: person -> "first_ms,last_ms" of waiting messages
 -- KEYS[4] users        HASH: WhatsApp user id -> the phone number of its conversation
+-- KEYS[5] conversations  ZSET: person -> ms of the last activity (the ops page's inbox)
 -- ARGV[1] conversation_prefix  the tenant's conversation key prefix ("wa:{t}:c:")
 -- ARGV[2] person
 -- ARGV[3] kinds        every suffix of a conversation's keys, comma-separated
 -- ARGV[4..] user_ids   users fields seen pointing at the person: deleted if they still do
 --
--- Returns {state, keys deleted, due/running/burst entries removed, users fields removed};
--- state 1 done, -1 a turn holds the lock (nothing deleted then).
+-- Returns {state, keys deleted, due/running/burst/conversations entries removed, users fields
+-- removed}; state 1 done, -1 a turn holds the lock (nothing deleted then).
 --
 -- uses: lib/keys.lua (conv_key, LOCK)
 local prefix, person = ARGV[1], ARGV[2]
@@ -25,7 +26,7 @@ for kind in string.gmatch(ARGV[3], '[^,]+') do
   deleted = deleted + redis.call('DEL', conv_key(prefix, person, kind))
 end
 local entries = redis.call('ZREM', KEYS[1], person) + redis.call('ZREM', KEYS[2], person)
-  + redis.call('HDEL', KEYS[3], person)
+  + redis.call('HDEL', KEYS[3], person) + redis.call('ZREM', KEYS[5], person)
 -- The person's own field when the person is a user id; then every user id seen mapped to it.
 local users = redis.call('HDEL', KEYS[4], person)
 for i = 4, #ARGV do

@@ -4,6 +4,7 @@
 -- KEYS[1] due          ZSET: person -> when the conversation is due (ms)
 -- KEYS[2] burst        HASH: person -> "first_ms,last_ms" of waiting messages
 -- KEYS[3] stats        HASH: counters
+-- KEYS[4] conversations  ZSET: person -> ms of the last activity ("sent": the reply is some)
 -- ARGV[1] conversation_prefix  the tenant's conversation key prefix ("wa:{t}:c:")
 -- ARGV[2] outbound_prefix  the tenant's outbound record prefix ("wa:{t}:out:")
 -- ARGV[3] person
@@ -90,6 +91,7 @@ if ARGV[7] ~= '' and tonumber(ARGV[8]) > 0 then
   redis.call('PEXPIRE', mkey, ARGV[9])
 end
 redis.call('HINCRBY', KEYS[3], 'manual_replies', 1)
+redis.call('ZADD', KEYS[4], now, person)
 -- A person of the business is talking with the customer: the bot waits (human takeover).
 if tonumber(ARGV[15]) > 0 then
   set_human_pause(prefix, person, ARGV[16], 'a person of the business replied by hand', now,

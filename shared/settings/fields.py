@@ -35,7 +35,7 @@ def _no_trailing_slash(url: str) -> str:
 
 
 def _are_hosts(entries: tuple[str, ...]) -> bool:
-    # What worker/brains/fetch.py reads as an origin: a host alone is https on 443.
+    # What shared/fetch.py reads as an origin: a host alone is https on 443.
     for entry in entries:
         url = urlsplit(entry if "://" in entry else f"https://{entry}")
         try:

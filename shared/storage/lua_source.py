@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from shared import keys
+from shared.conversation import index as conversation_index
 from shared.conversation import late_failure_codes
 from shared.fleet import dispatch_lag
 
@@ -73,6 +74,8 @@ _PYTHON_VALUES: dict[str, str | int | tuple[int, ...]] = {
     "OUTBOUND_BOOK": keys.OUTBOUND_BOOK,
     "BOOK_GENS": keys.BOOK_GENS,
     "SENT_KEEP": late_failure_codes.SENT_KEEP,
+    "CONVERSATIONS_KEPT": conversation_index.KEPT,
+    "CONVERSATIONS_KEPT_MS": conversation_index.KEPT_MS,
     "SENT_TTL_S": late_failure_codes.SENT_TTL_S,
     "LATE_TTL_S": late_failure_codes.LATE_TTL_S,
     "LAG_BUCKETS_MS": dispatch_lag.BUCKETS_MS,

@@ -1,4 +1,4 @@
-"""worker/brains/fetch.py on its own: which addresses are inside, how listed hosts read, where
+"""shared/fetch.py on its own: which addresses are inside, how listed hosts read, where
 each kind of media may come from by default, and the address check at connection time against a
 real server on a loopback port (refused unless the configuration names that host).
 End to end through a worker turn: tests/delivery/test_media_hosts.py,
@@ -11,9 +11,7 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from shared.settings import ConfigError, Settings
-from tests.support.inside_host import PNG, RecordingHost, recording_host
-from worker.brains.fetch import (
+from shared.fetch import (
     MediaFetcher,
     MediaHosts,
     Origin,
@@ -22,6 +20,8 @@ from worker.brains.fetch import (
     listed_origin,
     origin_of,
 )
+from shared.settings import ConfigError, Settings
+from tests.support.inside_host import PNG, RecordingHost, recording_host
 
 
 @pytest.fixture

@@ -158,7 +158,7 @@ def about(
         return None if value.get(b"person") == person.encode() else value
     if key.startswith(k.outbound_book) and key != k.outbound_gens:
         return {f: v for f, v in value.items() if outbound.person_of(v) != person} or None
-    if key in (k.due, k.running):
+    if key in (k.due, k.running, k.conversations):
         return [(m, s) for m, s in value if m != person.encode()] or None
     if key == k.burst:
         return {f: v for f, v in value.items() if f != person.encode()} or None
@@ -202,7 +202,7 @@ async def test_forget_deletes_everything_of_the_person_and_nothing_else(
     assert report == ForgetReport(
         TENANT,
         conversation_keys=8,  # pending, lastin, memory, context, silent, human, sent, late
-        queue_entries=2,  # due, burst
+        queue_entries=3,  # due, burst, the conversations index (the inbox)
         users_fields=1,
         review_items=1,
         outbound_records=2,
@@ -303,7 +303,7 @@ async def test_a_batch_waiting_for_a_retry_is_forgotten_with_the_rest(
     )
 
     assert report.conversation_keys == 5  # the batch, lastin, memory, silent, sent
-    assert report.queue_entries == 1  # due: the retry's time
+    assert report.queue_entries == 2  # due: the retry's time; the conversations index
     assert await forgotten_alone(redis, made.keys, TENANT, PERSON, before)
 
 

@@ -83,11 +83,14 @@ async def test_finished_conversations_leave_no_keys_or_entries_behind(
     assert {k.review_ix, k.review_ix_of, k.review_counts} <= index
     assert await redis.zcard(k.review_ix) == 2 == await redis.hlen(k.review)
     # Only the bounded or permanent records remain: registry, counters, capped outbox, review,
+    # the conversations index of the ops inbox (the newest 10 000, 7 days: its claim trims it),
     # and the running workers' heartbeats (each worker removes its own as it stops).
     rest = set(found) - set(seen) - set(expiring) - index
-    assert sorted(rest) == sorted([keys.tenants, k.stats, k.outbox, k.review, keys.workers]), (
+    kept = [keys.tenants, k.stats, k.outbox, k.review, k.conversations, keys.workers]
+    assert sorted(rest) == sorted(kept), (
         "no inbox, due, running, burst, pending, batch or lock keys left"
     )
+    assert await redis.zcard(k.conversations) == 5, "one entry a person"
     assert await redis.llen(k.outbox) == 4  # plain, flaky, chatty x2
     assert (await stats(redis, prefix))["messages"] == 7
 

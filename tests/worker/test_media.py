@@ -3,7 +3,7 @@ Chatwoot's host (no token sent), a WhatsApp webhook's own `url` on a listed host
 what is never downloaded (a video, an animated sticker), and the files past a request's 32 MB kept
 out of it. A small HTTP server stands in for where the files live. The hosts media may come from
 and the addresses it may not: tests/delivery/test_media_hosts.py, tests/chatwoot/test_media_hosts.py
-and worker/brains/fetch.py's own checks below."""
+and shared/fetch.py's own checks below."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ Where the files come from:
   any other `url` is ignored for the media id.
 - Chatwoot: each attachment's `data_url`, as the webhook gave it (no token), when it is on
   `CHATWOOT_BASE_URL`'s host or one of `CHATWOOT_MEDIA_HOSTS`; any other is not fetched.
-Every fetch, redirects and addresses checked, goes through worker/brains/fetch.py.
+Every fetch, redirects and addresses checked, goes through shared/fetch.py.
 
 What Claude gets (each file once: the batch's text leaves the files to these blocks,
 shared/conversation/files.py):
@@ -48,8 +48,8 @@ import orjson
 from shared.conversation.batch import Batch
 from shared.conversation.files import ASK_TO_WRITE, Item, items_of_message, to_int
 from shared.conversation.files import mime as mime_of
+from shared.fetch import MediaFetcher, MediaHosts, Origin, TooBig, Unfetchable, origin_of
 from shared.settings import Settings
-from worker.brains.fetch import MediaFetcher, MediaHosts, Origin, TooBig, Unfetchable, origin_of
 from worker.brains.transcribe import TranscribeError, Transcriber
 
 log = logging.getLogger(__name__)

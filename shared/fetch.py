@@ -1,6 +1,7 @@
 """Outbound fetches of media that can neither leak a token nor reach inside.
 
-Every file the worker downloads for the AI (worker/brains/media.py) goes through `MediaFetcher`:
+Every file the worker downloads for the AI (worker/brains/media.py), and every file the ops page
+shows (shared/ops/media.py), goes through `MediaFetcher`:
 - a URL is fetched only when its origin (scheme, host, port) is one the fetch allows
   (`MediaHosts`): the Graph token goes only to the Graph API, the url its media-id answer gives,
   Meta's media host and `WHATSAPP_MEDIA_HOSTS`; Chatwoot attachments come only from
