@@ -5,88 +5,10 @@ Lua script touches one slot and the same code runs on one Redis or on a cluster.
 fleet-wide keys (the tenant registry, the wake-up queues, the dead-letter list, the sweep
 guard, the AI pause) are never used together with a tenant's keys inside one script.
 
-Layout (prefix `wa`, tenant 106540352242922, person 16505551234):
-
-    wa:tenants                          SET     tenants that ever received traffic (registry)
-    wa:wake                             ZSET    tenant -> ms first woken: new work to take in
-    wa:relay                            ZSET    tenant -> ms: due, for a worker with a free slot
-    wa:handoff                          ZSET    the relay queue of the previous release (drained)
-    wa:deadletter                       LIST    signed bodies that could not be parsed, whole
-                                                (capped by count and memory, expires)
-    wa:sweep                            STRING  id of the worker sweeping this interval (PX)
-    wa:ai:paused                        STRING  the fleet's pause of AI calls (JSON; PX)
-    wa:ai:probe                         STRING  token of the one worker probing the AI (NX PX)
-    wa:workers                          HASH    worker id -> its heartbeat (JSON)
-    wa:ops:audit                        ZSET    ops actions (JSON: who, what, whom) by ms
-    wa:ops:session:<id>                 STRING  one signed-in ops session: who (PX its lifetime)
-    wa:ops:{signin}:client:<address>    HASH    failed ops sign-ins from an address (TTL)
-    wa:ops:{signin}:name:<name>         HASH    failed ops sign-ins under a name (TTL)
-    wa:review:notify                    ZSET    tenant -> ms: review notifications to send
-    wa:ops:bulk:{<job>}                 HASH    one bulk action of the ops page: filter, counts,
-                                                cursors, state (TTL)
-    wa:ops:bulk:{<job>}:run             STRING  the process running that bulk action (PX; same
-                                                slot as the job, updated with it in a MULTI)
-    wa:cw:catchup:lock                  STRING  token of the worker running the Chatwoot
-                                                catch-up (PX, renewed while it runs)
-    wa:cw:catchup:due                   STRING  the periodic catch-up's guard (NX PX interval)
-    wa:cw:catchup:wanted                HASH    Chatwoot tenant -> ms a receiver could not store
-                                                one of its webhooks (a catch-up is owed)
-    wa:cw:catchup:cursor                HASH    Chatwoot tenant -> last activity (unix s) the
-                                                catch-up has read through
-    wa:cw:catchup:resume                HASH    Chatwoot tenant -> "position floor top" of a pass
-                                                a run did not finish (the next run goes on there)
-    wa:{106540352242922}:inbox          LIST    events from the receiver (LPUSH; worker RPOPs)
-    wa:{106540352242922}:s:gens         HASH    the dedupe markers' generations: start (unix s) ->
-                                                shard count, `<start>:n` -> markers added
-    wa:{106540352242922}:s:<start>:<i>  SET     dedupe markers (integers: a hash of the item's id),
-                                                one shard of a generation (lib/book.lua; TTL)
-    wa:{106540352242922}:seen:<id>      STRING  dedupe marker of the release before (TTL; read only)
-    wa:{106540352242922}:due            ZSET    person -> when its conversation is due (ms)
-    wa:{106540352242922}:running        ZSET    person -> when the running turn's lease ends (ms)
-    wa:{106540352242922}:burst          HASH    person -> "first_ms,last_ms" of waiting messages
-    wa:{106540352242922}:convs          ZSET    person -> ms of the conversation's last activity
-                                                (the ops page's inbox; bounded)
-    wa:{106540352242922}:review         HASH    batch id -> review item (JSON)
-    wa:{106540352242922}:review:notify  ZSET    item id -> ms its webhook may be tried (due,
-                                                retry, or a sending worker's lease end)
-    wa:{…}:review:notify:events         HASH    item id -> its notification (JSON: the item,
-                                                created_ms, attempts, token, error)
-    wa:{…}:review:ix                    ZSET    every review item, "<ms, 16 digits>:<id>" (score 0,
-                                                read BYLEX: by time, then id)
-    wa:{…}:review:ix:r:<reason>         ZSET    the same, of one reason
-    wa:{…}:review:ix:p:<person>         ZSET    the same, of one person
-    wa:{…}:review:ix:of                 HASH    item id -> JSON {at, reason, person}: where its
-                                                index entries are, found again to remove them
-    wa:{…}:review:ix:n                  HASH    reason -> how many items (kept as they change)
-    wa:{…}:review:ix:fill               STRING  HSCAN cursor of the backfill of items the
-                                                previous release parked (shared/ops/review_index.py)
-    wa:{106540352242922}:outbox         LIST    replies recorded by the outbox sender (capped)
-    wa:{106540352242922}:stats          HASH    counters (messages, turns, statuses, ...)
-    wa:{106540352242922}:unroutable     LIST    inbox entries the worker could not route, whole
-    wa:{106540352242922}:users          HASH    WhatsApp user id (username) -> phone number
-    wa:{…}:c:16505551234:pending        LIST    messages waiting for the next batch, in order
-    wa:{…}:c:16505551234:batch          HASH    the batch being worked on or waiting for a retry
-    wa:{…}:c:16505551234:lock           STRING  token of the turn (or reply by hand) holding it (PX)
-    wa:{…}:c:16505551234:lastin         STRING  provider ts of the last inbound message (expires
-                                                when the 24-hour window closes)
-    wa:{…}:c:16505551234:memory         LIST    recent exchanges for the AI (capped, idle TTL)
-    wa:{…}:c:16505551234:context        LIST    events that are not messages, for the next turn
-                                                (reactions, edits, deletions; capped, TTL)
-    wa:{…}:c:16505551234:silent         STRING  a Chatwoot conversation a person of the business
-                                                handles: the bot is silent (JSON why/since; TTL)
-    wa:{…}:c:16505551234:human          STRING  a human has the conversation: the bot is paused
-                                                for this person (JSON; PX, lapses by itself)
-    wa:{…}:c:16505551234:sent           LIST    the last answered batches' messages and reply,
-                                                for a late delivery failure (capped, TTL)
-    wa:{…}:c:16505551234:late           HASH    late delivery failures waiting for the worker,
-                                                and the batches whose template went out (TTL)
-    wa:{106540352242922}:o:gens         HASH    the outbound records' generations (as `s:gens`)
-    wa:{106540352242922}:o:<start>:<i>  HASH    outbound records: a hash of the provider id ->
-                                                "status|sent_ms|part|error|person|batch" of one
-                                                sent reply part (lib/outbound.lua; TTL)
-    wa:{106540352242922}:out:<wamid>    HASH    a status that came before its part's record
-                                                (early, early_failure; 1 h), or a record of the
-                                                release before: batch, person, part, status
+Every key, with its type and what it holds, is a row of the key table in docs/architecture.md
+("Redis key layout"; tests/test_docs.py fails when a key spelled here has no row there, or a row no
+key). Each property below says the same in a line or two. A tenant's keys look like
+`wa:{106540352242922}:due`, a person's like `wa:{106540352242922}:c:16505551234:pending`.
 """
 
 from __future__ import annotations
