@@ -93,6 +93,7 @@ def classify(key: str, keys: Keys) -> tuple[str, str | None]:
             k.stats: "stats",
             k.unroutable: "unroutable",
             k.users: "users",
+            k.conversations: "convs",
         }
         if key in exact:
             return exact[key], None

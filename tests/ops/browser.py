@@ -6,6 +6,7 @@ saying so."""
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -78,8 +79,16 @@ async def chromium() -> AsyncIterator[Browser]:
             await browser.close()
 
 
+SCREENSHOTS = "OPS_SCREENSHOTS"  # a folder to keep every browser test's screenshots in
+
+
 async def shot(page: Page, folder: Path, name: str) -> Path:
-    """A full-page screenshot under the test's tmp dir; its path (for assertion messages)."""
+    """A full-page screenshot under the test's tmp dir (or, with OPS_SCREENSHOTS set, in that
+    folder, one subfolder per test: `OPS_SCREENSHOTS=/tmp/shots scripts/test tests/ops -k
+    browser` leaves them where a person can open them); its path (for assertion messages)."""
+    kept = os.environ.get(SCREENSHOTS)
+    if kept:
+        folder = Path(kept) / folder.parent.name.rstrip("0123456789")
     path = make_folder(folder) / f"{name}.png"
     await page.screenshot(path=str(path), full_page=True)
     return path

@@ -6,7 +6,6 @@ message); set OPS_SCREENSHOTS to a folder to keep them there instead."""
 
 from __future__ import annotations
 
-import os
 import struct
 import zlib
 from pathlib import Path
@@ -49,7 +48,7 @@ def png(width: int, height: int) -> bytes:
 
 
 def folder(tmp_path: Path) -> Path:
-    return Path(os.environ.get("OPS_SCREENSHOTS") or tmp_path / "screenshots")
+    return tmp_path / "screenshots"  # shot() keeps them in OPS_SCREENSHOTS when it is set
 
 
 @pytest.mark.parametrize("size", ["desktop", "phone"])
