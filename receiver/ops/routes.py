@@ -162,6 +162,10 @@ class OpsPage:
             retention_s=r.settings.review_retention_s,
         )
 
+    def _zone_of(self, tenant: str) -> str:
+        """The tenant's time zone: the pages show its times as its people read them."""
+        return self._receiver.settings.tenant(tenant).timezone
+
     async def _render(
         self, request: Request, name: str, session: Session, status: int = 200, **context: Any
     ) -> Response:
@@ -183,7 +187,13 @@ class OpsPage:
         )
         entries = await queries.audit_entries(self._redis, self._receiver.keys, limit=10)
         return await self._render(
-            request, "overview.html", session, view=view, ages=queries.AGES, audit=entries
+            request,
+            "overview.html",
+            session,
+            view=view,
+            ages=queries.AGES,
+            audit=entries,
+            zone_of=self._zone_of,
         )
 
     async def item(self, request: Request, session: Session) -> Response:
@@ -191,7 +201,9 @@ class OpsPage:
         found = await queries.item(
             self._redis, self._receiver.keys, self._review(), tenant, item_id
         )
-        return await self._render(request, "item.html", session, item=found)
+        return await self._render(
+            request, "item.html", session, item=found, zone=self._zone_of(tenant)
+        )
 
     async def conversation(self, request: Request, session: Session) -> Response:
         params = request.query_params
@@ -203,6 +215,7 @@ class OpsPage:
             "conversation.html",
             session,
             c=state,
+            zone=self._zone_of(tenant),
             audit=entries,
             audit_scanned=f"{queries.AUDIT_SCANNED:,}".replace(",", " "),
             pause_choices=self._person_actions().pause_choices(),

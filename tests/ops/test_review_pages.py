@@ -1,0 +1,166 @@
+"""The review list and an item's page as a person reads them: how long the customer has waited
+(since their first message, not since the item was parked), who they are (the contact's name
+beside the number, the tenant by what it is), times in the tenant's time zone, and a Chatwoot
+conversation without WhatsApp's 24-hour window or `*bold*` hints."""
+
+from __future__ import annotations
+
+import html
+import time
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+
+import httpx
+import orjson
+import pytest
+from redis.asyncio import Redis
+
+from receiver.ops import present
+from shared.keys import Keys
+from shared.settings import Settings
+from tests.ops.support import PERSON, TENANT, ops_settings, park, sign_in
+from tests.receiver.support import running
+
+KEYS = Keys()
+ZONE = "America/Argentina/Buenos_Aires"  # UTC-3, no daylight saving time
+CHATWOOT = "cw-1-3"
+
+
+@pytest.fixture
+async def ops(settings: Settings, redis: Redis) -> AsyncIterator[httpx.AsyncClient]:
+    async with running(ops_settings(settings, timezone=ZONE)) as client:
+        await sign_in(client)
+        yield client
+
+
+async def rewrite_messages(
+    redis: Redis, tenant: str, item_id: str, *, received_ms: int, name: str = ""
+) -> None:
+    """Give the parked item's messages the times and name a real webhook would have given."""
+    k = KEYS.tenant(tenant)
+    item = orjson.loads(await redis.hget(k.review, item_id))
+    for i, message in enumerate(item["messages"]):
+        message["received_ms"] = received_ms + i * 60_000
+        message["ts"] = (received_ms + i * 60_000) // 1000
+        if name:
+            message["name"] = name
+    await redis.hset(k.review, item_id, orjson.dumps(item))
+
+
+def local(ms: int) -> str:
+    """`ms` as the page writes it for a tenant in ZONE (three hours behind UTC)."""
+    at = datetime.fromtimestamp(ms / 1000 - 3 * 3600, UTC).strftime("%Y-%m-%d %H:%M")
+    return f"{at} ({ZONE})"
+
+
+# ----------------------------------------------------------------- the pure helpers
+
+
+def test_tenants_are_named_by_what_they_are() -> None:
+    assert present.tenant_label("cw-1-3") == "Chatwoot inbox 3 (account 1)"
+    assert present.tenant_label("106500000000001") == "WhatsApp 106500000000001"
+    assert present.tenant_label("cw-x") == "WhatsApp cw-x"  # not a Chatwoot id: shown as is
+    assert present.is_chatwoot("cw-1-3") and not present.is_chatwoot("106500000000001")
+
+
+def test_the_wait_starts_at_the_first_message_and_bad_times_are_skipped() -> None:
+    item = {
+        "messages": [
+            {"received_ms": 5_000, "ts": 4},
+            {"ts": 3},  # no received_ms: the provider's time
+            {"received_ms": "junk"},
+            "not a message",
+        ]
+    }
+    assert present.first_message_ms(item) == 3_000
+    assert present.first_message_ms({"messages": []}) == 0
+    assert present.first_message_ms({}) == 0
+    assert present.contact_name({"messages": [{"name": "Ana"}, {"name": " "}, {}]}) == "Ana"
+    assert present.contact_name({"messages": None}) == ""
+    assert present.local_time(0, ZONE) == "?"
+    assert present.local_time(1_764_421_200_000, "Not/AZone").endswith("(Not/AZone)")
+
+
+# ----------------------------------------------------------------- the review list
+
+
+async def test_the_list_shows_how_long_the_customer_waited_and_their_name(
+    ops: httpx.AsyncClient, redis: Redis, settings: Settings
+) -> None:
+    item = await park(redis, settings, ["hola", "sigo esperando"])
+    two_hours_ago = int(time.time() * 1000) - 2 * 3600 * 1000
+    await rewrite_messages(redis, TENANT, item, received_ms=two_hours_ago, name="María <b>")
+    page = await ops.get("/ops/")
+    assert page.status_code == 200
+    text = page.text
+    assert "<th>Waiting" in text and "<th>Age</th>" not in text
+    # Two hours since the first message, though it was parked a moment ago.
+    assert ">2h00m<" in text or ">1h59m<" in text, text
+    assert "since " + html.escape(local(two_hours_ago)) in text
+    assert "parked " in text and " ago" in text
+    # The contact's name beside the number, escaped; the tenant by what it is.
+    assert "<strong>María &lt;b&gt;</strong>" in text and PERSON in text
+    assert f"WhatsApp {TENANT}" in text
+
+
+async def test_an_item_without_message_times_says_so(
+    ops: httpx.AsyncClient, redis: Redis, settings: Settings
+) -> None:
+    item = await park(redis, settings, ["hola"])
+    k = KEYS.tenant(TENANT)
+    found = orjson.loads(await redis.hget(k.review, item))
+    for message in found["messages"]:
+        message.pop("received_ms", None)
+        message.pop("ts", None)
+    await redis.hset(k.review, item, orjson.dumps(found))
+    page = await ops.get("/ops/")
+    assert page.status_code == 200
+    assert 'data-label="Waiting" class="waited">?<br>' in page.text
+    assert (await ops.get(f"/ops/item?tenant={TENANT}&id={item}")).status_code == 200
+
+
+async def test_a_chatwoot_tenant_reads_as_its_inbox_and_account(
+    ops: httpx.AsyncClient, redis: Redis, settings: Settings
+) -> None:
+    await park(redis, settings, ["hola"], tenant=CHATWOOT, person="42")
+    page = await ops.get("/ops/")
+    assert "Chatwoot inbox 3 (account 1)" in page.text
+    chips = await ops.get("/ops/?reason=max_attempts")
+    assert "of Chatwoot inbox 3 (account 1)" not in chips.text  # no tenant filter: every tenant
+    filtered = await ops.get(f"/ops/?reason=max_attempts&tenant={CHATWOOT}")
+    assert "Requeue every max_attempts item of Chatwoot inbox 3 (account 1)" in filtered.text
+
+
+# ----------------------------------------------------------------- the item and conversation
+
+
+async def test_the_item_page_shows_times_in_the_tenants_zone(
+    ops: httpx.AsyncClient, redis: Redis, settings: Settings
+) -> None:
+    item = await park(redis, settings, ["hola"])
+    at = int(time.time() * 1000) - 3600 * 1000
+    await rewrite_messages(redis, TENANT, item, received_ms=at, name="María")
+    page = await ops.get(f"/ops/item?tenant={TENANT}&id={item}")
+    assert page.status_code == 200
+    assert "Waiting since</dt><dd>" + html.escape(local(at)) in page.text
+    assert "UTC" not in page.text
+    assert "María" in page.text and f"WhatsApp {TENANT}" in page.text
+    conversation = await ops.get(f"/ops/conversation?tenant={TENANT}&person={PERSON}")
+    assert conversation.status_code == 200
+    assert html.escape(local(at)) in conversation.text
+    # A WhatsApp conversation keeps its window and formatting hints.
+    assert "24-hour window" in conversation.text and "*bold*" in conversation.text
+
+
+async def test_a_chatwoot_conversation_shows_no_whatsapp_window_nor_bold_hints(
+    ops: httpx.AsyncClient, redis: Redis, settings: Settings
+) -> None:
+    item = await park(redis, settings, ["hola"], tenant=CHATWOOT, person="42")
+    for page in (
+        await ops.get(f"/ops/conversation?tenant={CHATWOOT}&person=42"),
+        await ops.get(f"/ops/item?tenant={CHATWOOT}&id={item}"),
+    ):
+        assert page.status_code == 200
+        assert "24-hour" not in page.text and "*bold*" not in page.text
+        assert "Chatwoot inbox 3 (account 1)" in page.text
+        assert "UTC" not in page.text
