@@ -4,7 +4,7 @@ set.
     GET  /ops/                  review items across tenants (filters: reason, tenant, age)
     GET  /ops/item              one item (?tenant=&id=)
     GET  /ops/conversation      one person's conversation (?tenant=&person=)
-    GET  /ops/audit             who did what, newest first
+    GET  /ops/audit             who did what, newest first (who=, action=, before= cursor)
     GET  /ops/conversations     the inbox: overview, a tenant's conversations, search
     GET  /ops/thread            one conversation in time order (?tenant=&person=)
     GET  /ops/media             the file of a customer's message (?tenant=&person=&id=&n=)
@@ -228,8 +228,31 @@ class OpsPage:
         return await self._render(request, "forget.html", session, tenant=tenant, person=person)
 
     async def audit(self, request: Request, session: Session) -> Response:
-        entries = await queries.audit_entries(self._redis, self._receiver.keys)
-        return await self._render(request, "audit.html", session, audit=entries)
+        params = request.query_params
+        who, action = params.get("who", "").strip()[:200], params.get("action", "").strip()[:200]
+        before = params.get("before", "")
+        try:
+            found = await audit.page(
+                self._redis,
+                self._receiver.keys,
+                before=before,
+                who=who,
+                action=action,
+                limit=queries.AUDIT_SHOWN,
+                scan=queries.AUDIT_SCANNED,
+            )
+        except ValueError as exc:
+            raise queries.BadFilter(f"{exc}: follow the page's own links") from None
+        return await self._render(
+            request,
+            "audit.html",
+            session,
+            audit=found.entries,
+            page=found,
+            filters={"who": who, "action": action},
+            first_page=not before,
+            scanned=queries.AUDIT_SCANNED,
+        )
 
     # --- actions ---------------------------------------------------------------------------------
     async def requeue(self, request: Request, session: Session, form: FormData) -> Response:

@@ -6,6 +6,7 @@ conversation without WhatsApp's 24-hour window or `*bold*` hints."""
 from __future__ import annotations
 
 import html
+import re
 import time
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
@@ -17,6 +18,7 @@ from redis.asyncio import Redis
 
 from receiver.ops import present
 from shared.keys import Keys
+from shared.ops import audit
 from shared.settings import Settings
 from tests.ops.support import PERSON, TENANT, ops_settings, park, sign_in
 from tests.receiver.support import running
@@ -164,3 +166,87 @@ async def test_a_chatwoot_conversation_shows_no_whatsapp_window_nor_bold_hints(
         assert "24-hour" not in page.text and "*bold*" not in page.text
         assert "Chatwoot inbox 3 (account 1)" in page.text
         assert "UTC" not in page.text
+
+
+# ----------------------------------------------------------------- the audit, paged and filtered
+
+
+async def record_entries(redis: Redis, n: int, *, at_ms: int, **fields: str) -> None:
+    for i in range(n):
+        await audit.record(
+            redis,
+            KEYS,
+            who=fields.get("who", "Ana"),
+            action=fields.get("action", "requeue"),
+            detail=f"{fields.get('tag', 'e')}{i}",
+            retention_s=10**9,
+            now_ms=at_ms + i,
+        )
+
+
+def details(text: str) -> list[str]:
+    return re.findall(r'data-label="Detail" class="text">([^<]*)<', text)
+
+
+async def test_the_audit_pages_through_every_entry_once_even_when_times_tie(
+    ops: httpx.AsyncClient, redis: Redis
+) -> None:
+    now = int(time.time() * 1000)
+    await record_entries(redis, 130, at_ms=now - 1_000_000)
+    # A bulk chunk: 150 entries at one time (the scores tie across a page boundary).
+    wanted = [{"who": "Bea", "action": "drop", "detail": f"bulk{i}"} for i in range(150)]
+    await audit.record_many(redis, KEYS, wanted, retention_s=10**9, now_ms=now - 500_000)
+    seen: list[str] = []
+    url = "/ops/audit"
+    pages = 0
+    while url:
+        page = await ops.get(url)
+        assert page.status_code == 200, page.text
+        pages += 1
+        shown = details(page.text)
+        assert len(shown) <= 100
+        seen += shown
+        found = re.search(r'href="(/ops/audit\?[^"]*before=[^"]*)">older entries', page.text)
+        url = html.unescape(found.group(1)) if found else ""
+    assert pages == 3
+    signin = [d for d in seen if not d.startswith(("bulk", "e"))]  # the test's own sign-in
+    assert len(seen) == 280 + len(signin) and len(set(seen)) == len(seen), "each entry once"
+    # Tied entries come in the order Redis keeps them (by member): all of them, once.
+    assert set(seen[len(signin) : len(signin) + 150]) == {f"bulk{i}" for i in range(150)}
+    assert seen[-130:] == [f"e{i}" for i in reversed(range(130))], "newest first"
+    assert "No older entries." in page.text
+
+
+async def test_the_audit_filters_by_who_and_by_action(ops: httpx.AsyncClient, redis: Redis) -> None:
+    now = int(time.time() * 1000)
+    await record_entries(redis, 3, at_ms=now - 10_000, who="Bea", action="drop", tag="bd")
+    await record_entries(redis, 2, at_ms=now - 9_000, who="Bea", action="requeue", tag="br")
+    await record_entries(redis, 4, at_ms=now - 8_000, who="Ciro", action="drop", tag="cd")
+    by_bea = details((await ops.get("/ops/audit?who=Bea")).text)
+    assert sorted(by_bea) == ["bd0", "bd1", "bd2", "br0", "br1"]
+    drops = details((await ops.get("/ops/audit?action=drop")).text)
+    assert sorted(drops) == ["bd0", "bd1", "bd2", "cd0", "cd1", "cd2", "cd3"]
+    both = await ops.get("/ops/audit?who=Bea&action=drop")
+    assert sorted(details(both.text)) == ["bd0", "bd1", "bd2"]
+    assert 'value="Bea"' in both.text and "clear the filters" in both.text
+    assert details((await ops.get("/ops/audit?who=Nobody")).text) == []
+    # Each name and action in the table links to the log filtered by it.
+    assert 'href="/ops/audit?who=Ciro"' in (await ops.get("/ops/audit")).text
+
+
+async def test_the_audit_refuses_a_bad_cursor_and_reads_a_bounded_number_of_entries(
+    ops: httpx.AsyncClient, redis: Redis
+) -> None:
+    for bad in ("x", "12", "1.2.3", "-1.0", "1." + "9" * 50):
+        answer = await ops.get("/ops/audit", params={"before": bad})
+        assert answer.status_code == 400 and "bad audit cursor" in answer.text, bad
+    now = int(time.time() * 1000)
+    await record_entries(redis, 50, at_ms=now - 100_000, who="Bea")
+    await record_entries(redis, 1, at_ms=now - 200_000, who="Ciro")
+    # Looking through at most 20 entries a page: Ciro's is beyond, reached by the cursor.
+    first = await audit.page(redis, KEYS, who="Ciro", scan=20, chunk=7)
+    assert first.entries == [] and first.read == 20 and first.older
+    pages = [first]
+    while pages[-1].older and not pages[-1].entries:
+        pages.append(await audit.page(redis, KEYS, who="Ciro", before=pages[-1].older, scan=20))
+    assert [e.who for e in pages[-1].entries] == ["Ciro"]
