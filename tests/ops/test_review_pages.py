@@ -250,3 +250,24 @@ async def test_the_audit_refuses_a_bad_cursor_and_reads_a_bounded_number_of_entr
     while pages[-1].older and not pages[-1].entries:
         pages.append(await audit.page(redis, KEYS, who="Ciro", before=pages[-1].older, scan=20))
     assert [e.who for e in pages[-1].entries] == ["Ciro"]
+
+
+# ----------------------------------------------------------------- the overview
+
+
+async def test_the_overview_counts_the_fleets_review_items_by_reason(
+    ops: httpx.AsyncClient, redis: Redis, settings: Settings
+) -> None:
+    page = await ops.get("/ops/conversations")
+    assert re.search(r"<dt>In review</dt>\s*<dd[^>]*>nothing</dd>", page.text), page.text
+    await park(redis, settings, ["a"], reason="max_attempts")
+    await park(redis, settings, ["b"], person="5491155550002", reason="too_old")
+    await park(redis, settings, ["c"], tenant=CHATWOOT, person="42", reason="max_attempts")
+    # The list indexes any item the index does not hold yet; then the overview reads the
+    # kept counts only.
+    assert (await ops.get("/ops/")).status_code == 200
+    page = await ops.get("/ops/conversations")
+    assert 'href="/ops/?reason=max_attempts">max_attempts: 2</a>' in page.text
+    assert 'href="/ops/?reason=too_old">too_old: 1</a>' in page.text
+    live = await ops.get("/ops/conversations?part=live")
+    assert "max_attempts: 2" in live.text
