@@ -1,7 +1,8 @@
 """The ops page's routes, mounted at `/ops` by the receiver when `OPS_TOKEN` or `OPS_USERS` is
 set.
 
-    GET  /ops/                  review items across tenants (filters: reason, tenant, age)
+    GET  /ops/                  review items across tenants (filters: reason, tenant, age);
+                                its table live (part=live, as the inbox's pages)
     GET  /ops/item              one item (?tenant=&id=)
     GET  /ops/conversation      one person's conversation (?tenant=&person=)
     GET  /ops/audit             who did what, newest first (who=, action=, before= cursor)
@@ -186,10 +187,10 @@ class OpsPage:
             before=params.get("before", ""),
         )
         entries = await queries.audit_entries(self._redis, self._receiver.keys, limit=10)
-        return await self._render(
+        return await self.inbox.live_page(
             request,
-            "overview.html",
             session,
+            "review",
             view=view,
             ages=queries.AGES,
             audit=entries,

@@ -271,3 +271,36 @@ async def test_the_overview_counts_the_fleets_review_items_by_reason(
     assert 'href="/ops/?reason=too_old">too_old: 1</a>' in page.text
     live = await ops.get("/ops/conversations?part=live")
     assert "max_attempts: 2" in live.text
+
+
+# ----------------------------------------------------------------- live
+
+
+async def test_the_review_list_offers_its_live_table_and_only_its_own_script(
+    ops: httpx.AsyncClient, redis: Redis, settings: Settings
+) -> None:
+    await park(redis, settings, ["hola"])
+    page = await ops.get("/ops/?reason=max_attempts")
+    csp = page.headers["content-security-policy"]
+    assert "script-src 'self'" in csp and "script-src 'unsafe" not in csp
+    assert '<script src="/ops/live.js" defer></script>' in page.text
+    assert page.text.count("<script") == 1, "no inline script"
+    found = re.search(r'data-live="([^"]+)"', page.text)
+    assert found
+    live_url = html.unescape(found.group(1))
+    assert "reason=max_attempts" in live_url and "part=live" in live_url
+    before = await ops.get(live_url)
+    assert before.status_code == 200 and "<html" not in before.text
+    assert (
+        "<script" not in before.text
+        and "script-src" not in before.headers["content-security-policy"]
+    )
+    assert before.text.count("<tr>") == 2  # the header and one item
+    # A new item shows in the live part without reloading the page (no script: a reload).
+    await park(redis, settings, ["otra vez"], person="5491155550009")
+    after = await ops.get(live_url)
+    assert after.text.count("<tr>") == 3 and "5491155550009" in after.text
+    # Signed out, the live part is refused like the page.
+    ops.cookies.clear()
+    refused = await ops.get(live_url)
+    assert refused.status_code == 303 and "/ops/signin" in refused.headers["location"]
