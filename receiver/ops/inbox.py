@@ -80,7 +80,7 @@ class Inbox:
         redis = self._redis()
         overview = await conversations.overview(redis, self._keys)
         if not tenant:
-            return await self._page(request, session, "inbox", overview=overview)
+            return await self.live_page(request, session, "inbox", overview=overview)
         await queries.check_tenant(redis, self._keys, tenant)
         query = " ".join(params.get("q", "").split())[:QUERY_MAX]
         offset = params.get("offset", "0")
@@ -91,7 +91,7 @@ class Inbox:
             start = int(offset) if offset.isdigit() else 0
             listing = await conversations.listing(redis, self._keys, tenant, start, zone)
         counts = next((t for t in overview.tenants if t.tenant == tenant), None)
-        return await self._page(
+        return await self.live_page(
             request,
             session,
             "conversations",
@@ -111,7 +111,7 @@ class Inbox:
         zone = self._settings.tenant(tenant).timezone
         shown = await thread.thread(redis, self._keys, tenant, person, zone)
         pause = shown.paused
-        return await self._page(
+        return await self.live_page(
             request,
             session,
             "thread",
@@ -123,10 +123,11 @@ class Inbox:
             chatwoot=tenant.startswith(CHATWOOT_TENANT),
         )
 
-    async def _page(
+    async def live_page(
         self, request: Request, session: Session, name: str, **context: Any
     ) -> Response:
-        """The page `name`, or only its live part (`part=live`, what live.js asks for)."""
+        """The page `name`, or only its live part (`part=live`, what live.js asks for). The
+        review list (receiver/ops/routes.py) is served through here too."""
         params = dict(request.query_params)
         if params.pop("part", "") == "live":
             return await self._render(request, f"_{name}_live.html", session, **context)

@@ -1,10 +1,11 @@
 """The ops page's routes, mounted at `/ops` by the receiver when `OPS_TOKEN` or `OPS_USERS` is
 set.
 
-    GET  /ops/                  review items across tenants (filters: reason, tenant, age)
+    GET  /ops/                  review items across tenants (filters: reason, tenant, age);
+                                its table live (part=live, as the inbox's pages)
     GET  /ops/item              one item (?tenant=&id=)
     GET  /ops/conversation      one person's conversation (?tenant=&person=)
-    GET  /ops/audit             who did what, newest first
+    GET  /ops/audit             who did what, newest first (who=, action=, before= cursor)
     GET  /ops/conversations     the inbox: overview, a tenant's conversations, search
     GET  /ops/thread            one conversation in time order (?tenant=&person=)
     GET  /ops/media             the file of a customer's message (?tenant=&person=&id=&n=)
@@ -162,6 +163,10 @@ class OpsPage:
             retention_s=r.settings.review_retention_s,
         )
 
+    def _zone_of(self, tenant: str) -> str:
+        """The tenant's time zone: the pages show its times as its people read them."""
+        return self._receiver.settings.tenant(tenant).timezone
+
     async def _render(
         self, request: Request, name: str, session: Session, status: int = 200, **context: Any
     ) -> Response:
@@ -182,8 +187,14 @@ class OpsPage:
             before=params.get("before", ""),
         )
         entries = await queries.audit_entries(self._redis, self._receiver.keys, limit=10)
-        return await self._render(
-            request, "overview.html", session, view=view, ages=queries.AGES, audit=entries
+        return await self.inbox.live_page(
+            request,
+            session,
+            "review",
+            view=view,
+            ages=queries.AGES,
+            audit=entries,
+            zone_of=self._zone_of,
         )
 
     async def item(self, request: Request, session: Session) -> Response:
@@ -191,7 +202,9 @@ class OpsPage:
         found = await queries.item(
             self._redis, self._receiver.keys, self._review(), tenant, item_id
         )
-        return await self._render(request, "item.html", session, item=found)
+        return await self._render(
+            request, "item.html", session, item=found, zone=self._zone_of(tenant)
+        )
 
     async def conversation(self, request: Request, session: Session) -> Response:
         params = request.query_params
@@ -203,6 +216,7 @@ class OpsPage:
             "conversation.html",
             session,
             c=state,
+            zone=self._zone_of(tenant),
             audit=entries,
             audit_scanned=f"{queries.AUDIT_SCANNED:,}".replace(",", " "),
             pause_choices=self._person_actions().pause_choices(),
@@ -215,8 +229,31 @@ class OpsPage:
         return await self._render(request, "forget.html", session, tenant=tenant, person=person)
 
     async def audit(self, request: Request, session: Session) -> Response:
-        entries = await queries.audit_entries(self._redis, self._receiver.keys)
-        return await self._render(request, "audit.html", session, audit=entries)
+        params = request.query_params
+        who, action = params.get("who", "").strip()[:200], params.get("action", "").strip()[:200]
+        before = params.get("before", "")
+        try:
+            found = await audit.page(
+                self._redis,
+                self._receiver.keys,
+                before=before,
+                who=who,
+                action=action,
+                limit=queries.AUDIT_SHOWN,
+                scan=queries.AUDIT_SCANNED,
+            )
+        except ValueError as exc:
+            raise queries.BadFilter(f"{exc}: follow the page's own links") from None
+        return await self._render(
+            request,
+            "audit.html",
+            session,
+            audit=found.entries,
+            page=found,
+            filters={"who": who, "action": action},
+            first_page=not before,
+            scanned=queries.AUDIT_SCANNED,
+        )
 
     # --- actions ---------------------------------------------------------------------------------
     async def requeue(self, request: Request, session: Session, form: FormData) -> Response:

@@ -27,6 +27,7 @@ from starlette.responses import HTMLResponse, PlainTextResponse, RedirectRespons
 from starlette.templating import Jinja2Templates
 
 from receiver.ops import explain as explaining
+from receiver.ops import present
 from receiver.ops.actions import ActionError
 from receiver.ops.auth import Session, SessionStore, csrf_ok
 from receiver.ops.queries import BadFilter, NotFound
@@ -84,6 +85,11 @@ def templates() -> Jinja2Templates:
     env.filters["sentence"] = explaining.sentence
     env.filters["raw_differs"] = explaining.raw_differs
     env.filters["deliveries"] = explaining.deliveries
+    env.filters["tenant_label"] = present.tenant_label
+    env.filters["contact_name"] = present.contact_name
+    env.filters["first_message_ms"] = present.first_message_ms
+    env.filters["local_time"] = present.local_time
+    env.tests["chatwoot"] = present.is_chatwoot
     env.globals["link"] = link
     return Jinja2Templates(env=env)
 

@@ -132,6 +132,77 @@ async def entries(
     return wanted[:limit]
 
 
+@dataclass(frozen=True)
+class Page:
+    """One page of the log, newest first, and where the next (older) one starts."""
+
+    entries: list[Entry]
+    older: str  # the cursor of the next page ("" when nothing older is left)
+    read: int  # entries looked through for this page (the filters skip some)
+
+
+def cursor(at_ms: int, skip: int) -> str:
+    """Where a page starts: the entries scored at most `at_ms`, past the first `skip` of those
+    scored exactly `at_ms` (a bulk action records a chunk at one time: scores tie)."""
+    return f"{at_ms}.{skip}"
+
+
+def parse_cursor(text: str) -> tuple[int, int]:
+    """`cursor`'s two numbers; ValueError for anything else."""
+    at, dot, skip = text.partition(".")
+    if not (dot and at.isdigit() and skip.isdigit() and len(text) <= 40):
+        raise ValueError(f"bad audit cursor {text!r}")
+    return int(at), int(skip)
+
+
+async def page(
+    redis: Any,
+    keys: Keys,
+    *,
+    before: str = "",
+    who: str = "",
+    action: str = "",
+    limit: int = 100,
+    scan: int = 5_000,
+    chunk: int = 200,
+) -> Page:
+    """The newest `limit` entries by `who` and of `action` ("": any), from cursor `before`
+    (older than the page before), looking through at most `scan` entries: each read is one
+    ZREVRANGEBYSCORE with LIMIT from the cursor, so a page costs the same however long the
+    log is. Stops at `scan` even with fewer matches; `older` then continues from there."""
+    top, skip = parse_cursor(before) if before else (None, 0)
+    wanted: list[Entry] = []
+    read = 0
+    exhausted = False
+    while len(wanted) < limit and read < scan:
+        found = await redis.zrevrangebyscore(
+            keys.audit,
+            "+inf" if top is None else top,
+            "-inf",
+            start=skip,
+            num=min(chunk, scan - read),
+            withscores=True,
+        )
+        if not found:
+            exhausted = True
+            break
+        for member, score in found:
+            read += 1
+            at = int(score)
+            top, skip = (top, skip + 1) if at == top else (at, 1)
+            entry = Entry.parse(member)
+            if entry is None or (who and entry.who != who) or (action and entry.action != action):
+                continue
+            wanted.append(entry)
+            if len(wanted) >= limit:
+                break
+    older = ""
+    if not exhausted and top is not None:
+        more = await redis.zrevrangebyscore(keys.audit, top, "-inf", start=skip, num=1)
+        older = cursor(top, skip) if more else ""
+    return Page(wanted, older, read)
+
+
 async def forget_person(redis: Any, keys: Keys, tenant: str, person: str) -> int:
     """Rewrite every entry about `person` of `tenant` to keep only that it happened (who,
     when, which action); returns how many entries were rewritten."""

@@ -375,11 +375,15 @@ class Overview:
     workers: dict[str, Any]
     ai_pause: dict[str, Any] | None
     now_ms: int
+    # Every tenant's review items by reason: the sum of the counts the review index keeps
+    # (`wa:{T}:review:ix:n`), not a count of the items.
+    review_by_reason: dict[str, int] = field(default_factory=dict)
 
 
 async def overview(redis: Any, keys: Keys) -> Overview:
-    """Per tenant: conversations listed, waiting (due), running, review items; the workers
-    alive by their heartbeats; the fleet's pause of AI calls."""
+    """Per tenant: conversations listed, waiting (due), running, review items; the fleet's
+    review items by reason (the index's kept counts, summed); the workers alive by their
+    heartbeats; the fleet's pause of AI calls."""
     tenants = sorted(text_of(t) for t in await redis.smembers(keys.tenants))
     pipe = redis.pipeline(transaction=False)
     for t in tenants:
@@ -388,13 +392,22 @@ async def overview(redis: Any, keys: Keys) -> Overview:
         pipe.zcard(k.due)
         pipe.zcard(k.running)
         pipe.hlen(k.review)
+        pipe.hgetall(k.review_counts)
     answers = await pipe.execute() if tenants else []
     counts = [
-        TenantCounts(t, *(int(a) for a in answers[4 * i : 4 * i + 4]))
+        TenantCounts(t, *(int(a) for a in answers[5 * i : 5 * i + 4]))
         for i, t in enumerate(tenants)
     ]
+    by_reason: dict[str, int] = {}
+    for kept in answers[4::5]:
+        for reason, n in kept.items():
+            if int(n) > 0:
+                by_reason[text_of(reason)] = by_reason.get(text_of(reason), 0) + int(n)
     now = await live_state.redis_now_ms(redis)
-    return Overview(counts, await live_state.workers(redis, keys), await ai_pause(redis, keys), now)
+    workers = await live_state.workers(redis, keys)
+    return Overview(
+        counts, workers, await ai_pause(redis, keys), now, dict(sorted(by_reason.items()))
+    )
 
 
 async def ai_pause(redis: Any, keys: Keys) -> dict[str, Any] | None:

@@ -98,7 +98,7 @@ async def test_reply_by_hand_reaches_the_graph_api(
         await page.click("button[type=submit]")
         where = await shot(page, shots, "1-item-after-sign-in")
         assert "/ops/item?" in page.url, f"signing in leads back to the item: {where}"
-        await page.get_by_role("link", name=f"{TENANT} / {PERSON}").click()
+        await page.get_by_role("link", name=PERSON, exact=True).click()
         await page.fill("#text", "Abrimos a las 9, ¡lo esperamos!")
         where = await shot(page, shots, "2-reply-typed")
         assert await fits_the_width(page), f"wider than a phone: {where}"
