@@ -6,7 +6,6 @@ are saved under the test's tmp dir (set OPS_SCREENSHOTS to keep them elsewhere).
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
@@ -27,7 +26,7 @@ DESKTOP = {"width": 1280, "height": 900}
 
 
 def folder(tmp_path: Path) -> Path:
-    return Path(os.environ.get("OPS_SCREENSHOTS") or tmp_path / "screenshots")
+    return tmp_path / "screenshots"  # shot() keeps them in OPS_SCREENSHOTS when it is set
 
 
 async def sign_in(page: Page, url: str) -> None:
