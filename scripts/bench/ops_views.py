@@ -10,8 +10,10 @@ page's backfill (timed: what the first view after a deploy pays, in bounded step
 receiver (uvicorn, the Procfile's flags) with `OPS_TOKEN` set. Then:
 
 1. Views: each ops view (first page, a reason, a tenant, tenant and reason, an age filter, a
-   later page, the page before it, an item, a conversation) fetched `--view-reps` times over
-   HTTP by one signed-in client, one after the other; median and p95 of the wall time.
+   later page, the page before it, an item, a conversation, the audit, the inbox's overview,
+   a tenant's conversations, a search by number and by word, a thread) fetched `--view-reps`
+   times over HTTP by one signed-in client, one after the other; median and p95 of the wall
+   time.
 2. Webhooks: signed one-message webhooks posted at `--rate` per second for `--seconds`, with no
    operator, then the same with `--operators` processes each reloading those views nonstop;
    latency measured from each request's scheduled time (no coordinated omission): p50, p99.
@@ -106,6 +108,11 @@ async def fill(url: str, count: int) -> dict[str, float]:
         pipe.hset(keys.tenant(tenant).review, item_id, body)
         if len(pipe) >= 5000:
             await pipe.execute()
+    # The inbox's index of conversations by last activity, as the claim keeps it (its own
+    # bound, 10 000 a tenant): every person of the items, active over the items' span.
+    for tenant in TENANTS:
+        recent = {f"549{p:010d}": now_ms - p * (SPAN_MS // PERSONS) for p in range(PERSONS)}
+        pipe.zadd(keys.tenant(tenant).conversations, recent)
     await pipe.execute()
     written = time.monotonic() - started
     scripts = Scripts()
@@ -180,6 +187,11 @@ async def views(client: httpx.AsyncClient) -> dict[str, str]:
         "an item": one.group(1).replace("&amp;", "&") if one else "/ops/",
         "a conversation": person.group(1).replace("&amp;", "&") if person else "/ops/",
         "audit": "/ops/audit",
+        "inbox overview": "/ops/conversations",
+        "a tenant's conversations": f"/ops/conversations?tenant={TENANTS[0]}",
+        "search by number": f"/ops/conversations?tenant={TENANTS[0]}&q=5490000001",
+        "search by a word": f"/ops/conversations?tenant={TENANTS[0]}&q=turno",
+        "a thread": f"/ops/thread?tenant={TENANTS[0]}&person=5490000000004",
     }
 
 
