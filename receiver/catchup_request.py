@@ -18,6 +18,8 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
+from redis.exceptions import RedisClusterException, RedisError
+
 from shared.chatwoot import TENANT_PREFIX
 from shared.keys import Keys
 from shared.storage.scripts import Scripts
@@ -53,7 +55,14 @@ class CatchUpRequests:
             try:
                 async with asyncio.timeout(self._timeout_s):
                     await ask(self.redis, self._keys, self._scripts, owed)
+            except (RedisError, RedisClusterException, OSError, TimeoutError):
+                # Redis still down: the request stays owed and is asked again in a moment.
+                await asyncio.sleep(self._retry_s)
+                continue
             except Exception:
+                # Not Redis being away (a script error, say): say so, but keep the request
+                # owed and retrying, since a lost request is a customer's message never read.
+                logger.exception("chatwoot catch-up request failed; retrying")
                 await asyncio.sleep(self._retry_s)
                 continue
             for tenant, since_ms in owed.items():

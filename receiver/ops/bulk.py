@@ -221,13 +221,16 @@ class BulkJobs:
                     mapping={"state": "stopped", "error": explain(exc)[:500]},
                 )
             except Exception:
-                pass
+                # Best effort: without it the job still shows "running" with no runner (its
+                # lease lapses in 30 s), which the page shows as stopped, with Continue.
+                log.debug("ops bulk job %s: could not mark it stopped", job_id, exc_info=True)
         finally:
             try:
                 if await self._redis.get(lease) in (token, token.encode()):
                     await self._redis.delete(lease)
             except Exception:
-                pass
+                # The lease lapses by itself (PX 30 s): Continue works after that.
+                log.debug("ops bulk job %s: lease not released", job_id, exc_info=True)
 
     async def _run_tenant(self, job: Job, tenant: str, lease: str, token: str) -> None:
         key = self._keys.ops_bulk(job.id)
