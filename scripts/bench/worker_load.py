@@ -219,6 +219,7 @@ class Workers:
     count: int = 1
     env: dict[str, str] = field(default_factory=dict)
     profile: str = ""  # py-spy output path (collapsed stacks) for the first worker, or ""
+    wrapper: list[str] = field(default_factory=list)  # e.g. valgrind's command line, or none
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
     spies: list[subprocess.Popen[bytes]] = field(default_factory=list)
     out: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="bench-worker-")))
@@ -245,6 +246,7 @@ class Workers:
             command = [sys.executable, "-m", "worker"]
             if os.environ.get("BENCH_VARIANTS"):
                 command = [sys.executable, "-m", "scripts.bench.worker_variants"]
+            command = [*self.wrapper, *command]
             proc = subprocess.Popen(
                 command,
                 cwd=CODE,
