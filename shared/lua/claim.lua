@@ -343,6 +343,8 @@ for _, person in ipairs(expired) do
 end
 
 -- 3. Claim due conversations whose lock is free.
+-- Numbers written per batch, turned into text once (a number's text costs Redis a printf).
+local now_text, lease_end = tostring(now), tostring(now + lease)
 local out = {now, -1, 0}
 local lags = new_lags()
 local batches_base, new_batches = nil, 0
@@ -350,9 +352,12 @@ if max_claim > 0 then
   local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'WITHSCORES', 'LIMIT', 0, max_claim)
   for j = 1, #due, 2 do
     local person, due_ms, i = due[j], due[j + 1], (j + 1) / 2
-    local lock = conv_key(prefix, person, LOCK)
-    local pttl = redis.call('PTTL', lock)
-    local held = redis.call('PTTL', conv_key(prefix, person, HUMAN))
+    local lock, hkey = conv_key(prefix, person, LOCK), conv_key(prefix, person, HUMAN)
+    -- Mostly neither exists: one command says so.
+    local pttl, held = -2, -2
+    if redis.call('EXISTS', lock, hkey) > 0 then
+      pttl, held = redis.call('PTTL', lock), redis.call('PTTL', hkey)
+    end
     if pttl ~= -2 then
       -- Still held (should not happen: a running conversation is not in due). Look again
       -- when that lease ends rather than spinning on it.
@@ -383,10 +388,10 @@ if max_claim > 0 then
           local seq = batches_base + new_batches
           local ckey = conv_key(prefix, person, CONTEXT)
           local context = redis.call('LRANGE', ckey, 0, -1)
-          redis.call('DEL', ckey)
+          if #context > 0 then redis.call('DEL', ckey) end
           -- Its fields as HGETALL would give them; the claim below adds its own.
-          fresh = {'id', now .. '-' .. seq, 'person', person, 'attempt', '0',
-            'created_ms', tostring(now), 'size', tostring(#msgs),
+          fresh = {'id', now_text .. '-' .. seq, 'person', person, 'attempt', '0',
+            'created_ms', now_text, 'size', tostring(#msgs),
             'messages', '[' .. table.concat(msgs, ',') .. ']',
             'context', '[' .. table.concat(context, ',') .. ']'}
         end
@@ -396,19 +401,19 @@ if max_claim > 0 then
       end
       if ok then
         local token = ARGV[4] .. ':' .. i
-        redis.call('SET', lock, token, 'PX', lease)
-        redis.call('ZADD', KEYS[3], now + lease, person)
+        redis.call('SET', lock, token, 'PX', ARGV[3])
+        redis.call('ZADD', KEYS[3], lease_end, person)
         local b
         if fresh then
           -- A new batch is written once, and its row built from what was written (no
           -- HGETALL): the claim's cost per batch is most of a turn's Redis CPU.
-          for _, v in ipairs({'token', token, 'claimed_ms', tostring(now), 'due_ms', due_ms}) do
-            table.insert(fresh, v)
-          end
+          local n = #fresh
+          fresh[n + 1], fresh[n + 2], fresh[n + 3] = 'token', token, 'claimed_ms'
+          fresh[n + 4], fresh[n + 5], fresh[n + 6] = now_text, 'due_ms', due_ms
           redis.call('HSET', bkey, unpack(fresh))
           b = fresh
         else
-          redis.call('HSET', bkey, 'token', token, 'claimed_ms', now, 'due_ms', due_ms)
+          redis.call('HSET', bkey, 'token', token, 'claimed_ms', now_text, 'due_ms', due_ms)
           b = redis.call('HGETALL', bkey)
         end
         add_lag(lags, now - tonumber(due_ms))

@@ -41,7 +41,7 @@
 --
 -- uses: lib/keys.lua (conv_key, PENDING, BATCH, LOCK, MEMORY)
 -- uses: lib/clock.lua (now_ms)
--- uses: lib/outbound.lua (record_outbound, start_late_job)
+-- uses: lib/outbound.lua (recorded_batch, record_outbound, start_late_job)
 -- uses: lib/review.lua (add_review_item)
 -- uses: lib/human.lua (set_human_pause)
 local prefix, person, token, outcome = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
@@ -86,20 +86,21 @@ else
   redis.call('HINCRBY', KEYS[5], 'turns', 1)
   redis.call('ZADD', KEYS[6], now, person)
   if ARGV[12] and ARGV[12] ~= '' and ARGV[13] ~= '' then
-    record_outbound(prefix, KEYS[5], ARGV[14], ARGV[13], redis.call('HGET', bkey, 'id'),
-      person, ARGV[12], ARGV[15], now)
+    local b = recorded_batch(bkey)
+    record_outbound(prefix, KEYS[5], ARGV[14], ARGV[13], b.id, person, ARGV[12], ARGV[15], now, b)
   end
   if ARGV[9] and ARGV[9] ~= '' and tonumber(ARGV[10]) > 0 then
     local mkey = conv_key(prefix, person, MEMORY)
-    redis.call('RPUSH', mkey, ARGV[9])
-    redis.call('LTRIM', mkey, -tonumber(ARGV[10]), -1)
+    if redis.call('RPUSH', mkey, ARGV[9]) > tonumber(ARGV[10]) then
+      redis.call('LTRIM', mkey, -tonumber(ARGV[10]), -1)
+    end
     redis.call('PEXPIRE', mkey, ARGV[11])
   end
 end
 redis.call('DEL', bkey)
 -- A late delivery failure queued meanwhile runs next, as a batch (lib/outbound.lua); the
 -- messages waiting are scheduled when it ends.
-if start_late_job(prefix, person, KEYS[1], now) then return 1 end
+if start_late_job(prefix, person, KEYS[1], now, true) then return 1 end
 -- Messages that arrived during the turn form the next batch, due as their burst says
 -- (possibly already due).
 if redis.call('EXISTS', conv_key(prefix, person, PENDING)) == 1 then

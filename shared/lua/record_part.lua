@@ -19,7 +19,7 @@
 --
 -- uses: lib/keys.lua (conv_key, BATCH, LOCK)
 -- uses: lib/clock.lua (now_ms)
--- uses: lib/outbound.lua (record_outbound)
+-- uses: lib/outbound.lua (recorded_batch, record_outbound)
 local prefix, person, token, part, id = ARGV[1], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 if redis.call('GET', conv_key(prefix, person, LOCK)) ~= token then return 0 end
 local bkey = conv_key(prefix, person, BATCH)
@@ -27,7 +27,7 @@ local bkey = conv_key(prefix, person, BATCH)
 if redis.call('HGET', bkey, 'part:' .. part) == id then return 1 end
 redis.call('HSET', bkey, 'part:' .. part, id)
 if id ~= '' then
-  record_outbound(prefix, KEYS[1], ARGV[2], id, redis.call('HGET', bkey, 'id'), person, part,
-    ARGV[7], now_ms())
+  local b = recorded_batch(bkey)
+  record_outbound(prefix, KEYS[1], ARGV[2], id, b.id, person, part, ARGV[7], now_ms(), b)
 end
 return 1

@@ -85,23 +85,35 @@ local function sent_head(batch)
   return '{"batch":' .. cjson.encode(batch) .. ',"reply":'
 end
 
--- The first part of `batch` is recorded: keep its messages and reply (as the batch holds them,
--- byte for byte) for a failure reported after the batch is gone. Not for a late failure's own
--- batch (its template): that batch's messages are kept already; not for Chatwoot.
-local function keep_sent(prefix, person, batch, bkey)
+-- What record_outbound reads of the batch hash `bkey`, in one call: its id, reply and
+-- messages (for the `sent` list), whether it is a late failure's, its template note.
+local function recorded_batch(bkey)
+  local f = redis.call('HMGET', bkey, 'id', 'reply', 'messages', 'late_jobs', 'template',
+    'template_part')
+  return {id = f[1], reply = f[2], messages = f[3], late = f[4], template = f[5],
+    template_part = f[6]}
+end
+
+-- Part `part` of `batch` is recorded: on its first part, keep its messages and reply (as the
+-- batch holds them, byte for byte, `b`: recorded_batch) for a failure reported after the batch
+-- is gone. Not for a late failure's own batch (its template): that batch's messages are kept
+-- already; not for Chatwoot. A batch's first part is part 0 unless its reply was replaced
+-- (a template in place of a later part), so only a later part looks whether the newest entry
+-- is the batch's already: a one-part reply, most of them, costs the push alone.
+local function keep_sent(prefix, person, batch, part, b)
+  if b.late then return end
   local skey = conv_key(prefix, person, SENT)
   local head = sent_head(batch)
-  local newest = redis.call('LINDEX', skey, 0)
-  if (newest and string.sub(newest, 1, #head) == head)
-      or redis.call('HEXISTS', bkey, 'late_jobs') == 1 then
-    return
+  if tonumber(part) ~= 0 then
+    local newest = redis.call('LINDEX', skey, 0)
+    if newest and string.sub(newest, 1, #head) == head then return end
   end
-  local reply = redis.call('HGET', bkey, 'reply') or ''
-  local messages = redis.call('HGET', bkey, 'messages') or '[]'
+  local messages = b.messages or '[]'
   -- Chatwoot reports no delivery failures: nothing to keep for it.
   if string.find(messages, '"channel":"chatwoot"', 1, true) then return end
-  redis.call('LPUSH', skey, head .. cjson.encode(reply) .. ',"messages":' .. messages .. '}')
-  redis.call('LTRIM', skey, 0, {{SENT_KEEP}} - 1)
+  local kept = redis.call('LPUSH', skey,
+    head .. cjson.encode(b.reply or '') .. ',"messages":' .. messages .. '}')
+  if kept > {{SENT_KEEP}} then redis.call('LTRIM', skey, 0, {{SENT_KEEP}} - 1) end
   redis.call('EXPIRE', skey, {{SENT_TTL_S}})
 end
 
@@ -147,11 +159,12 @@ end
 -- queued batch's, all its parts), due now. When the person's batch is a late failure's that
 -- no worker holds (still due, or waiting for a retry), the queued failures of the same batch
 -- join it: one review item per batch. For 131047 the batch asks for the template unless that
--- batch's template went out already. Returns true when it made or joined one.
-local function start_late_job(prefix, person, due_key, now)
+-- batch's template went out already. Returns true when it made or joined one. `gone`: the
+-- caller just deleted the person's batch (nothing to look up).
+local function start_late_job(prefix, person, due_key, now, gone)
   local bkey = conv_key(prefix, person, BATCH)
   local joining = nil
-  if redis.call('EXISTS', bkey) == 1 then
+  if not gone and redis.call('EXISTS', bkey) == 1 then
     joining = redis.call('HMGET', bkey, 'late_of', 'late_jobs')
     if not joining[1] or redis.call('EXISTS', conv_key(prefix, person, LOCK)) == 1 then
       return false
@@ -213,8 +226,11 @@ end
 -- The provider accepted part `part` of `batch` as `id`: record it in the book, keep the
 -- batch's messages for a late failure, note a template, and apply a status that overtook the
 -- send's answer (parked as `early` by apply_status). A late failure found here is only
--- queued: the batch is still running; finish.lua starts it.
-local function record_outbound(prefix, stats_key, out_prefix, id, batch, person, part, ttl, now)
+-- queued: the batch is still running; finish.lua starts it. `b` is what the caller read of
+-- the person's batch hash (recorded_batch; nil: read here). `batch` names the batch: `b.id`,
+-- or a reply by hand's own id.
+local function record_outbound(prefix, stats_key, out_prefix, id, batch, person, part, ttl, now,
+    b)
   local okey = out_prefix .. id
   local e = redis.call('HMGET', okey, 'early', 'early_failure', 'early_error')
   local early, failure = e[1], e[2]
@@ -228,10 +244,9 @@ local function record_outbound(prefix, stats_key, out_prefix, id, batch, person,
     book_added(book, gen, r.key, redis.call('HLEN', r.key), OUT_FILL)
   end
   redis.call('HINCRBY', stats_key, 'parts_out', 1)
-  local bkey = conv_key(prefix, person, BATCH)
-  keep_sent(prefix, person, batch, bkey)
-  local t = redis.call('HMGET', bkey, 'template', 'template_part')
-  if t[1] == '1' and t[2] == tostring(part) then
+  b = b or recorded_batch(conv_key(prefix, person, BATCH))
+  keep_sent(prefix, person, batch, part, b)
+  if b.template == '1' and b.template_part == tostring(part) then
     local lkey = conv_key(prefix, person, LATE)
     redis.call('HSET', lkey, 'template:' .. batch, 'sent')
     redis.call('EXPIRE', lkey, {{LATE_TTL_S}})
