@@ -31,9 +31,10 @@ def _check(part: str, what: str) -> str:
     return part
 
 
-# How many tenants' keys a process keeps worked out (a fleet serves a few hundred at most; past
-# that each call spells them again).
-_TENANTS_CACHED = 10_000
+# How many tenants' keys a process keeps worked out (a fleet serves a few hundred; past that
+_TENANTS_CACHED = 10_000  # each call spells them again).
+# The product's Redis function libraries -> ms of their last load (shared/storage/functions.py):
+FUNCTIONS = "wa:functions"  # server-wide like the functions, so not under KEY_PREFIX
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from functools import cached_property
 from pathlib import Path
 
-from shared.keys import Keys, TenantKeys
+from shared.keys import FUNCTIONS, Keys, TenantKeys
 
 REPO = Path(__file__).resolve().parent.parent
 README = REPO / "README.md"
@@ -61,7 +61,8 @@ def _keys_of(obj: Keys | TenantKeys) -> Iterator[str]:
 
 def code_keys() -> set[str]:
     keys = Keys("wa")
-    return set(_keys_of(keys)) | set(_keys_of(keys.tenant("T")))
+    # FUNCTIONS: server-wide, a constant of the module rather than under a prefix
+    return set(_keys_of(keys)) | set(_keys_of(keys.tenant("T"))) | {FUNCTIONS}
 
 
 def table_keys() -> set[str]:

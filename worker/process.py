@@ -33,6 +33,7 @@ from shared.keys import Keys
 from shared.logs import log_startup, warn_if_not_persistent
 from shared.senders.loading import PlainSender, Sender, load_senders, plugin_of
 from shared.settings import Settings
+from shared.storage.functions import note_and_prune
 from shared.storage.group_commit import GroupCommitter
 from shared.storage.redis_client import explain, make_redis
 from shared.storage.scripts import Scripts
@@ -239,7 +240,18 @@ class Worker:
             else:
                 if attempt > 1:
                     log.info("redis answered after %d attempts", attempt)
+                await self._note_functions()
                 return True
+
+    async def _note_functions(self) -> None:
+        """The fleet's housekeeping of function libraries (shared/storage/functions.py), done by
+        each worker as it starts; best effort: a failure only leaves old libraries longer."""
+        if not self.scripts.mode.functions:
+            return
+        try:
+            await note_and_prune(self.redis, self.scripts.all())
+        except (RedisError, OSError) as exc:
+            log.info("function libraries not noted: %r", exc)
 
     async def shutdown(self) -> None:
         # Stop taking wake-ups first, then give the fleet what this worker held.

@@ -54,6 +54,7 @@ import redis
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster as AsyncCluster
 
+from scripts.bench.commandstats import script_stats
 from scripts.dev.redis_server import RedisCluster, RedisServer, find_server_binary, free_port
 from scripts.webhooks import inbound_webhook, sign_body, text_message
 from shared.events import dedupe_id, encode, message_event
@@ -137,11 +138,11 @@ def flush(backend: Backend) -> None:
 
 
 def script_calls(backend: Backend) -> int:
-    """EVALSHA calls every node has served so far (INFO commandstats)."""
+    """Script calls (EVALSHA, FCALL) every node has served so far (INFO commandstats)."""
     total = 0
     for url in backend.node_urls:
         client = redis.Redis.from_url(url)
-        total += int(client.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
+        total += script_stats(client.info("commandstats"))["calls"]
         client.close()
     return total
 

@@ -26,6 +26,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from scripts.bench.commandstats import script_stats
 from scripts.bench.revision import ROOT
 
 CHUNK = 250
@@ -70,7 +71,7 @@ async def measure(other: str, lua: Path, n: int) -> None:
             labels = list(stores)
 
             async def usec() -> float:
-                return float((await r.info("commandstats"))["cmdstat_evalsha"]["usec"])
+                return float(script_stats(await r.info("commandstats"))["usec"])
 
             for round_, what in ((0, "new people"), (1, "known people")):
                 await b.ingest_bulk([make_event(person_id(i), round_) for i in range(n)])

@@ -47,6 +47,7 @@ from typing import Any
 import orjson
 
 from scripts.bench import revision
+from scripts.bench.commandstats import script_stats
 
 STATUSES = ("sent", "delivered", "read")
 WEEK_S = 7 * 86400
@@ -269,8 +270,8 @@ class Load:
         return out
 
     async def script_usec(self) -> tuple[int, int]:
-        stats = (await self.redis.info("commandstats")).get("cmdstat_evalsha", {})
-        return int(stats.get("calls", 0)), int(stats.get("usec", 0))
+        stats = script_stats(await self.redis.info("commandstats"))
+        return stats["calls"], stats["usec"]
 
 
 def person_id(i: int) -> str:
@@ -319,7 +320,7 @@ async def answered(url: str, people: int) -> dict[str, float]:
         out["turn_scripts_us"] = (await load.script_usec())[1] / people
         calls, usec, intake_usec = 0, 0, 0
         for status in STATUSES:
-            # The intake's claim calls are EVALSHA too: count the ingest calls alone.
+            # The intake's claim calls are script calls too: count the ingest calls alone.
             await load.redis.config_resetstat()
             await load.ingest([load.status(p, w, status) for p, w in parts])
             more_calls, more_usec = await load.script_usec()

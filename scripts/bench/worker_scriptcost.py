@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from scripts.bench import revision
+from scripts.bench.commandstats import script_stats
 
 
 async def measure(n: int) -> None:
@@ -49,7 +50,7 @@ async def measure(n: int) -> None:
                 started = time.perf_counter()
                 await run()
                 wall = time.perf_counter() - started
-                stats = (await r.info("commandstats")).get("cmdstat_evalsha", {})
+                stats = script_stats(await r.info("commandstats"))
                 print(
                     f"{name:12s} script calls {stats.get('calls', 0):6d}  "
                     f"Redis {stats.get('usec', 0) / n:6.1f} µs/turn  "

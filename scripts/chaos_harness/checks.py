@@ -68,7 +68,9 @@ EXPIRING_KINDS = frozenset(
 # "users" (user id -> number) is kept like a contact list; the rest for people to read and empty
 # "catchup": the Chatwoot catch-up's cursor per inbox (kept, like the registry); "convs": the
 # ops inbox's index of conversations by last activity (bounded by count and age when written)
-KEPT_KINDS = frozenset({"tenants", "stats", "review", "workers", "users", "catchup", "convs"})
+KEPT_KINDS = frozenset(
+    {"tenants", "stats", "review", "workers", "users", "catchup", "convs", "functions"}
+)
 FORBIDDEN_KINDS = frozenset({"unroutable", "deadletter", "outbox", "other"})
 OVERLAP_TOLERANCE_S = 0.001
 # A send counts as in flight at a kill that fell within this long of it: before its arrival

@@ -13,7 +13,19 @@ from scripts.chaos_harness.checks import Call, LeftKey
 from scripts.chaos_harness.stack import CHATWOOT_TENANT, PREFIX, Stack, decoded
 from scripts.chaos_harness.workload import TENANTS, Workload, tokens_in
 from scripts.standins.messages_api import last_user_text
-from shared.keys import BATCH, CONTEXT, HUMAN, LASTIN, LATE, LOCK, MEMORY, PENDING, SENT, Keys
+from shared.keys import (
+    BATCH,
+    CONTEXT,
+    FUNCTIONS,
+    HUMAN,
+    LASTIN,
+    LATE,
+    LOCK,
+    MEMORY,
+    PENDING,
+    SENT,
+    Keys,
+)
 
 CONVERSATION_KINDS = (PENDING, BATCH, LOCK, LASTIN, MEMORY, CONTEXT, HUMAN, SENT, LATE)
 # The WhatsApp workload's tenants and the Chatwoot inbox (keys only in `chatwoot_outage`).
@@ -67,6 +79,8 @@ def classify(key: str, keys: Keys) -> tuple[str, str | None]:
     """(kind, person or None) of one of the product's keys, from shared/keys.py's layout."""
     if key == keys.tenants:
         return "tenants", None
+    if key == FUNCTIONS:  # the function libraries the workers loaded (server-wide)
+        return "functions", None
     if key == keys.deadletter:
         return "deadletter", None
     if key == keys.sweep_guard:

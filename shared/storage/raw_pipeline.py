@@ -7,6 +7,11 @@ the receiver's ~20 requests per round that was a measurable share of each reques
 each in-flight batch keeps a connection checked out of the client's pool for as long as the
 process runs, so a round trip is one write and the reads of its replies.
 
+The replies are taken straight from the connection's hiredis reader, as many as it holds per
+read from the socket: redis-py's `read_response` spent ~3 µs of Python per reply (a timeout
+context, an error-host string, a parser hop), two of them per turn (docs/benchmarks/worker.md).
+A connection without a hiredis reader (hiredis missing, another redis-py) reads reply by reply.
+
 Single server only: a cluster client routes commands per slot, use its own pipeline there.
 """
 
@@ -16,7 +21,13 @@ from collections.abc import Sequence
 from typing import Any
 
 import hiredis
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
+
+try:  # what redis-py's parser has its hiredis reader answer while a reply is incomplete
+    from redis._parsers.hiredis import NOT_ENOUGH_DATA
+except ImportError:  # another redis-py: reply by reply (`_round_trip`)
+    NOT_ENOUGH_DATA = None
 
 Command = Sequence[Any]  # name and arguments: str, bytes, int or float
 
@@ -56,6 +67,11 @@ class RawPipeline:
         # A health check would cost a PING round trip; a dead connection shows up as a
         # ConnectionError on the read instead, which the retry policy handles.
         await connection.send_packed_command(payload, check_health=False)
+        parser = getattr(connection, "_parser", None)
+        reader = getattr(parser, "_reader", None)
+        bulk = NOT_ENOUGH_DATA is not None and hasattr(parser, "read_from_socket")
+        if bulk and isinstance(reader, hiredis.Reader):
+            return await _read_replies(parser, reader, count)
         replies: list[Any] = []
         for _ in range(count):
             try:
@@ -63,3 +79,23 @@ class RawPipeline:
             except ResponseError as exc:  # the reply was read: the connection stays in step
                 replies.append(exc)
         return replies
+
+
+async def _read_replies(parser: Any, reader: hiredis.Reader, count: int) -> list[Any]:
+    """`count` replies from a redis-py hiredis parser's reader, fed from its socket as needed.
+    An error reply comes back as its exception (the reader makes it: redis-py's error classes),
+    in place; a reply that is a connection error, or a closed socket, raises."""
+    replies: list[Any] = []
+    gets, append = reader.gets, replies.append
+    try:
+        while len(replies) < count:
+            reply = gets()
+            if reply is NOT_ENOUGH_DATA:
+                await parser.read_from_socket()
+                continue
+            if isinstance(reply, RedisConnectionError):
+                raise reply
+            append(reply)
+    except OSError as exc:  # as redis-py's read_response says it: the retry policy's error
+        raise RedisConnectionError(f"Error while reading from Redis: {exc!r}") from exc
+    return replies

@@ -16,10 +16,14 @@ other name must be given. A missing or unknown name raises `ScriptCallError` nam
 and the name before anything is sent. A repeated entry (`KEYS[2..] seen`) takes a sequence,
 a repeated group (`ARGV[3..] turns[person, token]`) a sequence of tuples.
 
-Calls go through EVALSHA; if Redis answers NOSCRIPT (it restarted, or a failover lost its
-script cache) the script is loaded again and the call repeated, which is safe because a
-NOSCRIPT call did nothing. A call can also be queued on a pipeline (`queue`) or built as a
-command (`command`), the building blocks of group commit, whose committer reloads on NOSCRIPT.
+On one Redis 7 or newer the scripts are loaded as function libraries and called by FCALL
+(shared/storage/functions.py): Redis then makes a script's helpers once, not at every call. On
+a cluster, or a server without functions, they are loaded with SCRIPT LOAD and called by
+EVALSHA. Either way, if Redis answers that it does not know the script (NOSCRIPT, or "Function
+not found": it restarted without persistence, a failover, an operator's FUNCTION FLUSH) it is
+loaded again and the call repeated, which is safe because such a call did nothing. A call can
+also be queued on a pipeline (`queue`) or built as a command (`command`), the building blocks
+of group commit, whose committer reloads the same way.
 
 To see or run the chunk Redis gets for a script (e.g. with `redis-cli --eval`):
 
@@ -41,17 +45,20 @@ from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import Any
 
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, ResponseError
 
 from shared.keys import TenantKeys
+from shared.storage.functions import FUNCTION_NOT_FOUND, load_functions
 from shared.storage.lua_source import (
     LUA_DIR,
     Header,
     Slot,
+    function_library,
     read_header,
     script_names,
     script_source,
 )
+from shared.storage.redis_client import is_cluster
 
 __all__ = [
     "LUA_DIR",
@@ -66,7 +73,16 @@ __all__ = [
 ]
 
 ScriptArg = str | bytes | int | float
-Command = tuple[ScriptArg, ...]  # "EVALSHA", sha, how many keys, the keys, the arguments
+# "EVALSHA", sha (or "FCALL", function name), how many keys, the keys, the arguments
+Command = tuple[ScriptArg, ...]
+
+
+class CallMode:
+    """How a `Scripts`' calls reach Redis, decided when they are loaded: FCALL of function
+    libraries, or EVALSHA (the default, until a load found functions)."""
+
+    functions = False
+
 
 # Header names a call may leave out: the tenant's keys hold them.
 TENANT_KEY_NAMES = frozenset(
@@ -175,6 +191,7 @@ class BoundCall:
             for name in signature.names & TENANT_KEY_NAMES:
                 named.setdefault(name, getattr(tenant_keys, name))
         template: list[Any] = ["EVALSHA", script.sha, len(header.keys)]
+        self._mode = script.mode
         self._holes: list[tuple[int, str]] = []
         self._rest, self._width = "", 0
         for slot in (*header.keys, *header.argv):
@@ -186,12 +203,14 @@ class BoundCall:
                 self._holes.append((len(template), slot.name))
                 template.append(None)
         self._template = template
+        self._fcall = ["FCALL", script.function, *template[2:]]
         self._script = script.name
         self._labels = signature._label
 
     def command(self, values: Mapping[str, Any]) -> Command:
-        """The EVALSHA command with these values in the holes (and the repeated group)."""
-        out = self._template.copy()
+        """The EVALSHA (or FCALL) command with these values in the holes (and the repeated
+        group)."""
+        out = (self._fcall if self._mode.functions else self._template).copy()
         try:
             for at, name in self._holes:
                 out[at] = values[name]
@@ -214,17 +233,35 @@ class Script:
     source: str  # the chunk Redis runs
     sha: str
     signature: Signature = field(compare=False, repr=False)
+    mode: CallMode = field(default_factory=CallMode, compare=False, repr=False)
+    directory: Path = field(default=LUA_DIR, compare=False, repr=False)
 
     @classmethod
-    def from_file(cls, name: str, directory: Path = LUA_DIR) -> Script:
+    def from_file(
+        cls, name: str, directory: Path = LUA_DIR, mode: CallMode | None = None
+    ) -> Script:
         """`<directory>/<name>.lua`, assembled, with the signature its header declares."""
         source = script_source(name, directory)  # refuses a missing file or a bad header
         header = read_header((directory / f"{name}.lua").read_text(), f"{name}.lua")
-        return cls(name, source, hashlib.sha1(source.encode()).hexdigest(), Signature(name, header))
+        sha = hashlib.sha1(source.encode()).hexdigest()
+        return cls(name, source, sha, Signature(name, header), mode or CallMode(), directory)
+
+    @property
+    def function(self) -> str:
+        """Its function's (and library's) name: one per version of the chunk, so releases
+        running side by side during a deploy each call their own."""
+        return f"wa_{self.name}_{self.sha[:16]}"
+
+    @cached_property
+    def library(self) -> str:
+        """The function library FUNCTION LOAD takes (shared/storage/lua_source.py)."""
+        return function_library(self.name, self.function, self.directory)
 
     def command(self, tenant_keys: TenantKeys | None = None, /, **values: Any) -> Command:
-        """The EVALSHA command calling this script with these values (see the module doc)."""
+        """The command calling this script with these values (see the module doc)."""
         keys, argv = self.signature.build(tenant_keys, values)
+        if self.mode.functions:
+            return ("FCALL", self.function, len(keys), *keys, *argv)
         return ("EVALSHA", self.sha, len(keys), *keys, *argv)
 
     def bind(self, tenant_keys: TenantKeys | None = None, /, **fixed: Any) -> BoundCall:
@@ -252,24 +289,37 @@ class Script:
         return await self.run(redis, self.command(tenant_keys, **values))
 
     async def run(self, redis: Any, command: Command) -> Any:
-        """Send a call `command` built; on NOSCRIPT load the script and send it again.
+        """Send a call `command` built; when Redis does not know the script, load it and
+        send it again.
 
         `execute_command` is what redis-py's `evalsha` calls (a cluster client routes it by
         the keys' slot)."""
         try:
             return await redis.execute_command(*command)
-        except NoScriptError:
-            await redis.script_load(self.source)
-            return await redis.execute_command(*command)
+        except ResponseError as exc:
+            if not is_noscript(exc):
+                raise
+        if command[0] == "FCALL":
+            if not is_cluster(redis) and await load_functions(redis, [self]):
+                return await redis.execute_command(*command)
+            # A server without functions after one with them (a cluster client given these
+            # scripts, a failover to an older Redis): EVALSHA from now on.
+            self.mode.functions = False
+            command = ("EVALSHA", self.sha, *command[2:])
+        await redis.script_load(self.source)
+        return await redis.execute_command(*command)
 
 
 class Scripts:
     """All scripts of the product, by name: `await scripts.ingest(redis, tenant_keys, ...)`."""
 
-    def __init__(self, directory: Path = LUA_DIR) -> None:
+    def __init__(self, directory: Path = LUA_DIR, functions: bool = True) -> None:
+        """`functions=False`: always SCRIPT LOAD and EVALSHA, even where Redis has functions."""
         self._directory = directory
+        self._functions = functions
+        self.mode = CallMode()  # every script's: decided by `load`
         self._by_name = {
-            name: Script.from_file(name, directory) for name in script_names(directory)
+            name: Script.from_file(name, directory, self.mode) for name in script_names(directory)
         }
 
     def __getattr__(self, name: str) -> Script:
@@ -282,9 +332,20 @@ class Scripts:
         return list(self._by_name.values())
 
     async def load(self, redis: Any) -> None:
-        """SCRIPT LOAD every script (on a cluster the client sends it to every primary)."""
+        """Load every script: as function libraries on one server that has functions (the
+        calls become FCALL), else SCRIPT LOAD (on a cluster the client sends it to every
+        primary; the calls stay EVALSHA). A client of another kind later (a cluster after one
+        server) turns FCALL off for good: a command built for one must run on the other.
+        Loaded as scripts either way, so a call built before (EVALSHA) still runs."""
+        self._functions = (
+            self._functions and not is_cluster(redis) and await load_functions(redis, self.all())
+        )
+        if not self._functions:
+            self.mode.functions = False
+        # As scripts too: a call built before this load (EVALSHA) is repeated as it was.
         for script in self._by_name.values():
             await redis.script_load(script.source)
+        self.mode.functions = self._functions
 
 
 @functools.cache
@@ -295,7 +356,10 @@ def shared_scripts() -> Scripts:
 
 
 def is_noscript(result: object) -> bool:
-    return isinstance(result, NoScriptError)
+    """Whether a reply says Redis does not know the script called (nothing ran)."""
+    return isinstance(result, NoScriptError) or (
+        isinstance(result, ResponseError) and str(result).startswith(FUNCTION_NOT_FOUND)
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,7 +3,8 @@
 Real worker processes with `POLL_INTERVAL_S` far beyond each test, so the safety sweep cannot
 be what started a turn (each worker sweeps once, at start-up, before anything is pushed).
 Which worker ran each claim is read from Redis itself: `MONITOR` on the node holding the
-tenant shows every `EVALSHA` of the claim script, whose token argument names the worker.
+tenant shows every call (`FCALL`, or `EVALSHA`) of the claim script, whose token argument
+names the worker.
 """
 
 from __future__ import annotations
@@ -60,14 +61,15 @@ async def watching_claims(redis: Redis, prefix: str, tenant: str = TENANT) -> As
     else:
         where = redis.connection_pool.connection_kwargs
         monitor_client = Redis(host=where["host"], port=where["port"])
-    claim_sha = Scripts().claim.sha
+    claim = Scripts().claim
+    heads = (["EVALSHA", claim.sha], ["FCALL", claim.function])
     seen = Claims()
 
     async def listen() -> None:
         async with monitor_client.monitor() as monitor:
             async for command in monitor.listen():
                 args = command["command"].split(" ")
-                if args[:2] != ["EVALSHA", claim_sha] or args[3] != inbox:
+                if args[:2] not in heads or args[3] != inbox:
                     continue
                 argv = args[3 + int(args[2]) :]
                 # The token prefix is "<host>:<pid>:<hex>:<seq>" (Worker.worker_id + a count).

@@ -33,6 +33,12 @@ local BOOK_RATE_S = 600  -- a rate is measured over 10 minutes at least (a burst
 local book_loaded = {}  -- prefix -> its generations, newest first (read once per script call)
 local book_newest_of = {}  -- prefix -> its newest generation, or false (read once per call)
 
+-- A call begins: forget what the last one read (a function library, shared/storage/scripts.py,
+-- keeps these tables between calls; an EVAL'd chunk makes them anew at each).
+local function book_new_call()
+  book_loaded, book_newest_of = {}, {}
+end
+
 -- The number an entry's shard comes from, of its SHA-1 (hex).
 local function book_hash(digest)
   return tonumber(string.sub(digest, 17, 24), 16)
