@@ -110,8 +110,11 @@ async def _run(side: str, n: int, out: Path) -> int:
         "WORKER_CONCURRENCY": str(CONCURRENCY),
         "DEBOUNCE_WINDOW_S": str(lead_s),
         "MAX_WAIT_S": str(lead_s * 2),
-        # A traced worker is slow to answer: no lease may lapse meanwhile.
+        # A traced side is ~50x slower: no lease may lapse meanwhile, and no claim's answer
+        # may be taken for lost (its batches would be handed back and claimed again, counting
+        # that work twice: worker/fleet/unanswered_claims.py).
         "LEASE_S": "600",
+        "REDIS_TIMEOUT_S": "120",
     }
     workers = Workers(url, env=env)
     if side == "worker":
