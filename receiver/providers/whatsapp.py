@@ -28,7 +28,6 @@ body dead-lettered, so no id Meta would not send ever becomes a key or reaches a
 
 from __future__ import annotations
 
-import math
 from typing import Any, NamedTuple, TypeGuard
 
 import orjson
@@ -36,15 +35,9 @@ import orjson
 from receiver.providers.base import WebhookRequest
 from receiver.providers.parsing import Invalid, Parsed, checked_id
 from receiver.providers.signature import SignatureChecker
+from receiver.providers.whatsapp_plain import plain_text_event, timestamp
 from receiver.providers.whatsapp_text import describe_as, field_str, message_type, objects
-from shared.events import (
-    EVENT_VERSION,
-    dedupe_id,
-    echo_event,
-    encode,
-    message_event,
-    status_event,
-)
+from shared.events import dedupe_id, echo_event, encode, message_event, status_event
 from shared.ids import (
     is_media_id,
     is_message_id,
@@ -56,7 +49,6 @@ from shared.ids import (
 
 CHANNEL = "whatsapp"
 EXPECTED_OBJECT = "whatsapp_business_account"
-MAX_TS = 2**53  # keeps the timestamp a JSON-safe integer
 ECHOES_FIELD = "smb_message_echoes"  # what the business sent from the WhatsApp Business app
 MEDIA_TYPES = frozenset({"image", "audio", "video", "document", "sticker"})  # carry a media id
 NO_TENANT = "tenant id missing or unusable in a Redis key"
@@ -152,7 +144,7 @@ def _lone_message(
     if type(contact) is not dict or type(message_id) is not str or not is_message_id(message_id):
         return None
     if kind == "text" and len(message) == 5:
-        event = _plain_text(message, contact, message_id, received_ms)
+        event = plain_text_event(message, contact, message_id, received_ms)
         if event is not None:
             return event
     # `_sender`'s rule: the number, else the user id (BSUID), else the lone contact's user id
@@ -184,56 +176,6 @@ def _lone_message(
         raw=message,
     )
     return None if _bad_new_person(event) else event
-
-
-def _plain_text(
-    message: dict[str, Any], contact: dict[str, Any], message_id: str, received_ms: int
-) -> dict[str, Any] | None:
-    """The event of a plain text message, built at once; None to take `_lone_message`'s way.
-
-    Nearly all traffic is a text with nothing but `from`, `id`, `timestamp`, `type` and
-    `text: {body}` (the caller checked there are five keys, `id` and `type`). For such a
-    message `message_event` keeps no `raw` (`_slim` drops all five) and its kind is
-    "message", so the event is a literal here: the kwargs call, the copy `_slim` makes and
-    takes apart, and the classification cost about a third of a request's parse
-    (docs/benchmarks/receiver.md). Anything else (a timestamp `str(ts)` would not give back,
-    a body with more than `body`, no `from`) goes the general way, which keeps it in `raw`.
-    tests/receiver/test_fast_path.py holds the two to the same events, key order included.
-    """
-    person = message.get("from")
-    body = message.get("text")
-    stamp = message.get("timestamp")
-    if type(person) is not str or not person or not is_person_id(person):
-        return None
-    if type(body) is not dict or len(body) != 1 or type(stamp) is not str:
-        return None
-    text = body.get("body")
-    if type(text) is not str:
-        return None
-    try:
-        ts = int(stamp)
-    except ValueError:
-        return None
-    if not 0 <= ts < MAX_TS or str(ts) != stamp:
-        return None
-    event = {
-        "v": EVENT_VERSION,
-        "kind": "message",
-        "person": person,
-        "id": message_id,
-        "type": "text",
-        "text": text,
-        "ts": ts,
-        "received_ms": received_ms,
-    }
-    profile = contact.get("profile")
-    if type(profile) is dict and (
-        contact.get("wa_id") == person or contact.get("user_id") == person
-    ):
-        name = profile.get("name")
-        if type(name) is str and name:
-            event["name"] = name
-    return event
 
 
 def _lone_status(status: Any, tenant: str, received_ms: int) -> dict[str, Any] | None:
@@ -414,22 +356,6 @@ def status_from(status: Any, tenant: str, received_ms: int) -> dict[str, Any]:
         errors=errors if isinstance(errors, list) else [],
         raw=status,
     )
-
-
-def timestamp(value: Any, received_ms: int) -> int:
-    """Provider unix seconds (Meta sends a string); the receive time when absent or absurd."""
-    try:
-        if isinstance(value, str):
-            ts = int(value)
-        elif isinstance(value, float) and math.isfinite(value):
-            ts = int(value)
-        elif isinstance(value, int) and not isinstance(value, bool):
-            ts = value
-        else:
-            raise ValueError
-    except ValueError:
-        return received_ms // 1000
-    return ts if 0 <= ts < MAX_TS else received_ms // 1000
 
 
 def _sender(message: dict[str, Any], contacts: Contacts) -> str:

@@ -18,7 +18,8 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from receiver.providers.parsing import Parsed
-from receiver.providers.whatsapp import _one_item, _plain_text, parse_body, parse_payload
+from receiver.providers.whatsapp import _one_item, parse_body, parse_payload
+from receiver.providers.whatsapp_plain import plain_text_event
 from tests.support.helpers import FIXTURES, fixture_json
 
 NOW_MS = 1_764_500_000_000
@@ -237,7 +238,7 @@ def test_mutation_helper_changes_what_it_names() -> None:
     assert _one_item(removed, NOW_MS) is None
 
 
-# --- the plain text shortcut (`_plain_text`) -------------------------------------------------
+# --- the plain text shortcut (receiver/providers/whatsapp_plain.py) ----------------------
 
 
 def test_plain_text_shortcut_builds_the_general_event() -> None:
@@ -245,7 +246,9 @@ def test_plain_text_shortcut_builds_the_general_event() -> None:
     `message_event`'s, key order included (the claim script matches the encoded prefix)."""
     payload = fixture_json("whatsapp/text.json")
     value = _value(payload)
-    event = _plain_text(value["messages"][0], value["contacts"][0], "wamid.FIXTURE0001", NOW_MS)
+    event = plain_text_event(
+        value["messages"][0], value["contacts"][0], "wamid.FIXTURE0001", NOW_MS
+    )
     assert event is not None, "the text fixture should take the shortcut"
     (general,) = next(
         iter(parse_payload(fixture_json("whatsapp/text.json"), NOW_MS).events.values())
