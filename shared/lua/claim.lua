@@ -282,7 +282,8 @@ end
 -- `Message.from_event`); events stored whole by the release before are read as they are.
 local function slim_event(ev, after)
   if after and string.byte(ev, after) == 44 then  -- ','
-    return '{' .. string.sub(ev, after + 1)
+    -- The prefix matched again (one string made, where sub and concatenation make two).
+    return (string.gsub(ev, '^{"v":%d+,"kind":"%a+","person":"[^"\\]+",', '{', 1))
   end
   return ev
 end
