@@ -16,7 +16,7 @@ event holds what a turn,
 the ops page and a review item read, once: WhatsApp's `raw` leaves out what the fields above
 hold already (`id`, `from`, `timestamp`, a text's `type` and body) and is left out when nothing
 else is in it; `restore_raw` gives the message object whole (shared/conversation/batch.py
-`Message.raw`). A 3-message conversation so waits in about 0.6 KB plus its text
+`Message.raw`). A 3-message conversation's events so take about 0.5 KB with their text
 (docs/benchmarks/memory.md).
 Events that are not messages (kinds from `message_kind`) carry the same fields as a message
 event plus `target` (the message they are about: reacted to, deleted, edited; "" when none)
