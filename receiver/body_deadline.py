@@ -56,9 +56,13 @@ class BodyDeadlines:
         self._reading: dict[asyncio.Task[Any], float] = {}  # task -> perf_counter at its start
         self._expired: set[asyncio.Task[Any]] = set()
         self._watcher: asyncio.Task[None] | None = None
+        # The loop the watcher runs on: `current_task(loop)` with it skips the running-loop
+        # look-up, which on Python 3.11 makes a getpid() system call (fork check) per request.
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def start(self) -> None:
-        self._watcher = asyncio.get_running_loop().create_task(self._watch())
+        self._loop = asyncio.get_running_loop()
+        self._watcher = self._loop.create_task(self._watch())
 
     async def stop(self) -> None:
         if self._watcher is not None:
@@ -66,12 +70,13 @@ class BodyDeadlines:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._watcher
             self._watcher = None
+            self._loop = None
 
     async def read(self, receive: Receive, limit: int, started: float) -> bytes | None:
         """`read_body`, cut off `timeout_s` after `started` (`time.perf_counter()`) with
         `BodyTimeout`. Without a running watcher (outside the lifespan) there is no deadline."""
-        task = asyncio.current_task()
-        assert task is not None
+        task = asyncio.current_task(self._loop)
+        assert task is not None, "read outside the loop the deadlines were started on"
         self._reading[task] = started
         try:
             return await read_body(receive, limit)

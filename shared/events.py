@@ -9,11 +9,14 @@ Message event (kind "message"):
     v, kind, person, channel (left out for "whatsapp"), id, type, text, ts (provider
     unix seconds), received_ms (receiver clock), name (profile name; left out when there is
     none), context (quoted id; left out when none), raw (the provider's message)
-A message waits in its person's pending list until its turn, so its event holds what a turn,
+The claim keeps a message in its person's pending list (and the batch's `messages`) without
+the routing prefix (`v`, `kind`, `person`: shared/lua/claim.lua `slim_event`), so a reader of
+those takes the person from where it is kept. A message waits there until its turn, so its
+event holds what a turn,
 the ops page and a review item read, once: WhatsApp's `raw` leaves out what the fields above
 hold already (`id`, `from`, `timestamp`, a text's `type` and body) and is left out when nothing
 else is in it; `restore_raw` gives the message object whole (shared/conversation/batch.py
-`Message.raw`). A 3-message conversation so waits in about 0.6 KB plus its text
+`Message.raw`). A 3-message conversation's events so take about 0.5 KB with their text
 (docs/benchmarks/memory.md).
 Events that are not messages (kinds from `message_kind`) carry the same fields as a message
 event plus `target` (the message they are about: reacted to, deleted, edited; "" when none)
@@ -127,16 +130,18 @@ def _slim(raw: Any, person: str, message_id: str, type: str, text: str, ts: int)
     return slim
 
 
-def restore_raw(event: dict[str, Any]) -> Any:
+def restore_raw(event: dict[str, Any], person: str = "") -> Any:
     """The provider's message object of a WhatsApp event as the receiver got it: `raw` with
-    what `_slim` left out put back (an event written before slimming has it all already)."""
+    what `_slim` left out put back (an event written before slimming has it all already).
+    `person`: whose message it is, for an event kept without its `person` (a waiting or
+    claimed message: claim.lua keeps it without the routing prefix)."""
     raw = event.get("raw")
     if raw is not None and not isinstance(raw, dict):
         return raw
     raw = raw or {}
     whole: dict[str, Any] = {}
     if "from" not in raw and "from_user_id" not in raw and event.get("kind") != "echo":
-        whole["from"] = event.get("person", "")
+        whole["from"] = event.get("person") or person
     if "id" not in raw:
         whole["id"] = event.get("id", "")
     if "timestamp" not in raw:

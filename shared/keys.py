@@ -323,7 +323,17 @@ class TenantKeys:
         return f"{self.conversation_prefix}{_check(person, 'person')}:{LOCK}"
 
     def last_inbound(self, person: str) -> str:
+        """A 24-hour window of the release before (a key each): read, never written."""
         return f"{self.conversation_prefix}{_check(person, 'person')}:{LASTIN}"
+
+    @cached_property
+    def lastin_book(self) -> str:
+        """The tenant's book of 24-hour windows, person -> ts (shared/lua/lib/lastin.lua)."""
+        return f"{self.base}:{LASTIN_BOOK}:"
+
+    @cached_property
+    def lastin_gens(self) -> str:
+        return f"{self.lastin_book}{BOOK_GENS}"
 
     def memory(self, person: str) -> str:
         return f"{self.conversation_prefix}{_check(person, 'person')}:{MEMORY}"
@@ -425,23 +435,13 @@ REVIEW_IX_PERSON = "p"
 # and `<book>:<start>:<shard>`); lib/keys.lua gets these by the loader too.
 SEEN, SEEN_BOOK = "seen", "s"
 OUTBOUND, OUTBOUND_BOOK = "out", "o"
+LASTIN_BOOK = "w"  # the 24-hour windows' book (`c:<person>:lastin` before)
 BOOK_GENS = "gens"
 
 # Every kind of conversation key: forgetting a person (shared/ops/forget.py) deletes the keys of
 # each kind listed here, so a new kind of conversation key must be added to this tuple too
 # (tests/test_forget.py checks that each `TenantKeys` method of one person's key is covered).
-CONVERSATION_KINDS: tuple[str, ...] = (
-    PENDING,
-    BATCH,
-    LOCK,
-    LASTIN,
-    MEMORY,
-    CONTEXT,
-    SILENT,
-    HUMAN,
-    SENT,
-    LATE,
-)
+CONVERSATION_KINDS = (PENDING, BATCH, LOCK, LASTIN, MEMORY, CONTEXT, SILENT, HUMAN, SENT, LATE)
 
 
 def _glob_escape(text: str) -> str:

@@ -36,6 +36,7 @@ NOT_KEYS = frozenset(
         "seen_book_pattern",
         "outbound_book",
         "outbound_book_pattern",
+        "lastin_book",  # its generations' row says what its shards hold
         "conversation",  # any kind of a conversation's keys: each kind has its own row
         "review_ix_reason_prefix",  # the prefix of `review_ix_reason`, which has its row
     }

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 from collections.abc import Iterable
+from typing import Any
 
 PREFIX = "sha256="
 
@@ -32,9 +33,10 @@ class SignatureChecker:
     """Checks `X-Hub-Signature-256` against any of the app secrets."""
 
     def __init__(self, secrets: Iterable[str]) -> None:
-        # One keyed HMAC per secret, copied per request: copying skips the key set-up that
-        # `hmac.new` repeats each time (docs/benchmarks/receiver.md has the cost).
-        self._macs = tuple(hmac.new(s.encode(), digestmod=hashlib.sha256) for s in secrets if s)
+        # Per secret, HMAC's two keyed SHA-256 states (RFC 2104), copied per request: copying
+        # skips the key set-up `hmac.new` repeats each time, and two plain hash objects cost
+        # less than `hmac.HMAC.copy()`'s Python wrapper (docs/benchmarks/receiver.md).
+        self._macs = tuple(_keyed_pads(s.encode()) for s in secrets if s)
 
     @property
     def configured(self) -> bool:
@@ -54,12 +56,30 @@ class SignatureChecker:
             raise BadSignature("malformed X-Hub-Signature-256 header")
         given = header[len(PREFIX) :].strip().lower().encode("utf-8", "surrogatepass")
         matched = False
-        for keyed in self._macs:  # no early exit: the time spent does not tell which one matched
-            mac = keyed.copy()
+        for inner, outer in self._macs:  # no early exit: the time does not tell which matched
+            mac = inner.copy()
             mac.update(body)
-            matched |= hmac.compare_digest(mac.hexdigest().encode(), given)
+            digest = outer.copy()
+            digest.update(mac.digest())
+            matched |= hmac.compare_digest(digest.hexdigest().encode(), given)
         if not matched:
             raise BadSignature("signature does not match")
+
+
+def _keyed_pads(key: bytes) -> tuple[Any, Any]:
+    """HMAC-SHA256's inner and outer hash states after the padded key (RFC 2104): the MAC of
+    a body is outer.copy() fed inner.copy()-fed-the-body's digest, what `hmac.new` computes."""
+    if len(key) > _BLOCK:
+        key = hashlib.sha256(key).digest()
+    key = key.ljust(_BLOCK, b"\0")
+    inner = hashlib.sha256(key.translate(_IPAD))
+    outer = hashlib.sha256(key.translate(_OPAD))
+    return inner, outer
+
+
+_BLOCK = 64  # SHA-256's block size
+_IPAD = bytes(x ^ 0x36 for x in range(256))
+_OPAD = bytes(x ^ 0x5C for x in range(256))
 
 
 def token_matches(given: str | None, expected: str) -> bool:

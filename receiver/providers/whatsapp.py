@@ -28,7 +28,6 @@ body dead-lettered, so no id Meta would not send ever becomes a key or reaches a
 
 from __future__ import annotations
 
-import math
 from typing import Any, NamedTuple, TypeGuard
 
 import orjson
@@ -36,6 +35,7 @@ import orjson
 from receiver.providers.base import WebhookRequest
 from receiver.providers.parsing import Invalid, Parsed, checked_id
 from receiver.providers.signature import SignatureChecker
+from receiver.providers.whatsapp_plain import plain_text_event, timestamp
 from receiver.providers.whatsapp_text import describe_as, field_str, message_type, objects
 from shared.events import dedupe_id, echo_event, encode, message_event, status_event
 from shared.ids import (
@@ -49,7 +49,6 @@ from shared.ids import (
 
 CHANNEL = "whatsapp"
 EXPECTED_OBJECT = "whatsapp_business_account"
-MAX_TS = 2**53  # keeps the timestamp a JSON-safe integer
 ECHOES_FIELD = "smb_message_echoes"  # what the business sent from the WhatsApp Business app
 MEDIA_TYPES = frozenset({"image", "audio", "video", "document", "sticker"})  # carry a media id
 NO_TENANT = "tenant id missing or unusable in a Redis key"
@@ -130,7 +129,7 @@ def _one_item(payload: Any, received_ms: int) -> Parsed | None:
         data = encode(event)
     except orjson.JSONEncodeError:
         return None  # the general path records it as a problem
-    return Parsed(events={tenant: [event]}, items={tenant: [(dedupe_id(event), data)]})
+    return Parsed.one(tenant, event, (dedupe_id(event), data))
 
 
 def _lone_message(
@@ -144,6 +143,10 @@ def _lone_message(
     kind = message.get("type")
     if type(contact) is not dict or type(message_id) is not str or not is_message_id(message_id):
         return None
+    if kind == "text" and len(message) == 5:
+        event = plain_text_event(message, contact, message_id, received_ms)
+        if event is not None:
+            return event
     # `_sender`'s rule: the number, else the user id (BSUID), else the lone contact's user id
     user_id = message.get("from_user_id")
     if user_id and not _is_user_id(user_id):
@@ -353,22 +356,6 @@ def status_from(status: Any, tenant: str, received_ms: int) -> dict[str, Any]:
         errors=errors if isinstance(errors, list) else [],
         raw=status,
     )
-
-
-def timestamp(value: Any, received_ms: int) -> int:
-    """Provider unix seconds (Meta sends a string); the receive time when absent or absurd."""
-    try:
-        if isinstance(value, str):
-            ts = int(value)
-        elif isinstance(value, float) and math.isfinite(value):
-            ts = int(value)
-        elif isinstance(value, int) and not isinstance(value, bool):
-            ts = value
-        else:
-            raise ValueError
-    except ValueError:
-        return received_ms // 1000
-    return ts if 0 <= ts < MAX_TS else received_ms // 1000
 
 
 def _sender(message: dict[str, Any], contacts: Contacts) -> str:

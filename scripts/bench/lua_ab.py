@@ -14,6 +14,7 @@ keys qualifies). Two figures, Redis microseconds (`INFO commandstats`, EVALSHA):
 - finish: N batches claimed, then finished (done) in chunks of 250 alternating.
 
 Written for issue 23's conversations index (one ZADD per claim call and per finish).
+`--steady-windows` seeds the book of 24-hour windows (issue 24) as a steady traffic leaves it.
 """
 
 from __future__ import annotations
@@ -42,12 +43,30 @@ def export_lua(rev: str) -> Path:
     return target / "shared" / "lua"
 
 
-async def measure(other: str, lua: Path, n: int) -> None:
+async def seed_windows(r: Any, k: Any, n: int) -> None:
+    """The book of 24-hour windows (shared/lua/lib/lastin.lua) as a steady traffic leaves it
+    in the middle of a day: begun long ago (no key of the release before can be left), its
+    newest generation 12 h old, with shards for `n` people at its fill (64). Its shards are not
+    written: lookups ask them as they would."""
+    gens = getattr(k, "lastin_gens", None)
+    if gens is None:
+        return
+    now = int((await r.time())[0])
+    shards = 1
+    while shards * 64 < n:
+        shards *= 2
+    start = now - 43200
+    value = f"{start}:{shards}:{start + 86400 + 90000}"
+    await r.hset(gens, mapping={str(start): value, "newest": value, "since": now - 30 * 86400})
+
+
+async def measure(other: str, lua: Path, n: int, steady_windows: bool = False) -> None:
     import orjson
 
     import worker.conversation_store as store
     from scripts.bench.worker_load import PREFIX, TENANT, Bench, make_event, person_id
     from scripts.dev.redis_server import RedisServer
+    from shared.keys import Keys
     from shared.settings import Settings
     from shared.storage.group_commit import GroupCommitter
     from shared.storage.scripts import LUA_DIR, Scripts
@@ -69,6 +88,8 @@ async def measure(other: str, lua: Path, n: int) -> None:
                     settings, scripts, GroupCommitter(r, scripts)
                 )
             labels = list(stores)
+            if steady_windows:
+                await seed_windows(r, Keys(PREFIX).tenant(TENANT), n)
 
             async def usec() -> float:
                 return float(script_stats(await r.info("commandstats"))["usec"])
@@ -115,10 +136,16 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("rev", help="the other revision (its shared/lua)")
     p.add_argument("--n", type=int, default=20_000)
+    p.add_argument(
+        "--steady-windows",
+        action="store_true",
+        help="give the book of 24-hour windows a steady state's generations first (else it "
+        "begins with the run: a day after an upgrade, the old keys still read)",
+    )
     args = p.parse_args()
     lua = export_lua(args.rev)
     try:
-        asyncio.run(measure(args.rev, lua, args.n))
+        asyncio.run(measure(args.rev, lua, args.n, args.steady_windows))
     finally:
         shutil.rmtree(lua.parents[1], ignore_errors=True)
     return 0

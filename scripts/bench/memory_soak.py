@@ -187,7 +187,7 @@ class Load:
         parts.append((batch.person, wamid))
 
     # --- the books -------------------------------------------------------------------------
-    async def seed_books(self, markers: int, records: int) -> None:
+    async def seed_books(self, markers: int, records: int, windows: int = 0) -> None:
         """Give each book the generations a steady traffic leaves (lib/book.lua), the newest
         sized to make the next one hold this run's `markers` or `records` at about the
         entries per shard a generation reaches by its end, when the code under test has
@@ -196,11 +196,15 @@ class Load:
 
         keep = DEDUPE_TTL_S
         # book -> (how long a generation takes entries, entries a shard is sized for, entries)
-        books = {"seen_gens": (keep, 256, markers), "outbound_gens": (86400, 48, records)}
+        books = {
+            "seen_gens": (keep, 256, markers, keep),
+            "outbound_gens": (86400, 48, records, keep),
+            "lastin_gens": (86400, 64, windows, 86400 + 3600),  # the 24-hour windows
+        }
         now = int((await self.redis.time())[0])
-        for name, (gen_s, fill, entries) in books.items():
+        for name, (gen_s, fill, entries, keep) in books.items():
             key = getattr(self.tk, name, None)
-            if key is None:
+            if key is None or not entries:
                 continue
             shards = 1
             while shards * fill < entries:
@@ -281,7 +285,7 @@ def person_id(i: int) -> str:
 # --- the three parts ------------------------------------------------------------------------
 async def waiting(url: str, people: int) -> dict[str, float]:
     async with Load(url, 300.0) as load:
-        await load.seed_books(markers=3 * people, records=0)
+        await load.seed_books(markers=3 * people, records=0, windows=people)
         before = await load.used()
         events = [load.message(person_id(i), m) for m in range(3) for i in range(people)]
         await load.ingest(events)
@@ -305,7 +309,7 @@ async def waiting(url: str, people: int) -> dict[str, float]:
 
 async def answered(url: str, people: int) -> dict[str, float]:
     async with Load(url, 0.001) as load:
-        await load.seed_books(markers=people, records=people)
+        await load.seed_books(markers=people, records=people, windows=people)
         before = await load.used()
         await load.redis.config_resetstat()
         stored = await load.ingest([load.message(person_id(i), 0) for i in range(people)])
@@ -355,7 +359,7 @@ async def soak(url: str, rate: float, duration_s: float, people: int) -> dict[st
     rng = random.Random(7)
     async with Load(url, 1.0) as load:
         expected = int(rate * duration_s)
-        await load.seed_books(markers=expected + people, records=expected + people)
+        await load.seed_books(markers=expected + people, records=expected + people, windows=people)
         warm: list[tuple[str, str]] = []
         await load.ingest([load.message(person_id(i), 0) for i in range(people)])
         await asyncio.sleep(1.05)

@@ -117,6 +117,8 @@ def classify(key: str, keys: Keys) -> tuple[str, str | None]:
             return "seen", None
         if key.startswith((k.outbound_prefix, k.outbound_book)):
             return "out", None
+        if key.startswith(k.lastin_book):  # the 24-hour windows (a key each before: `lastin`)
+            return "lastin", None
         if key.startswith(k.conversation_prefix):
             person, _, kind = key[len(k.conversation_prefix) :].rpartition(":")
             if kind in CONVERSATION_KINDS:

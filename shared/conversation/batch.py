@@ -27,7 +27,9 @@ class Message:
     channel: str = "whatsapp"  # the provider it came from (receiver/providers/base.py)
 
     @classmethod
-    def from_event(cls, event: dict[str, Any]) -> Message:
+    def from_event(cls, event: dict[str, Any], person: str = "") -> Message:
+        """`person`: whose message it is; a waiting or claimed message does not say (claim.lua
+        keeps it without `v`, `kind` and `person`), one the release before stored does."""
         channel = str(event.get("channel") or WHATSAPP)
         return cls(
             channel=channel,
@@ -39,7 +41,7 @@ class Message:
             context=str(event.get("context", "")),
             # WhatsApp's message object whole: the event keeps only what its fields do not
             # (shared/events.py).
-            raw=restore_raw(event) if channel == WHATSAPP else event.get("raw"),
+            raw=restore_raw(event, person) if channel == WHATSAPP else event.get("raw"),
         )
 
 
@@ -97,7 +99,7 @@ class Batch:
             claimed_ms=int(fields.get("claimed_ms", 0)),
             due_ms=int(float(fields.get("due_ms", 0))),
             requeued=fields.get("requeued") == "1",
-            messages=[Message.from_event(e) for e in orjson.loads(messages_json)],
+            messages=[Message.from_event(e, person) for e in orjson.loads(messages_json)],
             messages_json=messages_json,
             fields=fields,
             history=_history(fields.pop("history", "[]")),

@@ -22,7 +22,8 @@
 -- ARGV[7] max_intake   how many inbox events to take in at most in this call
 -- ARGV[8] outbound_prefix  the tenant's outbound record prefix ("wa:{t}:out:"), for
 --         delivery statuses
--- ARGV[9] service_window_s  the customer-service window (86400): how long `lastin` lives
+-- ARGV[9] service_window_s  the customer-service window (86400): how long a person's window
+--         stays open after their latest message (lib/lastin.lua)
 -- ARGV[10] early_status_ttl_s  how long a status that arrived before its outbound record
 --         waits for record_part
 -- ARGV[11] welcome     "1": `request_welcome` starts a turn (a welcome text is configured);
@@ -44,8 +45,8 @@
 -- never make a conversation due: a revoke takes its message out of the pending list (an
 -- emptied list leaves due and burst), an edit replaces it there; when the message is no
 -- longer waiting, and for every note, an item goes on the conversation's context list, which
--- the next new batch takes (field `context`, a JSON array). A number change moves memory and
--- `lastin` to the new id. Each is counted in stats as event:<what>.
+-- the next new batch takes (field `context`, a JSON array). A number change moves the memory and
+-- the window (lib/lastin.lua) to the new id. Each is counted in stats as event:<what>.
 --
 -- Chatwoot (lib/silence.lua): an agent's message (kind "human") and a conversation event
 -- (kind "conversation") start or end the bot's silence in a conversation; while it is silent
@@ -68,7 +69,8 @@
 -- the person's last message, 0 if the window has closed) and `history` (the memory, a JSON array).
 -- A batch's `context` field holds the context items it took (a JSON array).
 --
--- uses: lib/keys.lua (conv_key, PENDING, BATCH, LOCK, LASTIN, MEMORY, CONTEXT, HUMAN)
+-- uses: lib/keys.lua (conv_key, PENDING, BATCH, LOCK, MEMORY, CONTEXT, HUMAN)
+-- uses: lib/lastin.lua (lastin_saw, lastin_get, lastin_move)
 -- uses: lib/human.lua (take_echo)
 -- uses: lib/clock.lua (now_ms)
 -- uses: lib/outbound.lua (apply_status)
@@ -82,6 +84,7 @@ local welcome, context_ttl, context_max = ARGV[11] == '1', tonumber(ARGV[12]), t
 local human_pause, memory_turns = tonumber(ARGV[15]), tonumber(ARGV[16])
 local answer_by = tonumber(ARGV[17])
 local now = now_ms()
+local now_s = math.floor(now / 1000)
 if answer_by > 0 and now > answer_by then max_claim = 0 end
 local silence_keys = {due = KEYS[2], burst = KEYS[4], stats = KEYS[5]}
 local silence_ttls = {memory = context_ttl, silent = tonumber(ARGV[14])}
@@ -149,6 +152,8 @@ local function same_person(ev, person)
   return person
 end
 
+-- `ev` is the event as stored in the pending list: without its routing prefix when it had one
+-- (`slim_event`).
 local function take_message(ev, person)
   redis.call('RPUSH', conv_key(prefix, person, PENDING), ev)
   local first = now
@@ -162,14 +167,11 @@ local function take_message(ev, person)
   end
 end
 
--- The 24-hour window runs from the person's latest message (provider clock).
+-- The 24-hour window runs from the person's latest message (provider clock; lib/lastin.lua).
 local function saw_inbound(ev, person)
   local ts = tonumber(string.match(ev, '"ts":(%d+)'))
   if not ts then return end
-  local lkey = conv_key(prefix, person, LASTIN)
-  if ts > tonumber(redis.call('GET', lkey) or 0) then
-    redis.call('SET', lkey, ts, 'EXAT', ts + service_window)
-  end
+  lastin_saw(prefix, person, ts, now_s, service_window)
 end
 
 -- Where message `id` waits in `key` (a list of events): its index and event, matched on the
@@ -216,12 +218,11 @@ end
 -- A number change: the person's memory and window follow them to the new id (same tenant,
 -- same hash tag: same slot), unless the new id already has its own.
 local function change_number(old, new)
-  for _, kind in ipairs({MEMORY, LASTIN}) do
-    local from = conv_key(prefix, old, kind)
-    if redis.call('EXISTS', from) == 1 then
-      redis.call('RENAMENX', from, conv_key(prefix, new, kind))
-    end
+  local from = conv_key(prefix, old, MEMORY)
+  if redis.call('EXISTS', from) == 1 then
+    redis.call('RENAMENX', from, conv_key(prefix, new, MEMORY))
   end
+  lastin_move(prefix, old, new, now_s, service_window)
 end
 
 local function take_other(kind, ev, person)
@@ -271,6 +272,22 @@ local function take_other(kind, ev, person)
   add_context(person, what, obj, known_text(person, target))
 end
 
+-- A message as its pending list keeps it: without the routing prefix `{"v":1,"kind":"message",
+-- "person":"<person>",` the receiver put first (50 B of a 220 B text event, 3 of them about
+-- 130 B of used_memory): the list's key names the person, and the version and kind are the
+-- inbox's business. `after` is where the matched prefix ends (nil when the event was decoded
+-- instead: kept whole). Readers of pending lists, batches' `messages`, review items and the
+-- `sent` list take either form: a message's fields are read by name (id, type, text, ts,
+-- ...), and its person comes from where it is kept (shared/conversation/batch.py
+-- `Message.from_event`); events stored whole by the release before are read as they are.
+local function slim_event(ev, after)
+  if after and string.byte(ev, after) == 44 then  -- ','
+    -- The prefix matched again (one string made, where sub and concatenation make two).
+    return (string.gsub(ev, '^{"v":%d+,"kind":"%a+","person":"[^"\\]+",', '{', 1))
+  end
+  return ev
+end
+
 -- 1. Intake: inbox events (oldest first) into per-person pending lists.
 local taken, messages, statuses = 0, 0, 0
 while taken < max_intake do
@@ -281,7 +298,7 @@ while taken < max_intake do
   -- The person must end at the first quote with no backslash before it: a JSON string
   -- without an escape is spelled exactly as its value, so the match is exact; any other
   -- person (`ab"one`, `ab\`) is decoded, never cut at an escaped quote.
-  local kind, person = string.match(ev, '^{"v":%d+,"kind":"(%a+)","person":"([^"\\]+)"')
+  local kind, person, after = string.match(ev, '^{"v":%d+,"kind":"(%a+)","person":"([^"\\]+)"()')
   if not kind then
     local ok, obj = pcall(cjson.decode, ev)
     if ok and type(obj) == 'table' then kind, person = obj.kind, obj.person end
@@ -292,7 +309,7 @@ while taken < max_intake do
     messages = messages + 1
     person = same_person(ev, person)
     if not held_silent(prefix, person, ev, KEYS[5], context_ttl, silence_ttls.silent) then
-      take_message(ev, person)
+      take_message(slim_event(ev, after), person)
     end
     saw_inbound(ev, person)
     touched(person)
@@ -418,7 +435,7 @@ if max_claim > 0 then
         end
         add_lag(lags, now - tonumber(due_ms))
         table.insert(b, 'last_inbound')
-        table.insert(b, redis.call('GET', conv_key(prefix, person, LASTIN)) or '0')
+        table.insert(b, lastin_get(prefix, person, now_s, service_window))
         table.insert(b, 'history')
         table.insert(b, '[' .. table.concat(
           redis.call('LRANGE', conv_key(prefix, person, MEMORY), 0, -1), ',') .. ']')

@@ -15,10 +15,11 @@
 -- ARGV[3] kinds        every suffix of a conversation's keys, comma-separated
 -- ARGV[4..] user_ids   users fields seen pointing at the person: deleted if they still do
 --
--- Returns {state, keys deleted, due/running/burst/conversations entries removed, users fields
--- removed}; state 1 done, -1 a turn holds the lock (nothing deleted then).
+-- Returns {state, keys deleted, due/running/burst/conversations entries and windows (the
+-- book of windows' fields, lib/lastin.lua) removed, users fields removed}; state 1 done, -1 a turn holds the lock (nothing deleted then).
 --
 -- uses: lib/keys.lua (conv_key, LOCK)
+-- uses: lib/lastin.lua (lastin_forget)
 local prefix, person = ARGV[1], ARGV[2]
 if redis.call('EXISTS', conv_key(prefix, person, LOCK)) == 1 then return {-1, 0, 0, 0} end
 local deleted = 0
@@ -27,6 +28,7 @@ for kind in string.gmatch(ARGV[3], '[^,]+') do
 end
 local entries = redis.call('ZREM', KEYS[1], person) + redis.call('ZREM', KEYS[2], person)
   + redis.call('HDEL', KEYS[3], person) + redis.call('ZREM', KEYS[5], person)
+  + lastin_forget(prefix, person)
 -- The person's own field when the person is a user id; then every user id seen mapped to it.
 local users = redis.call('HDEL', KEYS[4], person)
 for i = 4, #ARGV do

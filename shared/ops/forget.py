@@ -56,7 +56,7 @@ class ForgetReport:
 
     tenant: str
     conversation_keys: int = 0
-    queue_entries: int = 0  # due, running, burst and conversations-index entries
+    queue_entries: int = 0  # due, running, burst, conversations-index entries, windows
     users_fields: int = 0
     review_items: int = 0
     outbound_records: int = 0

@@ -18,6 +18,7 @@ import orjson
 from shared.conversation.review_journal import current_names
 from shared.fleet import dispatch_lag, heartbeats, wake
 from shared.keys import PENDING, Keys, TenantKeys
+from shared.ops import window
 from shared.ops.live_rows import batch_row, message_row, review_summary
 
 SCAN_COUNT = 1000
@@ -150,8 +151,6 @@ async def person(
     pipe.get(k.lock(person_id))
     pipe.pttl(k.lock(person_id))
     pipe.hgetall(k.batch(person_id))
-    pipe.get(k.last_inbound(person_id))
-    pipe.ttl(k.last_inbound(person_id))
     pipe.llen(k.memory(person_id))
     pipe.get(k.silent(person_id))
     pipe.get(k.human(person_id))
@@ -163,12 +162,11 @@ async def person(
         token,
         pttl,
         batch,
-        lastin,
-        lastin_ttl,
         memory,
         silent,
         human,
     ) = await pipe.execute()
+    (lastin,) = await window.last_inbound(redis, k, [person_id])
     review = [
         item if with_text else review_summary(item)
         for item in await _person_review_items(redis, k, person_id)
@@ -189,7 +187,7 @@ async def person(
             "lock_ttl_ms": int(pttl) if int(pttl) >= 0 else None,
         },
         "batch": batch_row(batch, now, with_text) if batch else None,
-        "window": _window(lastin, lastin_ttl),
+        "window": _window(lastin),
         "memory_exchanges": int(memory),
         # Chatwoot: a person of the business handles the conversation, the bot is silent
         # (shared/lua/lib/silence.lua): why, since_ms, by; None when the bot may speak.
@@ -314,10 +312,11 @@ def _unknown(counters: dict[str, int]) -> dict[str, int]:
     return {name[8:]: n for name, n in counters.items() if name.startswith("unknown:")}
 
 
-def _window(lastin: bytes | None, ttl: int) -> dict[str, Any]:
-    if lastin is None:
+def _window(lastin: tuple[int, int]) -> dict[str, Any]:
+    ts, closes_in_s = lastin
+    if not ts:
         return {"open": False, "last_inbound_ts": None, "closes_in_s": None}
-    return {"open": True, "last_inbound_ts": int(lastin), "closes_in_s": int(ttl)}
+    return {"open": True, "last_inbound_ts": ts, "closes_in_s": closes_in_s}
 
 
 def _counters(stats: dict[bytes, bytes]) -> dict[str, int]:

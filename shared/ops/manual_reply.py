@@ -37,7 +37,7 @@ import orjson
 from redis.exceptions import RedisError
 
 from shared import chatwoot
-from shared.conversation.batch import Batch, Message
+from shared.conversation.batch import SERVICE_WINDOW_S, Batch, Message
 from shared.conversation.errors import DeliveryUnknown, NeedsReview, RetryLater
 from shared.conversation.presentation import BY_HUMAN, exchange
 from shared.conversation.turn_state import Delivery
@@ -167,7 +167,12 @@ class ManualReplies:
         lease_ms = self._units.lease_ms
         try:
             reply = await self._scripts.manual_begin(
-                self._redis, k, person=person, token=token, lease_ms=lease_ms
+                self._redis,
+                k,
+                person=person,
+                token=token,
+                lease_ms=lease_ms,
+                service_window_s=SERVICE_WINDOW_S,
             )
         except (RedisError, OSError) as exc:
             raise ManualReplyError(f"Redis did not answer: {explain(exc)}") from exc
@@ -183,12 +188,12 @@ class ManualReplies:
         since_ms, last_inbound, history = int(row[1]), int(row[2] or 0), orjson.loads(row[3])
         events = [orjson.loads(e) for e in row[4:]]
         channel = chatwoot.CHANNEL if tenant.startswith(chatwoot.TENANT_PREFIX) else "whatsapp"
-        messages = [Message.from_event(e) for e in events]
+        messages = [Message.from_event(e, person) for e in events]
         if messages:
             channel = messages[-1].channel
         if channel == "whatsapp" and not last_inbound:
-            # `lastin` expires exactly when the window closes: without it, the window is
-            # closed. 1 (1970) says so to the sender, whose check treats 0 as "unknown".
+            # manual_begin.lua answers 0 once the window closed (lib/lastin.lua). 1 (1970)
+            # says so to the sender, whose check treats 0 as "unknown".
             last_inbound = 1
         batch = Batch(
             tenant=tenant,

@@ -25,6 +25,7 @@ from shared.conversation.kept_files import File, files_of_event
 from shared.conversation.presentation import BY_HUMAN, HEADER_START
 from shared.conversation.review_journal import current_names
 from shared.keys import Keys, TenantKeys
+from shared.ops.window import last_inbound
 
 REVIEW_LOOK = 5000
 SCAN_COUNT = 1000
@@ -203,9 +204,9 @@ async def thread(redis: Any, keys: Keys, tenant: str, person: str, zone: str) ->
     pipe.get(k.silent(person))
     pipe.exists(k.lock(person))
     pipe.zscore(k.due, person)
-    pipe.exists(k.last_inbound(person))
     memory, (batch_messages, reply, token), pending, *state = await pipe.execute()
-    human, silent, lock, due, window = state
+    human, silent, lock, due = state
+    ((window, _),) = await last_inbound(redis, k, [person])
     seconds, micros = await redis.time()  # Redis's clock, as the due times
     now = int(seconds) * 1000 + int(micros) // 1000
     ordered: list[list[Bubble]] = []

@@ -72,6 +72,7 @@ _PYTHON_VALUES: dict[str, str | int | tuple[int, ...]] = {
     "LATE": keys.LATE,
     "OUTBOUND": keys.OUTBOUND,
     "OUTBOUND_BOOK": keys.OUTBOUND_BOOK,
+    "LASTIN_BOOK": keys.LASTIN_BOOK,
     "BOOK_GENS": keys.BOOK_GENS,
     "SENT_KEEP": late_failure_codes.SENT_KEEP,
     "CONVERSATIONS_KEPT": conversation_index.KEPT,

@@ -22,7 +22,7 @@ from shared.storage.scripts import Scripts
 from tests.ops.support import PERSON, TENANT, ops_settings, park, sign_in
 from tests.receiver.support import running
 from tests.support.helpers import TOKEN
-from tests.worker.support import ingest_one, message_event, quick_store
+from tests.worker.support import close_window, ingest_one, message_event, quick_store
 
 KEYS = Keys()
 K = KEYS.tenant(TENANT)
@@ -47,7 +47,6 @@ async def test_the_view_shows_memory_what_was_sent_and_the_window(
         K.outbound("wamid.A"),
         mapping={"person": PERSON, "part": 0, "status": "delivered", "sent_ms": 1},
     )
-    await redis.set(K.last_inbound(PERSON), 1764421200, ex=3600)
     # A batch in flight whose first part went out and was read.
     await redis.hset(K.batch(PERSON), mapping={"id": "b9", "size": 1, "part:0": "wamid.P0"})
     await redis.hset(K.outbound("wamid.P0"), mapping={"person": PERSON, "status": "read"})
@@ -57,7 +56,8 @@ async def test_the_view_shows_memory_what_was_sent_and_the_window(
     assert "¿abren hoy?" in page and "Sí, hasta las 20." in page and "not json" in page
     assert "[image: la vidriera]" in page and "Qué linda." in page
     assert "wamid.A" in page and "delivered" in page
-    assert re.search(r"open, closes in (59m\d\ds|1h00m)", page), "about an hour left"
+    # The parked message opened the window (its ts is now): a day left.
+    assert re.search(r"open, closes in (23h59m|24h00m)", page), "a day left"
     assert "parked &lt;b&gt;one&lt;/b&gt;" in page
     # A WhatsApp batch parked as max_attempts paused the bot for the person (takeover).
     assert "<strong>paused</strong>" in page and "Resume the bot" in page
@@ -220,7 +220,7 @@ async def test_a_reply_that_cannot_go_out_says_why_and_sends_nothing(
     assert answer.status_code == 409 and "nothing was changed" in answer.text, answer.text
     await redis.delete(K.batch(PERSON))
     # The window closed and the tenant has no template: refused, not sent as text.
-    await redis.delete(K.last_inbound(PERSON))
+    await close_window(redis, K, PERSON)
     answer = await ops_graph.post("/ops/conversation/reply", data={**form, "text": "hola"})
     assert answer.status_code == 409 and "template" in answer.text, answer.text
     assert graph.sent_messages(PERSON) == []

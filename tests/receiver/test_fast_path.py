@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from receiver.providers.parsing import Parsed
 from receiver.providers.whatsapp import _one_item, parse_body, parse_payload
+from receiver.providers.whatsapp_plain import plain_text_event
 from tests.support.helpers import FIXTURES, fixture_json
 
 NOW_MS = 1_764_500_000_000
@@ -235,3 +236,60 @@ def test_mutation_helper_changes_what_it_names() -> None:
     assert _one_item(payload, NOW_MS) is not None
     removed = _replace(fixture_json("whatsapp/text.json"), PATHS[15], [])
     assert _one_item(removed, NOW_MS) is None
+
+
+# --- the plain text shortcut (receiver/providers/whatsapp_plain.py) ----------------------
+
+
+def test_plain_text_shortcut_builds_the_general_event() -> None:
+    """A text with only from, id, timestamp, type and text takes the shortcut, and its event is
+    `message_event`'s, key order included (the claim script matches the encoded prefix)."""
+    payload = fixture_json("whatsapp/text.json")
+    value = _value(payload)
+    event = plain_text_event(
+        value["messages"][0], value["contacts"][0], "wamid.FIXTURE0001", NOW_MS
+    )
+    assert event is not None, "the text fixture should take the shortcut"
+    (general,) = next(
+        iter(parse_payload(fixture_json("whatsapp/text.json"), NOW_MS).events.values())
+    )
+    assert list(event.items()) == list(general.items())
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        ("timestamp", "01764421200"),  # str(ts) differs: the general event keeps it in raw
+        ("timestamp", " 1764421200"),
+        ("timestamp", "1_764_421_200"),
+        ("timestamp", "soon"),
+        ("timestamp", "-5"),
+        ("text", {"body": "hi", "preview_url": False}),
+        ("text", {"body": 5}),
+        ("from", ""),
+        ("from", "+5491155550001"),
+    ],
+)
+def test_plain_text_shortcut_declines_or_agrees(change: tuple[str, Any]) -> None:
+    """Whatever the shortcut leaves to the general way, the fast path still agrees with it."""
+
+    def make() -> Any:
+        payload = fixture_json("whatsapp/text.json")
+        _value(payload)["messages"][0][change[0]] = change[1]
+        return payload
+
+    fast = _one_item(make(), NOW_MS)
+    general = parse_payload(make(), NOW_MS)
+    if fast is None:
+        assert general.problems
+    else:
+        _same(fast, general)
+
+
+def test_plain_text_shortcut_names_only_the_sender() -> None:
+    payload = fixture_json("whatsapp/text.json")
+    _value(payload)["contacts"][0]["wa_id"] = "5491100000000"  # a contact who is not the sender
+    fast = _one_item(payload, NOW_MS)
+    assert fast is not None
+    (event,) = next(iter(fast.events.values()))
+    assert "name" not in event

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+
 import pytest
 
 from receiver.providers.signature import (
@@ -46,6 +49,21 @@ def test_uppercase_hex_passes() -> None:
 def test_wrong_or_malformed_signature_is_refused(header: str) -> None:
     with pytest.raises(BadSignature):
         SignatureChecker(["s1"]).check(BODY, header)
+
+
+@pytest.mark.parametrize("key_length", [1, 5, 32, 63, 64, 65, 200])
+@pytest.mark.parametrize("body", [b"", BODY, bytes(range(256)) * 9])
+def test_same_mac_as_the_hmac_module(key_length: int, body: bytes) -> None:
+    """The checker computes HMAC-SHA256 from two keyed hash states (RFC 2104) instead of
+    `hmac`'s wrapper: it must accept exactly what `hmac.new` signs, keys longer than the
+    hash's 64-byte block included (those are hashed first)."""
+    secret = ("k\u00e9" * 100)[:key_length]
+    checker = SignatureChecker([secret])
+    expected = hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+    checker.check(body, f"sha256={expected}")
+    wrong = hmac.new((secret + "x").encode(), body, hashlib.sha256).hexdigest()
+    with pytest.raises(BadSignature):
+        checker.check(body, f"sha256={wrong}")
 
 
 def test_missing_header_is_401() -> None:

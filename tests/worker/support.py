@@ -334,6 +334,15 @@ def quick_store(redis: Redis, settings: Settings, **overrides: Any) -> Conversat
     )
 
 
+async def close_window(redis: Redis, k: TenantKeys, person: str) -> None:
+    """Close the person's 24-hour window as time would: its field in every shard of the book of
+    windows (shared/lua/lib/lastin.lua) and the key of the release before go."""
+    async for key in redis.scan_iter(match=f"{k.lastin_book}*"):
+        if key.decode() != k.lastin_gens:
+            await redis.hdel(key, person)
+    await redis.delete(k.last_inbound(person))
+
+
 async def park(
     redis: Redis,
     settings: Settings,

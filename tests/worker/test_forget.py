@@ -17,8 +17,8 @@ import pytest
 from redis.asyncio import Redis
 
 from shared import events
-from shared.keys import CONVERSATION_KINDS, Keys, TenantKeys
-from shared.ops import audit, outbound, takeover
+from shared.keys import CONVERSATION_KINDS, LASTIN, Keys, TenantKeys
+from shared.ops import audit, outbound, takeover, window
 from shared.ops.forget import ForgetError, ForgetReport, forget_person
 from shared.senders.loading import OutboxSender
 from shared.settings import Settings
@@ -156,6 +156,8 @@ def about(
         return None
     if key.startswith(k.outbound_prefix):
         return None if value.get(b"person") == person.encode() else value
+    if key.startswith(k.lastin_book) and key != k.lastin_gens:  # the windows: person -> ts
+        return {f: v for f, v in value.items() if f != person.encode()} or None
     if key.startswith(k.outbound_book) and key != k.outbound_gens:
         return {f: v for f, v in value.items() if outbound.person_of(v) != person} or None
     if key in (k.due, k.running, k.conversations):
@@ -190,8 +192,10 @@ async def test_forget_deletes_everything_of_the_person_and_nothing_else(
     await redis.hset(k.late(PERSON), "template:b1", "sent")
     # The person has something under every kind of key listed to be forgotten, but a lock
     # and a batch (the forget is refused while those exist: tested below).
-    for kind in set(CONVERSATION_KINDS) - {"lock", "batch"}:
+    # The window is a field of the book of windows, not a key (LASTIN: the release before's).
+    for kind in set(CONVERSATION_KINDS) - {"lock", "batch", LASTIN}:
         assert await redis.exists(k.conversation(PERSON, kind)), kind
+    assert (await window.last_inbound(redis, k, [PERSON]))[0][0] > 0, "the window is open"
     assert await redis.hget(k.users, USER_ID) == PERSON.encode()
     before = await snapshot(redis)
 
@@ -201,8 +205,8 @@ async def test_forget_deletes_everything_of_the_person_and_nothing_else(
 
     assert report == ForgetReport(
         TENANT,
-        conversation_keys=8,  # pending, lastin, memory, context, silent, human, sent, late
-        queue_entries=3,  # due, burst, the conversations index (the inbox)
+        conversation_keys=7,  # pending, memory, context, silent, human, sent, late
+        queue_entries=4,  # due, burst, the conversations index (the inbox), the window
         users_fields=1,
         review_items=1,
         outbound_records=2,
@@ -302,8 +306,8 @@ async def test_a_batch_waiting_for_a_retry_is_forgotten_with_the_rest(
         redis, made.keys, TENANT, PERSON, by="ana", retention_s=RETENTION_S
     )
 
-    assert report.conversation_keys == 5  # the batch, lastin, memory, silent, sent
-    assert report.queue_entries == 2  # due: the retry's time; the conversations index
+    assert report.conversation_keys == 4  # the batch, memory, silent, sent
+    assert report.queue_entries == 3  # due: the retry's time; the conversations index; window
     assert await forgotten_alone(redis, made.keys, TENANT, PERSON, before)
 
 

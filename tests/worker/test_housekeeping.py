@@ -58,7 +58,7 @@ async def test_finished_conversations_leave_no_keys_or_entries_behind(
         if await redis.llen(k.outbox) < 4:
             return False
         left = [key for key in await scan_keys(redis, prefix) if key.startswith(conversation_keys)]
-        return all(key.endswith((":lastin", ":memory", ":human")) for key in left)
+        return all(key.endswith((":memory", ":human")) for key in left)
 
     await wait_for(last_finish_landed, "the last finish")
     found = await scan_keys(redis, prefix)
@@ -66,14 +66,20 @@ async def test_finished_conversations_leave_no_keys_or_entries_behind(
     assert await markers.count(redis, k) == 7, "one dedupe marker a message, in a few keys"
     for key in seen:
         assert 0 < await redis.ttl(key) <= 2 * 3600 + 60, f"{key} must expire"
-    # Per person, only what expires on its own: the 24-hour window marker, the AI memory and
-    # the pause of the person whose batch went to review for a person (shared/ops/takeover.py).
+    # The 24-hour windows: fields of the tenant's book of windows (shared/lua/lib/lastin.lua),
+    # whose keys expire.
+    windows = [key for key in found if key.startswith(k.lastin_book)]
+    assert k.lastin_gens in windows and len(windows) > 1, "answered people have a window"
+    for key in windows:
+        assert await redis.ttl(key) > 0, f"{key} must expire"
+    # Per person, only what expires on its own: the AI memory and the pause of the person
+    # whose batch went to review for a person (shared/ops/takeover.py).
     expiring = [
         key
         for key in found
-        if key.endswith((":lastin", ":memory", ":human")) and key.startswith(k.conversation_prefix)
-    ]
-    assert expiring, "answered people have a window marker and a memory"
+        if key.endswith((":memory", ":human")) and key.startswith(k.conversation_prefix)
+    ] + windows
+    assert expiring, "answered people have a memory"
     assert k.human(human) in expiring and k.human(old) not in expiring, "too_old pauses no one"
     for key in expiring:
         assert await redis.ttl(key) > 0, f"{key} must expire"

@@ -20,7 +20,9 @@ EVENT = orjson.dumps({"v": 1, "kind": "message", "person": PERSON, "id": "wamid.
 
 
 async def begin(redis: Redis, token: str) -> list[Any]:
-    row = await SCRIPTS.manual_begin(redis, K, person=PERSON, token=token, lease_ms=5000)
+    row = await SCRIPTS.manual_begin(
+        redis, K, person=PERSON, token=token, lease_ms=5000, service_window_s=86400
+    )
     return [x.decode() if isinstance(x, bytes) else x for x in row]
 
 

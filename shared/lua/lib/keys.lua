@@ -20,3 +20,11 @@ local OUTBOUND, OUTBOUND_BOOK = '{{OUTBOUND}}', '{{OUTBOUND_BOOK}}'
 local function out_book(out_prefix)
   return string.sub(out_prefix, 1, -(#OUTBOUND + 2)) .. OUTBOUND_BOOK .. ':'
 end
+
+-- The book of 24-hour windows (lib/lastin.lua) of the tenant whose conversation prefix is
+-- `prefix` ("wa:{t}:c:" -> "wa:{t}:w:", shared/keys.py `lastin_book`).
+local LASTIN_BOOK = '{{LASTIN_BOOK}}'
+
+local function lastin_book(prefix)
+  return string.sub(prefix, 1, -3) .. LASTIN_BOOK .. ':'
+end

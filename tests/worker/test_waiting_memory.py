@@ -1,0 +1,118 @@
+"""What a waiting conversation keeps in Redis (docs/benchmarks/memory.md): its messages without
+the routing prefix the inbox needs (claim.lua `slim_event`), its 24-hour window as a field of
+the tenant's book of windows (shared/lua/lib/lastin.lua) rather than a key; and the upgrade
+from the release before, whose events and `lastin` keys are still read."""
+
+from __future__ import annotations
+
+import time
+
+import orjson
+import pytest
+from redis.asyncio import Redis
+
+from shared import events
+from shared.conversation.batch import Batch
+from shared.keys import Keys
+from shared.ops import window
+from shared.settings import Settings
+from shared.storage.scripts import Scripts
+from tests.worker.support import TENANT, claim_due_now, message_event, push_message, quick_store
+from worker.conversation_store import ConversationStore
+
+PERSON = "5491155550077"
+DAY_S = 86400
+
+
+@pytest.fixture
+def store(redis: Redis, settings: Settings, prefix: str) -> ConversationStore:
+    return quick_store(redis, settings.with_overrides(key_prefix=prefix))
+
+
+async def test_a_waiting_message_is_kept_without_its_routing_prefix_and_read_whole(
+    redis: Redis, store: ConversationStore, prefix: str
+) -> None:
+    k = Keys(prefix).tenant(TENANT)
+    await push_message(redis, prefix, PERSON, "wamid.new", "hola")
+    await store.claim(TENANT, 0, "intake")
+    (stored,) = await redis.lrange(k.pending(PERSON), 0, -1)
+    assert stored.startswith(b'{"id":"wamid.new",'), "the key says whose; v and kind go"
+    event = orjson.loads(stored)
+    assert "person" not in event and "kind" not in event and "v" not in event
+    # A message the release before stored whole waits beside it (a rolling upgrade).
+    old = message_event(TENANT, PERSON, "wamid.old", "sigo")  # `from` slimmed, `person` kept
+    await redis.rpush(k.pending(PERSON), events.encode(old))
+    await redis.zadd(k.due, {PERSON: 0})
+    (batch,) = (await store.claim(TENANT, 5, "t")).batches
+    assert [m.id for m in batch.messages] == ["wamid.new", "wamid.old"]
+    assert [m.text for m in batch.messages] == ["hola", "sigo"]
+    # WhatsApp's message object comes back whole either way: its sender is the batch's person.
+    assert [m.raw["from"] for m in batch.messages] == [PERSON, PERSON]
+    assert batch.messages[0].raw == {
+        "from": PERSON,
+        "id": "wamid.new",
+        "timestamp": str(batch.messages[0].ts),
+        "type": "text",
+        "text": {"body": "hola"},
+    }
+
+
+async def test_the_window_is_a_field_of_the_book_and_the_claim_hands_it_over(
+    redis: Redis, store: ConversationStore, prefix: str
+) -> None:
+    k = Keys(prefix).tenant(TENANT)
+    ts = int(time.time()) - 60
+    await push_message(redis, prefix, PERSON, "m1", "hola", ts=ts)
+    await push_message(redis, prefix, PERSON, "m0", "antes", ts=ts - 30)  # out of order
+    await store.claim(TENANT, 0, "intake")
+    assert not await redis.exists(k.last_inbound(PERSON)), "no key of its own"
+    shards = [key async for key in redis.scan_iter(match=f"{k.lastin_book}*")]
+    assert len(shards) == 2, "the generations and one shard"
+    for key in shards:
+        assert await redis.ttl(key) > DAY_S, f"{key!r} expires after the window"
+    ((found, closes_in),) = await window.last_inbound(redis, k, [PERSON])
+    assert found == ts, "the latest message's ts, not the last one taken in"
+    assert DAY_S - 65 <= closes_in <= DAY_S - 60
+    await redis.zadd(k.due, {PERSON: 0})
+    (batch,) = (await store.claim(TENANT, 5, "t")).batches
+    assert batch.last_inbound_ts == ts
+    # A message whose window closed long ago opens none.
+    await push_message(redis, prefix, "5491155550078", "m9", "viejo", ts=ts - 2 * DAY_S)
+    await store.claim(TENANT, 0, "intake")
+    assert await window.last_inbound(redis, k, ["5491155550078", "nobody"]) == [(0, 0), (0, 0)]
+
+
+async def test_a_window_key_of_the_release_before_is_read_until_a_later_message(
+    redis: Redis, store: ConversationStore, prefix: str
+) -> None:
+    """Upgrading: `c:<person>:lastin` keys (EXAT the window's end) are read beside the book,
+    the later ts winning, and their expiry still closes the window (lib/lastin.lua)."""
+    k = Keys(prefix).tenant(TENANT)
+    old_ts = int(time.time()) - 3600
+    await redis.set(k.last_inbound(PERSON), old_ts, exat=old_ts + DAY_S)
+    ((found, closes_in),) = await window.last_inbound(redis, k, [PERSON])
+    assert found == old_ts and DAY_S - 3610 <= closes_in <= DAY_S - 3600, "the key's TTL"
+    # A reply by hand reads it as the worker does.
+    scripts = Scripts()
+    await scripts.load(redis)
+    row = await scripts.manual_begin(
+        redis, k, person=PERSON, token="manual:x", lease_ms=1000, service_window_s=DAY_S
+    )
+    assert row[0] == b"ok" and int(row[2]) == old_ts
+    await redis.delete(k.lock(PERSON))
+    # An older message changes nothing; the claim hands the key's ts over.
+    batch = await _claim_one(redis, store, prefix, "m1", old_ts - 100)
+    assert batch.last_inbound_ts == old_ts
+    assert await store.finish_done(batch)
+    # A later one goes to the book and wins; the key is left to expire.
+    batch = await _claim_one(redis, store, prefix, "m2", old_ts + 100)
+    assert batch.last_inbound_ts == old_ts + 100
+    assert int(await redis.get(k.last_inbound(PERSON)) or 0) == old_ts
+    assert (await window.last_inbound(redis, k, [PERSON]))[0][0] == old_ts + 100
+
+
+async def _claim_one(
+    redis: Redis, store: ConversationStore, prefix: str, wamid: str, ts: int
+) -> Batch:
+    await push_message(redis, prefix, PERSON, wamid, "hola", ts=ts)
+    return await claim_due_now(redis, store, prefix, PERSON, wamid)
