@@ -13,8 +13,10 @@ above the last bound), `ai_sum_ms`, `ai_count`, `send_sum_ms`, `send_count`; tok
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 
 from shared.fleet.dispatch_lag import INF, LagHistogram
 
@@ -30,24 +32,28 @@ class HistogramFields:
     def bucket_prefix(self) -> str:
         return f"{self.prefix}le:"
 
-    @property
+    @cached_property
     def sum_field(self) -> str:
         return f"{self.prefix}sum_ms"
 
-    @property
+    @cached_property
     def count_field(self) -> str:
         return f"{self.prefix}count"
 
+    @cached_property
+    def _bucket_fields(self) -> tuple[str, ...]:
+        """Each bound's bucket field, then the one above the last (`..._le:inf`)."""
+        return (*(f"{self.bucket_prefix}{b}" for b in self.bounds_ms), self.bucket_prefix + INF)
+
     def add(self, increments: dict[str, int], ms: float) -> None:
-        """Count one observation of `ms` milliseconds into `increments`."""
+        """Count one observation of `ms` milliseconds into `increments` (every turn adds a few:
+        the field names are made once)."""
         ms = max(0, round(ms))
-        bucket = next((str(b) for b in self.bounds_ms if ms <= b), INF)
-        for name, n in (
-            (self.bucket_prefix + bucket, 1),
-            (self.sum_field, ms),
-            (self.count_field, 1),
-        ):
-            increments[name] = increments.get(name, 0) + n
+        field = self._bucket_fields[bisect_left(self.bounds_ms, ms)]
+        get = increments.get
+        increments[field] = get(field, 0) + 1
+        increments[self.sum_field] = get(self.sum_field, 0) + ms
+        increments[self.count_field] = get(self.count_field, 0) + 1
 
     def from_stats(self, stats: Mapping[str, int]) -> LagHistogram:
         """Cumulative buckets in seconds, Prometheus style (all zero before any observation)."""
