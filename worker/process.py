@@ -260,9 +260,7 @@ class Worker:
 
     async def shutdown(self) -> None:
         # Stop taking wake-ups first, then give the fleet what this worker held.
-        for task in self._listeners:
-            task.cancel()
-        await asyncio.gather(*self._listeners, return_exceptions=True)
+        await _cancel_all(self._listeners)
         self._listeners = []
         await self._scheduler.relay_at_shutdown()
         running = self._leases.tasks()
@@ -279,9 +277,7 @@ class Worker:
         await self._scheduler.end_final_relays()
         if self.notifier is not None:
             await self.notifier.stop()
-        for task in self._background:
-            task.cancel()
-        await asyncio.gather(*self._background, return_exceptions=True)
+        await _cancel_all(self._background)
         if self._heartbeat is not None:
             await self._heartbeat.remove()
         await self._close_owned()
@@ -349,3 +345,27 @@ class Worker:
         finally:
             self._leases.remove(batch)
             self._scheduler.turn_ended(batch.tenant)
+
+
+# How long a cancelled task may take to end (its `finally`, e.g. releasing a lock) before it is
+# cancelled again.
+CANCEL_AGAIN_S = 2.0
+
+
+async def _cancel_all(tasks: list[asyncio.Task[Any]]) -> None:
+    """Cancel these tasks and wait for them to end. One that goes on (on Python 3.11,
+    `asyncio.wait_for` loses a cancellation that comes as what it waits for completes, and a
+    loop that catches the `TimeoutError` of a timer expiring with it goes round again) is
+    cancelled again at its next await, so a shutdown never hangs on it (the tests saw one
+    wait forever on the Chatwoot catch-up loop)."""
+    for task in tasks:
+        task.cancel()
+    pending = {task for task in tasks if not task.done()}
+    while pending:
+        _, pending = await asyncio.wait(pending, timeout=CANCEL_AGAIN_S)
+        for task in pending:
+            log.info("task %s still running after its cancellation: cancelled again", task)
+            task.cancel()
+    for task in tasks:  # their errors were theirs to log; retrieved so asyncio says nothing
+        if not task.cancelled():
+            task.exception()

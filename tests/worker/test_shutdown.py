@@ -122,3 +122,33 @@ async def test_a_second_sigterm_exits_at_once(
     assert time.monotonic() - signalled <= 3, "the second signal does not wait for the turn"
     assert await redis.pttl(lock) > 0, "the lease is left to expire, not released"
     assert await outbox(redis, prefix) == []
+
+
+async def test_a_task_that_goes_on_after_its_cancellation_cannot_hang_the_shutdown() -> None:
+    """On Python 3.11 a loop can lose its cancellation (`wait_for` racing what it waits for; a
+    caught `TimeoutError`) and go round again: the shutdown cancels it again rather than wait
+    for it forever (the tests once saw the Chatwoot catch-up loop do that)."""
+    from worker.process import CANCEL_AGAIN_S, _cancel_all
+
+    rounds = 0
+
+    async def swallows_one_cancellation() -> None:
+        nonlocal rounds
+        while True:
+            rounds += 1
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                if rounds > 1:
+                    raise
+
+    async def ends_at_once() -> None:
+        await asyncio.sleep(3600)
+
+    stubborn = asyncio.create_task(swallows_one_cancellation())
+    polite = asyncio.create_task(ends_at_once())
+    await asyncio.sleep(0)
+    started = time.monotonic()
+    await asyncio.wait_for(_cancel_all([stubborn, polite]), CANCEL_AGAIN_S * 5)
+    assert stubborn.cancelled() and polite.cancelled() and rounds == 2
+    assert time.monotonic() - started >= CANCEL_AGAIN_S * 0.9  # it had its chance to end
