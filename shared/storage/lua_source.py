@@ -228,13 +228,20 @@ def substitute(text: str, where: str) -> str:
     return out
 
 
-def assemble(text: str, directory: Path = LUA_DIR, where: str = "<lua>") -> str:
-    """The chunk Redis runs for a script's text: its helpers, then the script."""
+def _parts(text: str, directory: Path, where: str) -> list[tuple[str, str]]:
+    """The helper files a script's text uses, (name, text) each, dependencies first."""
     header = read_header(text, where)
-    parts = [(lib, (directory / lib).read_text()) for lib in helpers_of(header, directory, where)]
-    parts.append((where, text))
+    return [(lib, (directory / lib).read_text()) for lib in helpers_of(header, directory, where)]
+
+
+def _joined(parts: list[tuple[str, str]]) -> str:
     # Each part under its file's name: Redis reports errors by line of the whole chunk.
     return "".join(f"-- {name}\n{_line_ended(substitute(part, name))}" for name, part in parts)
+
+
+def assemble(text: str, directory: Path = LUA_DIR, where: str = "<lua>") -> str:
+    """The chunk Redis runs for a script's text: its helpers, then the script."""
+    return _joined([*_parts(text, directory, where), (where, text)])
 
 
 # A helper that keeps state for one script call defines `<name>_new_call()`, which clears it:
@@ -249,20 +256,14 @@ def function_library(name: str, function: str, directory: Path = LUA_DIR) -> str
     library, instead of at every call: for the finish that was two thirds of what Redis spent
     on a call that did nothing (docs/benchmarks/worker.md). The library takes the function's
     name. Each helper's per-call state is cleared as the call begins (`*_new_call`)."""
-    path = directory / f"{name}.lua"
-    if not path.is_file():
-        raise LuaSourceError(f"no Lua script named {name!r} in {directory}")
+    path = _script_path(name, directory)
     text = path.read_text()
-    header = read_header(text, path.name)
-    parts = [
-        (lib, (directory / lib).read_text()) for lib in helpers_of(header, directory, path.name)
-    ]
-    helpers = "".join(f"-- {lib}\n{_line_ended(substitute(part, lib))}" for lib, part in parts)
+    parts = _parts(text, directory, path.name)
     resets = "".join(f"{reset}()\n" for _, part in parts for reset in _NEW_CALL.findall(part))
     return (
-        f"#!lua name={function}\n{helpers}"
+        f"#!lua name={function}\n{_joined(parts)}"
         f"redis.register_function('{function}', function(KEYS, ARGV)\n{resets}"
-        f"-- {path.name}\n{_line_ended(substitute(text, path.name))}end)\n"
+        f"{_joined([(path.name, text)])}end)\n"
     )
 
 
@@ -270,11 +271,16 @@ def _line_ended(text: str) -> str:
     return text if text.endswith("\n") else text + "\n"
 
 
-def script_source(name: str, directory: Path = LUA_DIR) -> str:
-    """The assembled chunk of `<directory>/<name>.lua`."""
+def _script_path(name: str, directory: Path) -> Path:
     path = directory / f"{name}.lua"
     if not path.is_file():
         raise LuaSourceError(f"no Lua script named {name!r} in {directory}")
+    return path
+
+
+def script_source(name: str, directory: Path = LUA_DIR) -> str:
+    """The assembled chunk of `<directory>/<name>.lua`."""
+    path = _script_path(name, directory)
     return assemble(path.read_text(), directory, path.name)
 
 

@@ -340,8 +340,6 @@ class Scripts:
         self._functions = (
             self._functions and not is_cluster(redis) and await load_functions(redis, self.all())
         )
-        if not self._functions:
-            self.mode.functions = False
         # As scripts too: a call built before this load (EVALSHA) is repeated as it was.
         for script in self._by_name.values():
             await redis.script_load(script.source)
