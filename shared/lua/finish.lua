@@ -44,6 +44,7 @@
 -- uses: lib/outbound.lua (recorded_batch, record_outbound, start_late_job)
 -- uses: lib/review.lua (add_review_item)
 -- uses: lib/human.lua (set_human_pause)
+-- uses: lib/memory.lua (remember)
 local prefix, person, token, outcome = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local lock = conv_key(prefix, person, LOCK)
 if redis.call('GET', lock) ~= token then return 0 end
@@ -90,11 +91,7 @@ else
     record_outbound(prefix, KEYS[5], ARGV[14], ARGV[13], b.id, person, ARGV[12], ARGV[15], now, b)
   end
   if ARGV[9] and ARGV[9] ~= '' and tonumber(ARGV[10]) > 0 then
-    local mkey = conv_key(prefix, person, MEMORY)
-    if redis.call('RPUSH', mkey, ARGV[9]) > tonumber(ARGV[10]) then
-      redis.call('LTRIM', mkey, -tonumber(ARGV[10]), -1)
-    end
-    redis.call('PEXPIRE', mkey, ARGV[11])
+    remember(conv_key(prefix, person, MEMORY), ARGV[9], tonumber(ARGV[10]), ARGV[11])
   end
 end
 redis.call('DEL', bkey)

@@ -42,6 +42,7 @@
 -- uses: lib/clock.lua (now_ms)
 -- uses: lib/outbound.lua (record_outbound)
 -- uses: lib/human.lua (set_human_pause)
+-- uses: lib/memory.lua (remember)
 local prefix, person, token = ARGV[1], ARGV[3], ARGV[4]
 local lock = conv_key(prefix, person, LOCK)
 local held = redis.call('GET', lock) == token
@@ -85,10 +86,7 @@ for i = 17, #ARGV do
   end
 end
 if ARGV[7] ~= '' and tonumber(ARGV[8]) > 0 then
-  local mkey = conv_key(prefix, person, MEMORY)
-  redis.call('RPUSH', mkey, ARGV[7])
-  redis.call('LTRIM', mkey, -tonumber(ARGV[8]), -1)
-  redis.call('PEXPIRE', mkey, ARGV[9])
+  remember(conv_key(prefix, person, MEMORY), ARGV[7], tonumber(ARGV[8]), ARGV[9])
 end
 redis.call('HINCRBY', KEYS[3], 'manual_replies', 1)
 redis.call('ZADD', KEYS[4], now, person)

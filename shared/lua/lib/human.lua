@@ -2,6 +2,7 @@
 -- no turn for them (claim.lua), and the key lapses by itself (PX). shared/ops/takeover.py reads it.
 --
 -- uses: lib/keys.lua (conv_key, HUMAN, PENDING, BATCH, MEMORY)
+-- uses: lib/memory.lua (remember)
 
 -- A pause a review set (finish.lua: by "review:<reason>") is the review's: requeueing or
 -- dropping the item lifts it (lift_review_pause). Any other pause is a person's (the ops
@@ -151,7 +152,5 @@ local function take_echo(due_key, burst_key, stats_key, prefix, ev, person, now,
   local entry = {user = table.concat(texts, '\n'), assistant = echo_text, by = 'human',
     echo = true, out = {echo_id}}
   if #ids > 0 then entry.ids = ids end
-  redis.call('RPUSH', mkey, cjson.encode(entry))
-  redis.call('LTRIM', mkey, -memory_turns, -1)
-  redis.call('EXPIRE', mkey, memory_ttl_s)
+  remember(mkey, cjson.encode(entry), memory_turns, memory_ttl_s * 1000)
 end
