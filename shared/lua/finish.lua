@@ -49,6 +49,9 @@ local prefix, person, token, outcome = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local lock = conv_key(prefix, person, LOCK)
 if redis.call('GET', lock) ~= token then return 0 end
 local now = now_ms()
+-- Written twice on a done turn (`conversations`, the record's sent time): its text made once,
+-- as a number's text costs Redis a printf each time it is written.
+local now_text = tostring(now)
 local bkey = conv_key(prefix, person, BATCH)
 for i = 19, #ARGV, 2 do
   redis.call('HINCRBY', KEYS[5], ARGV[i], ARGV[i + 1])
@@ -84,11 +87,12 @@ if outcome == 'review' then
     redis.call('HINCRBY', KEYS[5], 'unknown:' .. what, 1)
   end
 else
-  redis.call('HINCRBY', KEYS[5], 'turns', 1)
-  redis.call('ZADD', KEYS[6], now, person)
+  redis.call('HINCRBY', KEYS[5], 'turns', '1')
+  redis.call('ZADD', KEYS[6], now_text, person)
   if ARGV[12] and ARGV[12] ~= '' and ARGV[13] ~= '' then
     local b = recorded_batch(bkey)
-    record_outbound(prefix, KEYS[5], ARGV[14], ARGV[13], b.id, person, ARGV[12], ARGV[15], now, b)
+    record_outbound(prefix, KEYS[5], ARGV[14], ARGV[13], b.id, person, ARGV[12], ARGV[15], now, b,
+      now_text)
   end
   if ARGV[9] and ARGV[9] ~= '' and tonumber(ARGV[10]) > 0 then
     remember(conv_key(prefix, person, MEMORY), ARGV[9], tonumber(ARGV[10]), ARGV[11])

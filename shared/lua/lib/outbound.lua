@@ -228,22 +228,22 @@ end
 -- send's answer (parked as `early` by apply_status). A late failure found here is only
 -- queued: the batch is still running; finish.lua starts it. `b` is what the caller read of
 -- the person's batch hash (recorded_batch; nil: read here). `batch` names the batch: `b.id`,
--- or a reply by hand's own id.
+-- or a reply by hand's own id. `now_text`: `now` as text, when the caller has it already.
 local function record_outbound(prefix, stats_key, out_prefix, id, batch, person, part, ttl, now,
-    b)
+    b, now_text)
   local okey = out_prefix .. id
   local e = redis.call('HMGET', okey, 'early', 'early_failure', 'early_error')
   local early, failure = e[1], e[2]
   if early then redis.call('DEL', okey) end
   local book, h, field = out_book(out_prefix), record_place(id)
   local gen = book_open(book, math.floor(now / 1000), tonumber(ttl), OUT_GEN_S, OUT_FILL, 'HLEN')
-  local r = {status = STATUS_CODE[early or ''] and early or 'accepted', sent_ms = now,
+  local r = {status = STATUS_CODE[early or ''] and early or 'accepted', sent_ms = now_text or now,
     part = part, error = '', person = person, batch = batch, key = book_key(gen, h),
     field = field}
   if redis.call('HSET', r.key, field, record_value(r)) == 1 then
     book_added(book, gen, r.key, redis.call('HLEN', r.key), OUT_FILL)
   end
-  redis.call('HINCRBY', stats_key, 'parts_out', 1)
+  redis.call('HINCRBY', stats_key, 'parts_out', '1')
   b = b or recorded_batch(conv_key(prefix, person, BATCH))
   keep_sent(prefix, person, batch, part, b)
   if b.template == '1' and b.template_part == tostring(part) then
