@@ -1,7 +1,7 @@
 """Instructions per turn, worker and Redis: figures other load on the machine cannot move.
 
     .venv/bin/python -m scripts.bench.turn_instructions [--n 2000] [--side both|worker|redis]
-    .venv/bin/python -m scripts.bench.turn_instructions --side scripts  # Redis, per script
+    .venv/bin/python -m scripts.bench.turn_instructions --side scripts  # Redis, per script call
     .venv/bin/python -m scripts.bench.turn_instructions --at REV      # another revision
 
 The throughput scenario of `scripts/bench_worker` (N one-message conversations due at once, the
@@ -15,6 +15,10 @@ probe brain and sender, `WORKER_CONCURRENCY=200`, one `python -m worker`), with 
 - **redis**: `redis-server` traced, zeroed after the conversations were stored and taken in,
   dumped at the N-th turn: the claim, the reply's store and the finish per turn, Redis's
   network and event loop included.
+- **scripts**: the claim, the reply's store and the finish called one kind at a time by the
+  worker's own ConversationStore on a traced `redis-server`: instructions per call of each,
+  and how many commands each call ran (`INFO commandstats`): a command called from Lua costs
+  Redis ~10k instructions with its arguments and the reply parsed back into Lua.
 
 Why: on this shared 2-core machine CPU time per turn moves by a third from one minute to the
 next (docs/benchmarks/worker.md); instruction counts repeat to about a percent. Use it to decide
@@ -189,14 +193,23 @@ async def _per_script(n: int, out: Path) -> dict[str, float]:
                 )
 
             for name, phase in (("claim", claim), ("save_reply", save), ("finish", finish)):
+                await b.redis.config_resetstat()
                 _control("-z", traced.pid)
                 await phase()
                 _control("-d", traced.pid)
                 costs[name] = _collected(_newest(out, traced.pid)) / n
+                stats = await b.redis.info("commandstats")
+                costs[f"  {name} commands"] = _inner_commands(stats) / n
     finally:
         await _shutdown(url)
         traced.wait(60)
     return costs
+
+
+def _inner_commands(commandstats: dict[str, Any]) -> int:
+    """The commands the scripts called (what a script costs is mostly how many it calls)."""
+    outer = {"cmdstat_fcall", "cmdstat_evalsha", "cmdstat_config|resetstat", "cmdstat_info"}
+    return sum(int(v.get("calls", 0)) for k, v in commandstats.items() if k not in outer)
 
 
 async def _wait_ping(url: str) -> None:
@@ -251,7 +264,10 @@ def main() -> int:
     for _ in range(args.repeat):
         for side in sides:
             for name, per in measure(side, args.n, args.keep).items():
-                print(f"{name:10s} {per:>10,.0f} instructions/turn", flush=True)
+                if name.startswith(" "):  # the commands a script called, per call
+                    print(f"{name:20s} {per:>10,.1f} per call", flush=True)
+                else:
+                    print(f"{name:20s} {per:>10,.0f} instructions/turn", flush=True)
     return 0
 
 
