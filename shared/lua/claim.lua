@@ -275,11 +275,13 @@ end
 -- A message as its pending list keeps it: without the routing prefix `{"v":1,"kind":"message",
 -- "person":"<person>",` the receiver put first (50 B of a 220 B text event, 3 of them about
 -- 130 B of used_memory): the list's key names the person, and the version and kind are the
--- inbox's business. `after` is where the matched prefix ends (nil when the event was decoded
--- instead: kept whole). Readers of pending lists, batches' `messages`, review items and the
--- `sent` list take either form: a message's fields are read by name (id, type, text, ts,
--- ...), and its person comes from where it is kept (shared/conversation/batch.py
--- `Message.from_event`); events stored whole by the release before are read as they are.
+-- inbox's business (a WhatsApp message's event leaves out what its fields imply already: a
+-- text's type, and received_ms as `rd`; shared/events.py). `after` is where the matched prefix
+-- ends (nil when the event was decoded instead: kept whole). Readers of pending lists,
+-- batches' `messages`, review items and the `sent` list take either form: a message's fields
+-- are read by name (id, type, text, ts, ...), and its person comes from where it is kept
+-- (shared/conversation/batch.py `Message.from_event`); events stored whole by the release
+-- before are read as they are.
 local function slim_event(ev, after)
   if after and string.byte(ev, after) == 44 then  -- ','
     -- The prefix matched again (one string made, where sub and concatenation make two).
