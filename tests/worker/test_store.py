@@ -9,6 +9,7 @@ from dataclasses import replace
 import pytest
 from redis.asyncio import Redis
 
+from shared.conversation.burst_shards import burst_shard_of
 from shared.keys import Keys
 from shared.ops import outbound
 from shared.settings import Settings
@@ -61,7 +62,10 @@ async def test_due_is_last_plus_window_capped_at_first_plus_max_wait(
     third = await store.claim(TENANT, 5, "t")
     assert third.now_ms + WINDOW_MS > first.now_ms + MAX_WAIT_MS
     assert await redis.zscore(k.due, PERSON) == first.now_ms + MAX_WAIT_MS, "capped by max wait"
-    assert await redis.hget(k.burst, PERSON) == f"{first.now_ms},{third.now_ms}".encode()
+    assert (
+        await redis.hget(k.burst_shard(burst_shard_of(PERSON)), PERSON)
+        == f"{first.now_ms},{third.now_ms}".encode()
+    )
 
 
 async def test_claim_takes_the_pending_messages_under_a_lock_with_a_lease(
@@ -82,7 +86,9 @@ async def test_claim_takes_the_pending_messages_under_a_lock_with_a_lease(
     assert 5000 < await redis.pttl(k.lock(PERSON)) <= 10000
     assert await redis.zscore(k.running, PERSON) == claim.now_ms + 10000
     assert claim.next_ms == claim.now_ms + 10000
-    assert not await redis.exists(k.pending(PERSON), k.due, k.burst)
+    assert not await redis.exists(
+        k.pending(PERSON), k.due, k.burst, k.burst_shard(burst_shard_of(PERSON))
+    )
 
     # While the batch runs, new messages wait and are not scheduled...
     await push_message(redis, prefix, PERSON, "m3", "durante")
