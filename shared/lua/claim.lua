@@ -371,6 +371,17 @@ local lags = new_lags()
 local batches_base, new_batches = nil, 0
 if max_claim > 0 then
   local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'WITHSCORES', 'LIMIT', 0, max_claim)
+  -- Every person found leaves `due` in one command (a ZREM each was a command a turn); one
+  -- still held is put back below (ZADD at the held lock's or pause's end).
+  local found = {}
+  for j = 1, #due, 2 do
+    found[#found + 1] = due[j]
+    if #found >= 1000 then
+      redis.call('ZREM', KEYS[2], unpack(found))
+      found = {}
+    end
+  end
+  if #found > 0 then redis.call('ZREM', KEYS[2], unpack(found)) end
   for j = 1, #due, 2 do
     local person, due_ms, i = due[j], due[j + 1], (j + 1) / 2
     local lock, hkey = conv_key(prefix, person, LOCK), conv_key(prefix, person, HUMAN)
@@ -390,7 +401,6 @@ if max_claim > 0 then
       if held < 0 then held = lease end
       redis.call('ZADD', KEYS[2], now + held, person)
     else
-      redis.call('ZREM', KEYS[2], person)
       local bkey = conv_key(prefix, person, BATCH)
       local ok, fresh = true, nil
       if redis.call('EXISTS', bkey) == 0 then
