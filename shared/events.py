@@ -9,11 +9,13 @@ Message event (kind "message"):
     v, kind, person, channel (left out for "whatsapp"), id, type, text, ts (provider
     unix seconds), received_ms (receiver clock), name (profile name; left out when there is
     none), context (quoted id; left out when none), raw (the provider's message)
-The claim keeps a message in its person's pending list (and the batch's `messages`) without
-the routing prefix (`v`, `kind`, `person`: shared/lua/claim.lua `slim_event`), so a reader of
-those takes the person from where it is kept. A message waits there until its turn, so its
-event holds what a turn,
-the ops page and a review item read, once: WhatsApp's `raw` leaves out what the fields above
+A WhatsApp message's event leaves out what its other fields imply: a text's `type` (read it
+with `message_type`), and `received_ms` (13 digits) is `rd` = received_ms - ts * 1000 (a few;
+read it with `received_ms`); events of the release before have both. The claim keeps a
+message in its person's pending list (and the batch's `messages`) without the routing prefix
+(`v`, `kind`, `person`: shared/lua/claim.lua `slim_event`), so a reader of those takes the
+person from where it is kept. A message waits there until its turn, so its event holds what
+a turn, the ops page and a review item read, once: WhatsApp's `raw` leaves out what the fields above
 hold already (`id`, `from`, `timestamp`, a text's `type` and body) and is left out when nothing
 else is in it; `restore_raw` gives the message object whole (shared/conversation/batch.py
 `Message.raw`). A 3-message conversation's events so take about 0.5 KB with their text
@@ -90,10 +92,17 @@ def message_event(
     if channel != WHATSAPP:
         event["channel"] = channel
     event["id"] = message_id
-    event["type"] = type
+    # A WhatsApp message waits in its pending list as written here (less its routing prefix):
+    # a text's type is implied, and `rd` (a few digits) holds what `received_ms` (13) would.
+    lean = kind == "message" and channel == WHATSAPP
+    if type != "text" or not lean:
+        event["type"] = type
     event["text"] = text
     event["ts"] = ts
-    event["received_ms"] = received_ms
+    if lean:
+        event["rd"] = received_ms - ts * 1000
+    else:
+        event["received_ms"] = received_ms
     if name:
         event["name"] = name
     if context:
@@ -155,6 +164,29 @@ def restore_raw(event: dict[str, Any], person: str = "") -> Any:
         return raw
     whole.update(raw)
     return whole
+
+
+def received_ms(event: Any) -> int:
+    """When the receiver got the message, on its clock (ms); 0 when the event does not say.
+    A WhatsApp message's event holds `rd`, received_ms - ts * 1000 (`message_event`), one of
+    the release before or of another kind or channel `received_ms`."""
+    if not isinstance(event, dict):
+        return 0
+    value = event.get("received_ms")
+    if value is None and "rd" in event:
+        try:
+            return int(event.get("ts") or 0) * 1000 + int(event["rd"])
+        except (TypeError, ValueError):
+            return 0
+    try:
+        return int(value or 0) if not isinstance(value, bool) else 0
+    except (TypeError, ValueError):
+        return 0
+
+
+def message_type(event: Any) -> str:
+    """A message event's `type`: a WhatsApp text's leaves it out (`message_event`)."""
+    return str(event.get("type", "text")) if isinstance(event, dict) else ""
 
 
 def conversation_event(

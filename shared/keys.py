@@ -231,6 +231,9 @@ class TenantKeys:
     def burst(self) -> str:
         return f"{self.base}:burst"
 
+    def burst_shard(self, shard: str) -> str:  # shared/conversation/burst_shards.py
+        return f"{self.burst}:{shard}"
+
     @cached_property
     def review(self) -> str:
         return f"{self.base}:review"
@@ -416,12 +419,10 @@ class TenantKeys:
 
 # Suffixes of a conversation's keys. Scripts that visit many conversations (claim, intake)
 # cannot receive every key through KEYS; they get the tenant's conversation prefix, and the
-# loader writes these suffixes into shared/lua/lib/keys.lua, so this module stays the only
-# place a key is spelled.
+# loader writes these suffixes into shared/lua/lib/keys.lua, so this module stays the only place
+# a key is spelled.
 PENDING, BATCH, LOCK, LASTIN, MEMORY = "pending", "batch", "lock", "lastin", "memory"
-CONTEXT, HUMAN = "context", "human"
-SENT, LATE = "sent", "late"
-SILENT = "silent"
+CONTEXT, HUMAN, SENT, LATE, SILENT = "context", "human", "sent", "late", "silent"
 # The suffix of a tenant's review notifications (after its notification queue's key), written
 # into shared/lua/lib/review.lua by the loader like the suffixes above.
 NOTIFY_EVENTS = "events"

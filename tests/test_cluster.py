@@ -25,6 +25,7 @@ from redis.crc import key_slot
 from receiver.app import create_app
 from scripts.dev.redis_server import CLUSTER_SLOTS, RedisCluster
 from scripts.webhooks import text_message
+from shared.conversation.burst_shards import burst_shard_of
 from shared.keys import Keys
 from shared.settings import Settings
 from shared.storage.group_commit import GroupCommitter
@@ -98,6 +99,7 @@ async def test_three_masters_share_every_slot_and_a_tenant_is_one_slot(
         k = Keys("wa").tenant(tenant)
         keys = [k.inbox, k.due, k.running, k.burst, k.stats, k.review, k.seen("whatsapp:w")]
         keys += [k.pending("549"), k.batch("549"), k.lock("549"), k.outbound("wamid.X")]
+        keys += [k.burst_shard(burst_shard_of("549")), k.burst_shard(burst_shard_of("AR.x"))]
         keys += [k.seen_gens, k.seen_shard("1796304483", "3"), k.outbound_gens]
         keys += [k.outbound_shard("1796304483", "3")]  # the scripts build these names
         # The server's own hash of every key of the tenant: one slot, on node `index`.

@@ -14,6 +14,7 @@ import re
 from typing import Any
 
 from shared.chatwoot import TENANT_PREFIX
+from shared.events import received_ms
 from shared.ops.thread import int_of, local, str_of
 
 _CHATWOOT = re.compile(r"cw-([0-9]{1,16})-([0-9]{1,16})")  # shared/chatwoot.py's spelling
@@ -40,7 +41,7 @@ def _messages(item: Any) -> list[dict[str, Any]]:
 
 def message_ms(message: dict[str, Any]) -> int:
     """When the message reached us (`received_ms`), else the provider's `ts`; 0 if unknown."""
-    return int_of(message.get("received_ms")) or int_of(message.get("ts")) * 1000
+    return received_ms(message) or int_of(message.get("ts")) * 1000
 
 
 def first_message_ms(item: Any) -> int:

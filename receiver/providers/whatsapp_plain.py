@@ -63,10 +63,9 @@ def plain_text_event(
         "kind": "message",
         "person": person,
         "id": message_id,
-        "type": "text",
-        "text": text,
+        "text": text,  # a text's type is implied (shared/events.py `message_event`)
         "ts": ts,
-        "received_ms": received_ms,
+        "rd": received_ms - ts * 1000,
     }
     profile = contact.get("profile")
     if type(profile) is dict and (

@@ -2,6 +2,7 @@
 
     .venv/bin/python -m scripts.bench.turn_instructions [--n 2000] [--side both|worker|redis]
     .venv/bin/python -m scripts.bench.turn_instructions --side scripts  # Redis, per script call
+    .venv/bin/python -m scripts.bench.turn_instructions --side intake   # Redis, per message
     .venv/bin/python -m scripts.bench.turn_instructions --at REV      # another revision
 
 The throughput scenario of `scripts/bench_worker` (N one-message conversations due at once, the
@@ -212,6 +213,29 @@ def _inner_commands(commandstats: dict[str, Any]) -> int:
     return sum(int(v.get("calls", 0)) for k, v in commandstats.items() if k not in outer)
 
 
+async def _per_intake(n: int, out: Path) -> dict[str, float]:
+    """Redis instructions per message the claim takes in (claiming nothing, the whole inbox in
+    one call, as the worker's intake does): N people's first messages, then a second message
+    each, which joins the burst waiting (docs/benchmarks/memory.md)."""
+    from scripts.bench.worker_load import Bench, make_event, person_id
+
+    traced, url = _traced_redis(out)
+    costs: dict[str, float] = {}
+    try:
+        await _wait_ping(url)
+        async with Bench(url) as b:
+            for name, m in (("intake_new", 0), ("intake_known", 1)):
+                await b.ingest_bulk([make_event(person_id(i), m) for i in range(n)])
+                _control("-z", traced.pid)
+                await b.intake(300_000, 600_000)
+                _control("-d", traced.pid)
+                costs[name] = _collected(_newest(out, traced.pid)) / n
+    finally:
+        await _shutdown(url)
+        traced.wait(60)
+    return costs
+
+
 async def _wait_ping(url: str) -> None:
     from redis.asyncio import Redis
     from redis.exceptions import RedisError
@@ -238,13 +262,17 @@ def measure(side: str, n: int, keep: str = "") -> dict[str, float]:
         out.mkdir(parents=True, exist_ok=True)
         if side == "scripts":
             return asyncio.run(_per_script(n, out))
+        if side == "intake":
+            return asyncio.run(_per_intake(n, out))
         return {side: asyncio.run(_run(side, n, out)) / n}
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--n", type=int, default=2000, help="conversations (turns) per measurement")
-    p.add_argument("--side", choices=("both", "worker", "redis", "scripts"), default="both")
+    p.add_argument(
+        "--side", choices=("both", "worker", "redis", "scripts", "intake"), default="both"
+    )
     p.add_argument("--repeat", type=int, default=1)
     p.add_argument("--keep", default="", help="keep the callgrind dumps in this directory")
     p.add_argument("--at", default="", help="measure this git revision's product code")
@@ -264,10 +292,11 @@ def main() -> int:
     for _ in range(args.repeat):
         for side in sides:
             for name, per in measure(side, args.n, args.keep).items():
+                unit = "message" if side == "intake" else "turn"
                 if name.startswith(" "):  # the commands a script called, per call
                     print(f"{name:20s} {per:>10,.1f} per call", flush=True)
                 else:
-                    print(f"{name:20s} {per:>10,.0f} instructions/turn", flush=True)
+                    print(f"{name:20s} {per:>10,.0f} instructions/{unit}", flush=True)
     return 0
 
 

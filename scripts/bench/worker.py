@@ -279,7 +279,8 @@ async def memory(args: argparse.Namespace) -> Metrics:
             # Dedupe markers: a key each (releases before the books) or the tenant's book.
             out["seen_B"] = await _usage(r, [f"{tk.base}:seen:*", f"{tk.base}:s:*"]) / len(events)
             out["due_B"] = await r.memory_usage(tk.due, samples=0) / people
-            out["burst_B"] = await r.memory_usage(tk.burst, samples=0) / people
+            # One hash (the releases before) or its shards (shared/lua/lib/burst.lua).
+            out["burst_B"] = await _usage(r, [tk.burst, f"{tk.burst}:*"]) / people
             out["event_B"] = sum(len(encode(e)) for e in events[:300]) / 300
     # (b) what an answered one-message conversation leaves behind (zero-latency brain, a
     #     sender that returns a provider id as WhatsApp does), its dedupe marker included.

@@ -30,6 +30,14 @@ _rows: list[tuple[float, int, int, int, int]] = []
 _registered = False
 
 
+def received_ms(event: dict[str, Any]) -> int:
+    """The event's `received_ms`, or `ts` * 1000 + `rd` where the claim stored it so
+    (shared/events.py `received_ms`; spelled here: the probe runs with any revision's code)."""
+    if "received_ms" not in event and "rd" in event:
+        return int(event.get("ts") or 0) * 1000 + int(event["rd"])
+    return int(event.get("received_ms", 0))
+
+
 def _dump() -> None:
     out = os.environ.get("BENCH_OUT")
     if not out:
@@ -60,7 +68,7 @@ class TimingBrain:
         received = 0
         if self._e2e:
             events = orjson.loads(batch.messages_json)
-            received = min(int(e.get("received_ms", 0)) for e in events) if events else 0
+            received = min(received_ms(e) for e in events) if events else 0
         _rows.append((start_ms, batch.due_ms, batch.claimed_ms, received, len(batch.messages)))
         if self._sleep > 0:
             await asyncio.sleep(self._sleep)

@@ -111,6 +111,8 @@ def classify(key: str, keys: Keys) -> tuple[str, str | None]:
         }
         if key in exact:
             return exact[key], None
+        if key.startswith(f"{k.burst}:"):  # a shard of the bursts (lib/burst.lua)
+            return "burst", None
         if key.startswith(k.review_ix):  # the ops page's index of review items: kept with them
             return "review", None
         if key.startswith((k.seen(""), k.seen_book)):
@@ -164,6 +166,8 @@ async def in_flight(stack: Stack) -> Counter[str]:
         pipe.hlen(k.burst)
         for kind, n in zip(("inbox", "due", "running", "burst"), await pipe.execute(), strict=True):
             found[kind] += int(n)
+        async for name in redis.scan_iter(match=f"{k.burst}:*", count=1000):
+            found["burst"] += int(await redis.hlen(name))  # its shards (lib/burst.lua)
         async for name in redis.scan_iter(match=f"{k.conversation_prefix}*", count=1000):
             kind = decoded(name).rpartition(":")[2]
             if kind in (PENDING, BATCH, LOCK):

@@ -5,7 +5,8 @@
 -- KEYS[1] inbox        LIST: events from the receiver
 -- KEYS[2] due          ZSET: person -> when the conversation is due (ms)
 -- KEYS[3] running      ZSET: person -> when the running turn's lease ends (ms)
--- KEYS[4] burst        HASH: person -> "first_ms,last_ms" of waiting messages
+-- KEYS[4] burst        HASH: the release before's person -> "first_ms,last_ms" of waiting
+--         messages; its shards ("<burst>:<n>") hold them now (lib/burst.lua)
 -- KEYS[5] stats        HASH: counters
 -- KEYS[6] unroutable   LIST: inbox entries that are not ours to interpret
 -- KEYS[7] users        HASH: WhatsApp user id -> the phone number it was seen with
@@ -77,6 +78,7 @@
 -- uses: lib/dispatch_lag.lua (new_lags, add_lag, write_lags)
 -- uses: lib/silence.lua (held_silent, take_agent_message, take_conversation_event)
 -- uses: lib/silence.lua (silence_of, fold_batch)
+-- uses: lib/burst.lua (burst_get, burst_set, burst_del)
 local prefix, max_claim, lease = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local window, max_wait, max_intake = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local out_prefix, service_window, early_ttl = ARGV[8], tonumber(ARGV[9]), tonumber(ARGV[10])
@@ -157,9 +159,9 @@ end
 local function take_message(ev, person)
   redis.call('RPUSH', conv_key(prefix, person, PENDING), ev)
   local first = now
-  local b = redis.call('HGET', KEYS[4], person)
+  local b, shard = burst_get(KEYS[4], person)
   if b then first = tonumber(string.match(b, '^(%d+)')) end
-  redis.call('HSET', KEYS[4], person, first .. ',' .. now)
+  burst_set(KEYS[4], person, first, now, shard)
   -- While a batch exists (running or waiting for a retry) the conversation is scheduled
   -- by finish.lua; new messages wait for the next batch.
   if redis.call('EXISTS', conv_key(prefix, person, BATCH)) == 0 then
@@ -243,7 +245,7 @@ local function take_other(kind, ev, person)
         if redis.call('LLEN', pkey) == 0 then
           -- Nothing waits any more: no burst, and no due time unless a batch (a retry's)
           -- holds it.
-          redis.call('HDEL', KEYS[4], person)
+          burst_del(KEYS[4], person)
           if redis.call('EXISTS', conv_key(prefix, person, BATCH)) == 0 then
             redis.call('ZREM', KEYS[2], person)
           end
@@ -275,11 +277,13 @@ end
 -- A message as its pending list keeps it: without the routing prefix `{"v":1,"kind":"message",
 -- "person":"<person>",` the receiver put first (50 B of a 220 B text event, 3 of them about
 -- 130 B of used_memory): the list's key names the person, and the version and kind are the
--- inbox's business. `after` is where the matched prefix ends (nil when the event was decoded
--- instead: kept whole). Readers of pending lists, batches' `messages`, review items and the
--- `sent` list take either form: a message's fields are read by name (id, type, text, ts,
--- ...), and its person comes from where it is kept (shared/conversation/batch.py
--- `Message.from_event`); events stored whole by the release before are read as they are.
+-- inbox's business (a WhatsApp message's event leaves out what its fields imply already: a
+-- text's type, and received_ms as `rd`; shared/events.py). `after` is where the matched prefix
+-- ends (nil when the event was decoded instead: kept whole). Readers of pending lists,
+-- batches' `messages`, review items and the `sent` list take either form: a message's fields
+-- are read by name (id, type, text, ts, ...), and its person comes from where it is kept
+-- (shared/conversation/batch.py `Message.from_event`); events stored whole by the release
+-- before are read as they are.
 local function slim_event(ev, after)
   if after and string.byte(ev, after) == 44 then  -- ','
     -- The prefix matched again (one string made, where sub and concatenation make two).
@@ -367,6 +371,17 @@ local lags = new_lags()
 local batches_base, new_batches = nil, 0
 if max_claim > 0 then
   local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'WITHSCORES', 'LIMIT', 0, max_claim)
+  -- Every person found leaves `due` in one command (a ZREM each was a command a turn); one
+  -- still held is put back below (ZADD at the held lock's or pause's end).
+  local found = {}
+  for j = 1, #due, 2 do
+    found[#found + 1] = due[j]
+    if #found >= 1000 then
+      redis.call('ZREM', KEYS[2], unpack(found))
+      found = {}
+    end
+  end
+  if #found > 0 then redis.call('ZREM', KEYS[2], unpack(found)) end
   for j = 1, #due, 2 do
     local person, due_ms, i = due[j], due[j + 1], (j + 1) / 2
     local lock, hkey = conv_key(prefix, person, LOCK), conv_key(prefix, person, HUMAN)
@@ -386,13 +401,12 @@ if max_claim > 0 then
       if held < 0 then held = lease end
       redis.call('ZADD', KEYS[2], now + held, person)
     else
-      redis.call('ZREM', KEYS[2], person)
       local bkey = conv_key(prefix, person, BATCH)
       local ok, fresh = true, nil
       if redis.call('EXISTS', bkey) == 0 then
         local pkey = conv_key(prefix, person, PENDING)
         local msgs = redis.call('LRANGE', pkey, 0, -1)
-        redis.call('HDEL', KEYS[4], person)
+        burst_del(KEYS[4], person)
         if #msgs == 0 then
           ok = false
         else

@@ -2,7 +2,7 @@
 --
 -- KEYS[1] due          ZSET: person -> when the conversation is due (ms)
 -- KEYS[2] running      ZSET: person -> when the running turn's lease ends (ms)
--- KEYS[3] burst        HASH: person -> "first_ms,last_ms" of waiting messages
+-- KEYS[3] burst        HASH: the release before's bursts (lib/burst.lua: their shards now)
 -- KEYS[4] review       HASH: batch id -> review item
 -- KEYS[5] stats        HASH: counters
 -- KEYS[6] conversations  ZSET: person -> ms of the last activity (done: the reply is some)
@@ -45,6 +45,7 @@
 -- uses: lib/review.lua (add_review_item)
 -- uses: lib/human.lua (set_human_pause)
 -- uses: lib/memory.lua (remember)
+-- uses: lib/burst.lua (burst_get)
 local prefix, person, token, outcome = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local lock = conv_key(prefix, person, LOCK)
 if redis.call('GET', lock) ~= token then return 0 end
@@ -105,7 +106,7 @@ if start_late_job(prefix, person, KEYS[1], now, true) then return 1 end
 -- Messages that arrived during the turn form the next batch, due as their burst says
 -- (possibly already due).
 if redis.call('EXISTS', conv_key(prefix, person, PENDING)) == 1 then
-  local b = redis.call('HGET', KEYS[3], person)
+  local b = burst_get(KEYS[3], person)
   local first, last = now, now
   if b then
     local f, l = string.match(b, '^(%d+),(%d+)$')

@@ -7,7 +7,7 @@
 --
 -- KEYS[1] due          ZSET: person -> when the conversation is due (ms)
 -- KEYS[2] running      ZSET: person -> when the running turn's lease ends (ms)
--- KEYS[3] burst        HASH: person -> "first_ms,last_ms" of waiting messages
+-- KEYS[3] burst        HASH: the release before's bursts (lib/burst.lua: their shards now)
 -- KEYS[4] users        HASH: WhatsApp user id -> the phone number of its conversation
 -- KEYS[5] conversations  ZSET: person -> ms of the last activity (the ops page's inbox)
 -- ARGV[1] conversation_prefix  the tenant's conversation key prefix ("wa:{t}:c:")
@@ -20,6 +20,7 @@
 --
 -- uses: lib/keys.lua (conv_key, LOCK)
 -- uses: lib/lastin.lua (lastin_forget)
+-- uses: lib/burst.lua (burst_del)
 local prefix, person = ARGV[1], ARGV[2]
 if redis.call('EXISTS', conv_key(prefix, person, LOCK)) == 1 then return {-1, 0, 0, 0} end
 local deleted = 0
@@ -27,7 +28,7 @@ for kind in string.gmatch(ARGV[3], '[^,]+') do
   deleted = deleted + redis.call('DEL', conv_key(prefix, person, kind))
 end
 local entries = redis.call('ZREM', KEYS[1], person) + redis.call('ZREM', KEYS[2], person)
-  + redis.call('HDEL', KEYS[3], person) + redis.call('ZREM', KEYS[5], person)
+  + burst_del(KEYS[3], person) + redis.call('ZREM', KEYS[5], person)
   + lastin_forget(prefix, person)
 -- The person's own field when the person is a user id; then every user id seen mapped to it.
 local users = redis.call('HDEL', KEYS[4], person)

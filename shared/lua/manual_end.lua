@@ -2,7 +2,7 @@
 -- the lock when nothing did.
 --
 -- KEYS[1] due          ZSET: person -> when the conversation is due (ms)
--- KEYS[2] burst        HASH: person -> "first_ms,last_ms" of waiting messages
+-- KEYS[2] burst        HASH: the release before's bursts (lib/burst.lua: their shards now)
 -- KEYS[3] stats        HASH: counters
 -- KEYS[4] conversations  ZSET: person -> ms of the last activity ("sent": the reply is some)
 -- ARGV[1] conversation_prefix  the tenant's conversation key prefix ("wa:{t}:c:")
@@ -43,6 +43,7 @@
 -- uses: lib/outbound.lua (record_outbound)
 -- uses: lib/human.lua (set_human_pause)
 -- uses: lib/memory.lua (remember)
+-- uses: lib/burst.lua (burst_get, burst_set, burst_del)
 local prefix, person, token = ARGV[1], ARGV[3], ARGV[4]
 local lock = conv_key(prefix, person, LOCK)
 local held = redis.call('GET', lock) == token
@@ -57,9 +58,9 @@ local function reschedule(since)
     redis.call('ZADD', KEYS[1], now, person)
     return
   end
-  local b = redis.call('HGET', KEYS[2], person)
+  local b, shard = burst_get(KEYS[2], person)
   if redis.call('EXISTS', pkey) == 0 then
-    redis.call('HDEL', KEYS[2], person)
+    burst_del(KEYS[2], person)
     redis.call('ZREM', KEYS[1], person)
     return
   end
@@ -69,7 +70,7 @@ local function reschedule(since)
     first, last = math.max(tonumber(f), since), tonumber(l)
     if last < first then last = first end
   end
-  redis.call('HSET', KEYS[2], person, first .. ',' .. last)
+  burst_set(KEYS[2], person, first, last, shard)
   redis.call('ZADD', KEYS[1], math.min(last + tonumber(ARGV[11]), first + tonumber(ARGV[12])),
     person)
 end

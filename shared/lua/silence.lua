@@ -3,7 +3,7 @@
 -- or resolved (lib/silence.lua). Messages waiting for a turn join the memory instead.
 --
 -- KEYS[1] due          ZSET: person -> when the conversation is due (ms)
--- KEYS[2] burst        HASH: person -> "first_ms,last_ms" of waiting messages
+-- KEYS[2] burst        HASH: the release before's bursts (lib/burst.lua: their shards now)
 -- KEYS[3] stats        HASH: counters
 -- ARGV[1] conversation_prefix  the tenant's conversation key prefix ("wa:{t}:c:")
 -- ARGV[2] person

@@ -356,7 +356,7 @@ def _eventtext_of(event: dict[str, Any]) -> str:
     files = files_of_event(event)
     if files:
         return files[0].label  # `[image: caption]`
-    return str_of(event.get("text")) or f"[{str_of(event.get('type')) or 'message'}]"
+    return str_of(event.get("text")) or f"[{str_of(event.get('type', 'text')) or 'message'}]"
 
 
 # --- the overview ---------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ import orjson
 
 from shared.conversation.review_journal import JOURNAL_FIELD, ReviewJournal
 from shared.conversation.unknowns import describe
+from shared.events import message_type, received_ms
 
 
 def text_of(value: bytes | str) -> str:
@@ -48,9 +49,9 @@ def message_row(raw: bytes, now: int, with_text: bool) -> dict[str, Any]:
     text = str(event.get("text") or "")
     row: dict[str, Any] = {
         "id": event.get("id"),
-        "type": event.get("type"),
+        "type": message_type(event),
         "ts": event.get("ts"),
-        "received_ago_ms": now - int(event.get("received_ms") or now),
+        "received_ago_ms": now - (received_ms(event) or now),
         "chars": len(text),
     }
     if with_text:

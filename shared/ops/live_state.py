@@ -15,6 +15,7 @@ from typing import Any
 
 import orjson
 
+from shared.conversation.burst_shards import burst_shard_of
 from shared.conversation.review_journal import current_names
 from shared.fleet import dispatch_lag, heartbeats, wake
 from shared.keys import PENDING, Keys, TenantKeys
@@ -146,7 +147,8 @@ async def person(
     pipe = redis.pipeline(transaction=False)
     pipe.lrange(k.pending(person_id), 0, -1)
     pipe.zscore(k.due, person_id)
-    pipe.hget(k.burst, person_id)
+    pipe.hget(k.burst_shard(burst_shard_of(person_id)), person_id)
+    pipe.hget(k.burst, person_id)  # where the release before kept it (lib/burst.lua)
     pipe.zscore(k.running, person_id)
     pipe.get(k.lock(person_id))
     pipe.pttl(k.lock(person_id))
@@ -158,6 +160,7 @@ async def person(
         pending,
         due,
         burst,
+        old_burst,
         lease_end,
         token,
         pttl,
@@ -177,7 +180,7 @@ async def person(
         "now_ms": now,
         "pending": [message_row(raw, now, with_text) for raw in pending],
         "due": None if due is None else {"due_ms": int(due), "due_in_ms": int(due) - now},
-        "burst": _burst(burst),
+        "burst": _burst(burst if burst is not None else old_burst),
         "lease": None
         if lease_end is None and token is None
         else {

@@ -24,6 +24,7 @@ from shared.conversation.human_memory import is_human_entry
 from shared.conversation.kept_files import File, files_of_event
 from shared.conversation.presentation import BY_HUMAN, HEADER_START
 from shared.conversation.review_journal import current_names
+from shared.events import received_ms
 from shared.keys import Keys, TenantKeys
 from shared.ops.window import last_inbound
 
@@ -165,7 +166,7 @@ def event_bubble(event: dict[str, Any], state: str) -> Bubble:
         text,
         # When it reached us (the receiver's ms, on the clock of the replies' `at`), else the
         # provider's whole second: a message and a reply of the same second keep their order.
-        int_of(event.get("received_ms")) or ts * 1000 or None,
+        received_ms(event) or ts * 1000 or None,
         who=str_of(event.get("name")),
         state=state,
         files=files,

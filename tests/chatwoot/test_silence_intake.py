@@ -18,6 +18,7 @@ from receiver.providers.chatwoot import parse_body
 from scripts.webhooks import agent_user, conversation_webhook, message_created
 from shared import events
 from shared.conversation.batch import Batch
+from shared.conversation.burst_shards import burst_shard_of
 from shared.conversation.human_memory import HEADER, SILENT_ANSWER
 from shared.keys import Keys
 from shared.ops import live_state
@@ -130,7 +131,10 @@ async def test_what_waits_when_an_agent_writes_goes_to_the_memory_first_and_no_t
     result = await claim(store, redis, prefix)
     assert result.batches == [] and result.next_ms == -1
     assert await redis.exists(k.pending(PERSON), k.batch(PERSON)) == 0
-    assert await redis.zscore(k.due, PERSON) is None and await redis.hget(k.burst, PERSON) is None
+    assert (
+        await redis.zscore(k.due, PERSON) is None
+        and await redis.hget(k.burst_shard(burst_shard_of(PERSON)), PERSON) is None
+    )
     (entry,) = await memory(redis, prefix)
     assert lines(entry) == [
         ("customer", "hola"),

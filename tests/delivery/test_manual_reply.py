@@ -18,6 +18,7 @@ import pytest
 from redis.asyncio import Redis
 
 from scripts.standins import GraphApiStandIn, MessagesApiStandIn
+from shared.conversation.burst_shards import burst_shard_of
 from shared.conversation.presentation import HUMAN_REPLY_NOTE, NO_NEW_MESSAGE
 from shared.keys import Keys
 from shared.ops import audit, takeover
@@ -84,7 +85,7 @@ async def conversation(redis: Redis, prefix: str, tenant: str = TENANT) -> dict[
         "lock": await redis.get(k.lock(PERSON)),
         "pending": await redis.lrange(k.pending(PERSON), 0, -1),
         "due": await redis.zscore(k.due, PERSON) is not None,
-        "burst": await redis.hget(k.burst, PERSON),
+        "burst": await redis.hget(k.burst_shard(burst_shard_of(PERSON)), PERSON),
         "memory": await redis.lrange(k.memory(PERSON), 0, -1),
         "outbound": [
             (key, await redis.hgetall(key))

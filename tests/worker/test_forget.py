@@ -17,6 +17,7 @@ import pytest
 from redis.asyncio import Redis
 
 from shared import events
+from shared.conversation.burst_shards import burst_shard_of
 from shared.keys import CONVERSATION_KINDS, LASTIN, Keys, TenantKeys
 from shared.ops import audit, outbound, takeover, window
 from shared.ops.forget import ForgetError, ForgetReport, forget_person
@@ -162,7 +163,7 @@ def about(
         return {f: v for f, v in value.items() if outbound.person_of(v) != person} or None
     if key in (k.due, k.running, k.conversations):
         return [(m, s) for m, s in value if m != person.encode()] or None
-    if key == k.burst:
+    if key == k.burst or key.startswith(f"{k.burst}:"):  # the bursts, or a shard of them
         return {f: v for f, v in value.items() if f != person.encode()} or None
     if key == k.users:
         return {f: v for f, v in value.items() if v != person.encode()} or None
@@ -259,7 +260,9 @@ async def test_a_message_after_the_forget_is_kept_whole_as_new_data(
     assert [orjson.loads(m)["text"] for m in await redis.lrange(k.pending(PERSON), 0, -1)] == [
         "hola otra vez"
     ]
-    assert await redis.zscore(k.due, PERSON) is not None and await redis.hget(k.burst, PERSON)
+    assert await redis.zscore(k.due, PERSON) is not None and await redis.hget(
+        k.burst_shard(burst_shard_of(PERSON)), PERSON
+    )
     batch, _ = await made.claim_one(TENANT, PERSON)
     assert batch.texts == ["hola otra vez"]
 

@@ -9,6 +9,7 @@ import pytest
 from redis.asyncio import Redis
 
 from shared import events
+from shared.conversation.burst_shards import burst_shard_of
 from shared.keys import Keys
 from shared.ops import markers
 from shared.storage.scripts import Scripts
@@ -138,4 +139,6 @@ async def test_statuses_are_consumed_and_counted(
     await asyncio.sleep(0.5)
     assert await records.turns(recipient) == [], "a status never starts a turn"
     assert await outbox(redis, prefix) == []
-    assert not await redis.exists(k.pending(recipient), k.due, k.burst)
+    assert not await redis.exists(
+        k.pending(recipient), k.due, k.burst_shard(burst_shard_of(recipient))
+    )

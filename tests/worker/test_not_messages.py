@@ -21,6 +21,7 @@ import pytest
 from redis.asyncio import Redis
 
 from receiver.providers.whatsapp import parse_payload
+from shared.conversation.burst_shards import burst_shard_of
 from shared.fleet import wake as shared_wake
 from shared.keys import Keys
 from shared.settings import Settings
@@ -119,7 +120,7 @@ async def test_a_revoke_of_the_only_waiting_message_leaves_no_batch(
     await push(redis, prefix, "revoke.json")
     await store.claim(TENANT, 0, "t")
     assert await redis.zscore(k.due, ANA) is None, "the due entry is cleaned"
-    assert await redis.hget(k.burst, ANA) is None
+    assert await redis.hget(k.burst_shard(burst_shard_of(ANA)), ANA) is None
     assert await redis.exists(k.pending(ANA), k.context(ANA)) == 0
     # Even made due by hand, an empty conversation is never claimed.
     await redis.zadd(k.due, {ANA: 0})

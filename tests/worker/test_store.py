@@ -9,6 +9,7 @@ from dataclasses import replace
 import pytest
 from redis.asyncio import Redis
 
+from shared.conversation.burst_shards import burst_shard_of
 from shared.keys import Keys
 from shared.ops import outbound
 from shared.settings import Settings
@@ -61,7 +62,10 @@ async def test_due_is_last_plus_window_capped_at_first_plus_max_wait(
     third = await store.claim(TENANT, 5, "t")
     assert third.now_ms + WINDOW_MS > first.now_ms + MAX_WAIT_MS
     assert await redis.zscore(k.due, PERSON) == first.now_ms + MAX_WAIT_MS, "capped by max wait"
-    assert await redis.hget(k.burst, PERSON) == f"{first.now_ms},{third.now_ms}".encode()
+    assert (
+        await redis.hget(k.burst_shard(burst_shard_of(PERSON)), PERSON)
+        == f"{first.now_ms},{third.now_ms}".encode()
+    )
 
 
 async def test_claim_takes_the_pending_messages_under_a_lock_with_a_lease(
@@ -82,7 +86,9 @@ async def test_claim_takes_the_pending_messages_under_a_lock_with_a_lease(
     assert 5000 < await redis.pttl(k.lock(PERSON)) <= 10000
     assert await redis.zscore(k.running, PERSON) == claim.now_ms + 10000
     assert claim.next_ms == claim.now_ms + 10000
-    assert not await redis.exists(k.pending(PERSON), k.due, k.burst)
+    assert not await redis.exists(
+        k.pending(PERSON), k.due, k.burst, k.burst_shard(burst_shard_of(PERSON))
+    )
 
     # While the batch runs, new messages wait and are not scheduled...
     await push_message(redis, prefix, PERSON, "m3", "durante")
@@ -206,3 +212,26 @@ async def test_a_status_applied_again_changes_nothing(
     counts = {f.decode(): int(v) for f, v in (await redis.hgetall(k.stats)).items()}
     assert counts["statuses"] == 7 and counts["status:read"] == 3
     assert counts["parts_sent"] == counts["parts_delivered"] == counts["parts_read"] == 1
+
+
+async def test_one_claim_takes_the_free_people_off_due_and_keeps_the_held_ones_due(
+    redis: Redis, store: ConversationStore, prefix: str
+) -> None:
+    """claim.lua takes every person it found due off `due` in one ZREM: one whose lock is still
+    held, or whom a person of the business paused, is due again at that lock's or pause's end
+    in the same call; the others are claimed and no longer due."""
+    k = Keys(prefix).tenant(TENANT)
+    free, locked, paused = PERSON, "5491155550002", "5491155550003"
+    for person in (free, locked, paused):
+        await push_message(redis, prefix, person, f"m-{person}", "hola")
+    await store.claim(TENANT, 0, "intake")
+    await redis.set(k.lock(locked), "someone", px=8000)
+    await redis.set(k.human(paused), '{"by": "alice"}', px=6000)
+    await redis.zadd(k.due, {free: 0, locked: 0, paused: 0})
+    claim = await store.claim(TENANT, 5, "t")
+    assert [b.person for b in claim.batches] == [free]
+    assert await redis.zscore(k.due, free) is None
+    locked_due, paused_due = await redis.zscore(k.due, locked), await redis.zscore(k.due, paused)
+    assert locked_due is not None and claim.now_ms + 7000 < locked_due <= claim.now_ms + 8000
+    assert paused_due is not None and claim.now_ms + 5000 < paused_due <= claim.now_ms + 6000
+    assert await redis.llen(k.pending(locked)) == 1 and await redis.llen(k.pending(paused)) == 1

@@ -20,6 +20,7 @@ from redis.asyncio import Redis
 from receiver.providers.whatsapp import parse_payload
 from shared import events
 from shared.conversation.batch import Batch
+from shared.conversation.burst_shards import burst_shard_of
 from shared.conversation.presentation import HUMAN_REPLY_NOTE, NO_NEW_MESSAGE, Quotes
 from shared.keys import KeyError_, Keys
 from shared.ops import takeover
@@ -221,7 +222,7 @@ async def test_an_echo_pauses_the_person_answers_the_waiting_messages_and_starts
     await push_echo(redis, prefix, "wamid.ECHO2", "Sale 20 mil.", ECHO_TS + 10)
     await store.claim(TENANT, 0, "intake")
     assert await redis.exists(k.pending(ANA), k.due) == 0, "answered: nothing due"
-    assert await redis.hget(k.burst, ANA) is None
+    assert await redis.hget(k.burst_shard(burst_shard_of(ANA)), ANA) is None
     await push_echo(redis, prefix, "wamid.ECHO3", "¿Te lo separo?", ECHO_TS + 11)
     await store.claim(TENANT, 0, "intake")
     *_, last = await memory(redis, prefix)

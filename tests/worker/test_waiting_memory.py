@@ -11,10 +11,11 @@ import orjson
 import pytest
 from redis.asyncio import Redis
 
+from receiver.ops import present
 from shared import events
 from shared.conversation.batch import Batch
 from shared.keys import Keys
-from shared.ops import window
+from shared.ops import live_rows, window
 from shared.settings import Settings
 from shared.storage.scripts import Scripts
 from tests.worker.support import TENANT, claim_due_now, message_event, push_message, quick_store
@@ -36,7 +37,7 @@ async def test_a_waiting_message_is_kept_without_its_routing_prefix_and_read_who
     await push_message(redis, prefix, PERSON, "wamid.new", "hola")
     await store.claim(TENANT, 0, "intake")
     (stored,) = await redis.lrange(k.pending(PERSON), 0, -1)
-    assert stored.startswith(b'{"id":"wamid.new",'), "the key says whose; v and kind go"
+    assert stored.startswith(b'{"id":"wamid.new","text":"hola",'), "no v, kind, person, type"
     event = orjson.loads(stored)
     assert "person" not in event and "kind" not in event and "v" not in event
     # A message the release before stored whole waits beside it (a rolling upgrade).
@@ -52,6 +53,69 @@ async def test_a_waiting_message_is_kept_without_its_routing_prefix_and_read_who
         "from": PERSON,
         "id": "wamid.new",
         "timestamp": str(batch.messages[0].ts),
+        "type": "text",
+        "text": {"body": "hola"},
+    }
+
+
+async def test_a_waiting_message_leaves_out_what_its_fields_imply_and_reads_the_same(
+    redis: Redis, store: ConversationStore, prefix: str
+) -> None:
+    """A WhatsApp message's event (shared/events.py `message_event`) has no `type` for a text
+    and `rd` (ms after the provider's second) for `received_ms`; it waits so. Events of the
+    release before (both fields) and of other channels wait beside them, and the turn, the ops
+    page and the review pages read the same fields from every form."""
+    k = Keys(prefix).tenant(TENANT)
+    ts = int(time.time()) - 5
+    old = message_event(TENANT, PERSON, "m3", "de antes", ts=ts, received_ms=ts * 1000 + 1)
+    del old["rd"]
+    old.update(type="text", text="de antes", ts=ts, received_ms=ts * 1000 + 1)
+    shapes = [
+        message_event(TENANT, PERSON, "m1", "hola", ts=ts, received_ms=ts * 1000 + 2345),
+        message_event(TENANT, PERSON, "m2", "", type="image", ts=ts, received_ms=ts * 1000 - 7),
+        old,
+        message_event(
+            TENANT, PERSON, "m5", "cw", ts=ts, channel="chatwoot", received_ms=ts * 1000 + 9
+        ),
+    ]
+    shapes[1]["raw"] = {"image": {"id": "media-1", "mime_type": "image/jpeg"}}
+    assert events.encode(shapes[0]).endswith(b'"id":"m1","text":"hola","ts":%d,"rd":2345}' % ts)
+    for event in shapes:
+        await redis.lpush(k.inbox, events.encode(event))
+    await store.claim(TENANT, 0, "intake")
+    stored = [orjson.loads(raw) for raw in await redis.lrange(k.pending(PERSON), 0, -1)]
+    assert [("type" in e, "rd" in e, "received_ms" in e) for e in stored] == [
+        (False, True, False),
+        (True, True, False),
+        (True, False, True),
+        (True, False, True),
+    ]
+    assert [e["rd"] for e in stored[:2]] == [2345, -7]
+    received = [ts * 1000 + 2345, ts * 1000 - 7, ts * 1000 + 1, ts * 1000 + 9]
+    assert [events.received_ms(e) for e in stored] == received
+    assert [events.message_type(e) for e in stored] == ["text", "image", "text", "text"]
+    for event, kept in zip(shapes, stored, strict=True):
+        assert {f: kept[f] for f in ("id", "text", "ts")} == {
+            f: event[f] for f in ("id", "text", "ts")
+        }
+    # The ops page's rows of waiting messages, and the review pages' time of a message.
+    now = ts * 1000 + 10_000
+    rows = [live_rows.message_row(events.encode(e), now, True) for e in stored]
+    assert [(r["type"], r["received_ago_ms"]) for r in rows] == [
+        ("text", 7655),
+        ("image", 10_007),
+        ("text", 9999),
+        ("text", 9991),
+    ]
+    assert [present.message_ms(e) for e in stored] == received
+    await redis.zadd(k.due, {PERSON: 0})
+    (batch,) = (await store.claim(TENANT, 5, "t")).batches
+    assert [m.type for m in batch.messages] == ["text", "image", "text", "text"]
+    assert batch.messages[1].raw["image"] == {"id": "media-1", "mime_type": "image/jpeg"}
+    assert batch.messages[0].raw == {
+        "from": PERSON,
+        "id": "m1",
+        "timestamp": str(ts),
         "type": "text",
         "text": {"body": "hola"},
     }

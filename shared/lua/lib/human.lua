@@ -3,6 +3,7 @@
 --
 -- uses: lib/keys.lua (conv_key, HUMAN, PENDING, BATCH, MEMORY)
 -- uses: lib/memory.lua (remember)
+-- uses: lib/burst.lua (burst_del)
 
 -- A pause a review set (finish.lua: by "review:<reason>") is the review's: requeueing or
 -- dropping the item lifts it (lift_review_pause). Any other pause is a person's (the ops
@@ -127,7 +128,7 @@ local function take_echo(due_key, burst_key, stats_key, prefix, ev, person, now,
     if #later > 0 then
       redis.call('RPUSH', pkey, unpack(later))
     else
-      redis.call('HDEL', burst_key, person)
+      burst_del(burst_key, person)
       -- A batch (running, or waiting for a retry) keeps its own due time.
       if redis.call('EXISTS', conv_key(prefix, person, BATCH)) == 0 then
         redis.call('ZREM', due_key, person)

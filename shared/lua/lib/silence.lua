@@ -9,6 +9,7 @@
 --
 -- uses: lib/keys.lua (conv_key, PENDING, BATCH, LOCK, MEMORY, SILENT)
 -- uses: lib/outbound.lua (outbound_known)
+-- uses: lib/burst.lua (burst_del)
 
 local HUMAN_LINES_MAX = 40  -- the newest lines of one such entry; older ones are dropped
 
@@ -90,7 +91,7 @@ local function silence(prefix, person, record, due_key, burst_key, memory_ttl_s,
   end
   if #waiting > 0 then
     redis.call('DEL', pkey)
-    redis.call('HDEL', burst_key, person)
+    burst_del(burst_key, person)
     if redis.call('EXISTS', conv_key(prefix, person, BATCH)) == 0 then
       redis.call('ZREM', due_key, person)
     end
