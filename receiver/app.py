@@ -205,12 +205,47 @@ class Receiver:
         secret configured); when Redis failed or did not confirm within `WEBHOOK_HOLD_S`, the
         provider's `unavailable_status` (Chatwoot 500, WhatsApp 503); 503 on any unexpected
         error.
+
+        One coroutine from the request to the answer: the steps that do not wait are plain
+        calls (`_headers`, `_admit`, `_stored`), and the request awaits the writer's round
+        itself. Every coroutine in between would be made, run and freed per request and
+        passed through again when the round's answer resumes it (docs/benchmarks/receiver.md,
+        2026-12-04 evening).
         """
         started = time.perf_counter()
         if inbound is None:
             inbound = self.webhooks[WEBHOOK_PATH]
         try:
-            status, answer = await self._webhook(scope, receive, inbound, started)
+            headers = self._headers(scope, inbound)
+            if type(headers) is tuple:  # refused before the body: (status, text)
+                status, answer = headers
+            else:
+                limit = self.settings.max_body_bytes
+                body = await self.deadlines.read(receive, limit, started)
+                if body is None:
+                    status, answer = 413, b"body too large"
+                else:
+                    now_ns = time.time_ns()
+                    request = WebhookRequest(headers, scope.get("query_string", b""), body)
+                    admitted = self._admit(request, inbound, now_ns)
+                    if type(admitted) is tuple:  # refused: (status, text)
+                        status, answer = admitted
+                    else:
+                        writer = self.writer
+                        deadletter = body if admitted.problems else None
+                        if writer is None or (not admitted.items and deadletter is None):
+                            status, answer = await self._store(admitted, body)
+                        else:
+                            try:
+                                results = await writer.join(admitted.items, deadletter)
+                            except Exception as exc:
+                                error = writer.unavailable(exc)
+                                error.__cause__ = exc
+                                status, answer = await self._hold(
+                                    admitted, body, inbound, now_ns, error
+                                )
+                            else:
+                                status, answer = self._stored(admitted, body, results)
         except BodyTimeout:
             timeout_s = self.deadlines.timeout_s
             logger.info("%s webhook body not in within %ss: 408", inbound.channel, timeout_s)
@@ -232,11 +267,10 @@ class Receiver:
             await send({"type": "http.response.body", "body": answer})
         self.metrics.answered(status, time.perf_counter() - started)
 
-    async def _webhook(
-        self, scope: Scope, receive: Receive, inbound: InboundProvider, started: float
-    ) -> tuple[int, Any]:
-        """(200, response headers) or (error status, text body)."""
-        limit = self.settings.max_body_bytes
+    def _headers(self, scope: Scope, inbound: InboundProvider) -> Any:
+        """The headers `inbound` reads (name -> latin-1 text), or (status, text) when the
+        request is refused before its body: 413 a Content-Length over the limit, 400 a
+        malformed one, 403 no credential configured."""
         wanted = inbound.header_names
         headers: dict[bytes, str] = {}
         length = None
@@ -247,27 +281,26 @@ class Receiver:
                 length = value
         if length is not None:
             try:
-                if int(length) > limit:
+                if int(length) > self.settings.max_body_bytes:
                     return 413, b"body too large"
             except ValueError:
                 return 400, b"bad request"
         if not inbound.configured:
             return 403, b"forbidden"  # never accept unauthenticated traffic
-        body = await self.deadlines.read(receive, limit, started)
-        if body is None:
-            return 413, b"body too large"
-        request = WebhookRequest(headers, scope.get("query_string", b""), body)
-        now_ns = time.time_ns()
+        return headers
+
+    @staticmethod
+    def _admit(request: WebhookRequest, inbound: InboundProvider, now_ns: int) -> Any:
+        """The body's `Parsed` once the request is authentic, else (401 or 403, text)."""
         try:
             inbound.verify(request, now_ns / 1e9)
         except SignatureError as exc:
             logger.info("%s webhook refused: %s", inbound.channel, exc)
             return (401, b"missing signature") if exc.status_code == 401 else (403, b"forbidden")
         parsed = inbound.parse(request, now_ns // 1_000_000)
-        try:
-            return await self._store(parsed, body)
-        except StoreUnavailable as exc:
-            return await self._hold(parsed, body, inbound, now_ns, exc)
+        if parsed.ignored_fields:
+            logger.debug("ignored webhook fields: %s", parsed.ignored_fields)
+        return parsed
 
     async def _store(self, parsed: Parsed, body: bytes) -> tuple[int, Any]:
         """Store the understood items; dead-letter the whole body if anything was not understood.
@@ -275,24 +308,34 @@ class Receiver:
         A partially valid body is both: its good items go to their inboxes (one bad item must
         not hold the others back) and the raw body goes to the dead-letter list, so whatever
         was skipped can still be inspected and re-driven (its good items then dedupe).
+        `webhook` does the same inline for a request's first attempt; this is the hold's.
         """
-        if parsed.ignored_fields:
-            logger.debug("ignored webhook fields: %s", parsed.ignored_fields)
         deadletter = body if parsed.problems else None
         if not parsed.items and deadletter is None:
             return 200, _counts(0, 0)
         if self.writer is None:
             raise RuntimeError("receiver used outside its lifespan")
-        saved = await self.writer.save(parsed.items, deadletter)
-        if deadletter is not None:
+        writer = self.writer
+        try:
+            results = await writer.join(parsed.items, deadletter)
+        except Exception as exc:
+            raise writer.unavailable(exc) from exc
+        return self._stored(parsed, body, results)
+
+    def _stored(self, parsed: Parsed, body: bytes, results: list[int]) -> tuple[int, Any]:
+        """(200, the counts' headers) for what Redis confirmed; logs and counts it."""
+        stored = sum(results)
+        duplicates = len(results) - stored
+        deadlettered = bool(parsed.problems)
+        if deadlettered:
             logger.warning(
                 "signed webhook body (%d bytes) dead-lettered, %d items kept: %s",
                 len(body),
                 parsed.count,
                 "; ".join(sorted(set(parsed.problems))),
             )
-        self.metrics.saved(saved.stored, saved.duplicates, deadletter is not None)
-        return 200, _counts(saved.stored, saved.duplicates, deadletter is not None)
+        self.metrics.saved(stored, duplicates, deadlettered)
+        return 200, _counts(stored, duplicates, deadlettered)
 
     async def _hold(
         self,
