@@ -114,6 +114,12 @@ class _Round:
     )
 
 
+def _expire(task: asyncio.Task[Any], expired: list[bool]) -> None:
+    """A round's deadline passed: note it and cancel the flusher (`InboxWriter._commit`)."""
+    expired.append(True)
+    task.cancel()
+
+
 class InboxWriter:
     """Stores parsed events (and dead-letter bodies), group-committing concurrent requests."""
 
@@ -204,6 +210,8 @@ class InboxWriter:
 
     async def _flush_rounds(self) -> None:
         """Send the gathering round, and the next one each time Redis answered, until none."""
+        task = asyncio.current_task()
+        assert task is not None
         try:
             try:
                 await asyncio.sleep(0)  # let every request woken in this loop turn join
@@ -211,7 +219,7 @@ class InboxWriter:
                 self._opening = False
             while self._round.waiters:
                 round_, self._round = self._round, _Round()
-                await self._commit(round_)
+                await self._commit(round_, task)
                 if self.tuning.answer_first:
                     # Let the requests just answered send their responses before the next
                     # round goes out: the client learns sooner, its next requests can still
@@ -222,24 +230,36 @@ class InboxWriter:
             # Leave the set in the same step as the last look at the round, not in a done
             # callback: a callback runs a loop turn later, and a request joining in between
             # would find every slot taken and wait for a flusher that has already stopped.
-            self._flushers.discard(asyncio.current_task())
+            self._flushers.discard(task)
 
-    async def _commit(self, round_: _Round) -> None:
+    async def _commit(self, round_: _Round, task: asyncio.Task[None]) -> None:
+        """Write the round (`task`: the flusher running this) and answer its requests."""
+        # One deadline per round rather than per request (a timer each is a measurable cost):
+        # a request waits for at most the round in flight and its own. A bare timer that
+        # cancels this task, as `asyncio.timeout` would, without its context manager's two
+        # coroutines and rescheduling (~19k instructions a round, docs/benchmarks/receiver.md).
+        loop = self._loop or asyncio.get_running_loop()
+        cancelling = task.cancelling()
+        expired: list[bool] = []
+        timer = loop.call_at(loop.time() + self._timeout_s, _expire, task, expired)
         try:
-            # One deadline per round rather than per request (a timer each is a measurable
-            # cost): a request waits for at most the round in flight and its own.
-            async with asyncio.timeout(self._timeout_s):
-                tuning = self.tuning
-                if tuning.spin_max_s > 0 and len(round_.waiters) >= tuning.spin_min_requests:
-                    per_tenant = await self._write_spinning(round_)
-                else:
-                    per_tenant = await self._write(round_)
-        except Exception as exc:
-            for future, _ in round_.waiters:
-                if not future.done():
-                    future.set_exception(exc)
-                    future.exception()  # a caller that timed out never reads it
+            tuning = self.tuning
+            if tuning.spin_max_s > 0 and len(round_.waiters) >= tuning.spin_min_requests:
+                per_tenant = await self._write_spinning(round_)
+            else:
+                per_tenant = await self._write(round_)
+        except asyncio.CancelledError:
+            # The deadline's cancel becomes a TimeoutError for the round's requests; anyone
+            # else's (a shutdown) goes on, as `asyncio.timeout` does it.
+            if not expired or task.uncancel() > cancelling:
+                raise
+            self._fail(round_, TimeoutError())
             return
+        except Exception as exc:
+            self._fail(round_, exc)
+            return
+        finally:
+            timer.cancel()
         for future, places in round_.waiters:
             if not future.done():
                 if len(places) == 1:  # one tenant: nearly every request (no comprehension)
@@ -249,6 +269,13 @@ class InboxWriter:
                     future.set_result(
                         [r for t, start, n in places for r in per_tenant[t][start : start + n]]
                     )
+
+    @staticmethod
+    def _fail(round_: _Round, exc: Exception) -> None:
+        for future, _ in round_.waiters:
+            if not future.done():
+                future.set_exception(exc)
+                future.exception()  # a caller that timed out never reads it
 
     async def _write_spinning(self, round_: _Round) -> dict[str, list[int]]:
         """`_write`, with this task yielding once per loop turn until Redis answers (or for
