@@ -147,6 +147,7 @@ class InboxWriter:
         self._rounds_in_flight = tuning.rounds_in_flight
         self._redis = redis
         self._scripts = scripts
+        self._ingest = scripts.ingest  # looked up once (`Scripts` finds a script by name)
         self._keys = keys
         self._dedupe_ttl_s = dedupe_ttl_s
         self._timeout_s = timeout_s
@@ -308,7 +309,7 @@ class InboxWriter:
         repeated group, cut around them. Built name by name it cost ~20k instructions a call,
         the template ~4k (four calls a round at four tenants); the script's header still
         orders every value."""
-        ingest = self._scripts.ingest
+        ingest = self._ingest
         functions = ingest.mode.functions  # FCALL or EVALSHA: decided when scripts load
         parts = self._ingest_parts.get(tenant_keys.base)
         if parts is None or parts[0] != functions:
@@ -339,7 +340,8 @@ class InboxWriter:
         return tenant_keys
 
     def _unregistered(self, tenants: dict[str, list[str]]) -> list[str]:
-        now = asyncio.get_running_loop().time()  # once per round
+        loop = self._loop or asyncio.get_running_loop()  # (the writer's: no getpid() call)
+        now = loop.time()  # once per round
         if now - self._registered_at > self.tuning.registry_refresh_s:
             self._registered.clear()
             self._registered_at = now
@@ -348,7 +350,7 @@ class InboxWriter:
     async def _write(self, round_: _Round) -> dict[str, list[int]]:
         """One pipeline for the round; returns each tenant's per-item results (1 new, 0 dup)."""
         keys = self._keys
-        ingest = self._scripts.ingest
+        ingest = self._ingest
         calls: list[tuple[str, Command]] = []
         for tenant, seen in round_.seen.items():
             tenant_keys = self._tenant_keys(tenant)
