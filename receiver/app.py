@@ -41,9 +41,17 @@ from receiver.providers.base import InboundProvider, WebhookRequest
 from receiver.providers.chatwoot import ChatwootInbound
 from receiver.providers.parsing import Parsed
 from receiver.providers.registry import inbound_providers
-from receiver.providers.signature import SignatureError, token_matches
+from receiver.providers.signature import token_matches
 from receiver.providers.whatsapp import WhatsAppInbound
 from receiver.store import DeadLetterBounds, InboxWriter, StoreUnavailable, WriterTuning
+from receiver.webhook_request import (
+    BODY_UNREAD,
+    EMPTY_BODY,
+    TEXT,
+    admit,
+    counts,
+    request_headers,
+)
 from shared.keys import Keys
 from shared.logs import configure_logging, log_startup, served_by_uvicorn, warn_if_not_persistent
 from shared.settings import Settings
@@ -207,7 +215,7 @@ class Receiver:
         error.
 
         One coroutine from the request to the answer: the steps that do not wait are plain
-        calls (`_headers`, `_admit`, `_stored`), and the request awaits the writer's round
+        calls (receiver/webhook_request.py, `_stored`), and the request awaits the writer's round
         itself. Every coroutine in between would be made, run and freed per request and
         passed through again when the round's answer resumes it (docs/benchmarks/receiver.md,
         2026-12-04 evening).
@@ -216,7 +224,7 @@ class Receiver:
         if inbound is None:
             inbound = self.webhooks[WEBHOOK_PATH]
         try:
-            headers = self._headers(scope, inbound)
+            headers = request_headers(scope, inbound, self.settings.max_body_bytes)
             if type(headers) is tuple:  # refused before the body: (status, text)
                 status, answer = headers
             else:
@@ -227,7 +235,7 @@ class Receiver:
                 else:
                     now_ns = time.time_ns()
                     request = WebhookRequest(headers, scope.get("query_string", b""), body)
-                    admitted = self._admit(request, inbound, now_ns)
+                    admitted = admit(request, inbound, now_ns)
                     if type(admitted) is tuple:  # refused: (status, text)
                         status, answer = admitted
                     else:
@@ -258,49 +266,14 @@ class Receiver:
             status, answer = 503, b"unavailable, retry later"
         if status == 200:
             await send({"type": "http.response.start", "status": 200, "headers": answer})
-            await send(_EMPTY_BODY)
+            await send(EMPTY_BODY)
         else:
-            headers = [(b"content-type", _TEXT), (b"content-length", str(len(answer)).encode())]
-            if status in _BODY_UNREAD:
+            headers = [(b"content-type", TEXT), (b"content-length", str(len(answer)).encode())]
+            if status in BODY_UNREAD:
                 headers.append((b"connection", b"close"))
             await send({"type": "http.response.start", "status": status, "headers": headers})
             await send({"type": "http.response.body", "body": answer})
         self.metrics.answered(status, time.perf_counter() - started)
-
-    def _headers(self, scope: Scope, inbound: InboundProvider) -> Any:
-        """The headers `inbound` reads (name -> latin-1 text), or (status, text) when the
-        request is refused before its body: 413 a Content-Length over the limit, 400 a
-        malformed one, 403 no credential configured."""
-        wanted = inbound.header_names
-        headers: dict[bytes, str] = {}
-        length = None
-        for name, value in scope["headers"]:
-            if name in wanted:
-                headers[name] = value.decode("latin-1")
-            elif name == b"content-length":
-                length = value
-        if length is not None:
-            try:
-                if int(length) > self.settings.max_body_bytes:
-                    return 413, b"body too large"
-            except ValueError:
-                return 400, b"bad request"
-        if not inbound.configured:
-            return 403, b"forbidden"  # never accept unauthenticated traffic
-        return headers
-
-    @staticmethod
-    def _admit(request: WebhookRequest, inbound: InboundProvider, now_ns: int) -> Any:
-        """The body's `Parsed` once the request is authentic, else (401 or 403, text)."""
-        try:
-            inbound.verify(request, now_ns / 1e9)
-        except SignatureError as exc:
-            logger.info("%s webhook refused: %s", inbound.channel, exc)
-            return (401, b"missing signature") if exc.status_code == 401 else (403, b"forbidden")
-        parsed = inbound.parse(request, now_ns // 1_000_000)
-        if parsed.ignored_fields:
-            logger.debug("ignored webhook fields: %s", parsed.ignored_fields)
-        return parsed
 
     async def _store(self, parsed: Parsed, body: bytes) -> tuple[int, Any]:
         """Store the understood items; dead-letter the whole body if anything was not understood.
@@ -312,7 +285,7 @@ class Receiver:
         """
         deadletter = body if parsed.problems else None
         if not parsed.items and deadletter is None:
-            return 200, _counts(0, 0)
+            return 200, counts(0, 0)
         if self.writer is None:
             raise RuntimeError("receiver used outside its lifespan")
         writer = self.writer
@@ -335,7 +308,7 @@ class Receiver:
                 "; ".join(sorted(set(parsed.problems))),
             )
         self.metrics.saved(stored, duplicates, deadlettered)
-        return 200, _counts(stored, duplicates, deadlettered)
+        return 200, counts(stored, duplicates, deadlettered)
 
     async def _hold(
         self,
@@ -416,27 +389,6 @@ class Receiver:
         from receiver.ops.routes import OpsPage
 
         return [Mount("/ops", app=OpsPage(self).app())]
-
-
-@functools.lru_cache(maxsize=1024)  # the same few answers over and over: built once each
-def _counts(stored: int, duplicates: int, deadlettered: bool = False) -> list[tuple[bytes, bytes]]:
-    headers = [
-        (b"content-length", b"0"),
-        (b"x-stored", str(stored).encode()),
-        (b"x-duplicates", str(duplicates).encode()),
-    ]
-    if deadlettered:
-        headers.append((b"x-deadlettered", b"1"))
-    return headers
-
-
-_TEXT = b"text/plain; charset=utf-8"
-# A body that did not come in time: the connection is closed, not kept for a next request
-# behind the rest of a body a trickling client would hold it with. (413 and 400 keep it: a client
-# still writing a large body would see the close as a reset, not the answer; uvicorn drains the
-# rest, and a slow rest meets the deadline.)
-_BODY_UNREAD = frozenset({408})
-_EMPTY_BODY = {"type": "http.response.body", "body": b""}
 
 
 def calm_garbage_collector() -> None:

@@ -125,6 +125,14 @@ def _expire(task: asyncio.Task[Any], expired: list[bool]) -> None:
     task.cancel()
 
 
+def _fail(round_: _Round, exc: Exception) -> None:
+    """The round failed: each of its requests gets `exc`."""
+    for future, _ in round_.waiters:
+        if not future.done():
+            future.set_exception(exc)
+            future.exception()  # a caller that timed out never reads it
+
+
 class InboxWriter:
     """Stores parsed events (and dead-letter bodies), group-committing concurrent requests."""
 
@@ -261,10 +269,10 @@ class InboxWriter:
             # else's (a shutdown) goes on, as `asyncio.timeout` does it.
             if not expired or task.uncancel() > cancelling:
                 raise
-            self._fail(round_, TimeoutError())
+            _fail(round_, TimeoutError())
             return
         except Exception as exc:
-            self._fail(round_, exc)
+            _fail(round_, exc)
             return
         finally:
             timer.cancel()
@@ -277,13 +285,6 @@ class InboxWriter:
                     future.set_result(
                         [r for t, start, n in places for r in per_tenant[t][start : start + n]]
                     )
-
-    @staticmethod
-    def _fail(round_: _Round, exc: Exception) -> None:
-        for future, _ in round_.waiters:
-            if not future.done():
-                future.set_exception(exc)
-                future.exception()  # a caller that timed out never reads it
 
     async def _write_spinning(self, round_: _Round) -> dict[str, list[int]]:
         """`_write`, with this task yielding once per loop turn until Redis answers (or for
