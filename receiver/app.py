@@ -41,9 +41,17 @@ from receiver.providers.base import InboundProvider, WebhookRequest
 from receiver.providers.chatwoot import ChatwootInbound
 from receiver.providers.parsing import Parsed
 from receiver.providers.registry import inbound_providers
-from receiver.providers.signature import SignatureError, token_matches
+from receiver.providers.signature import token_matches
 from receiver.providers.whatsapp import WhatsAppInbound
 from receiver.store import DeadLetterBounds, InboxWriter, StoreUnavailable, WriterTuning
+from receiver.webhook_request import (
+    BODY_UNREAD,
+    EMPTY_BODY,
+    TEXT,
+    admit,
+    counts,
+    request_headers,
+)
 from shared.keys import Keys
 from shared.logs import configure_logging, log_startup, served_by_uvicorn, warn_if_not_persistent
 from shared.settings import Settings
@@ -205,12 +213,47 @@ class Receiver:
         secret configured); when Redis failed or did not confirm within `WEBHOOK_HOLD_S`, the
         provider's `unavailable_status` (Chatwoot 500, WhatsApp 503); 503 on any unexpected
         error.
+
+        One coroutine from the request to the answer: the steps that do not wait are plain
+        calls (receiver/webhook_request.py, `_stored`), and the request awaits the writer's round
+        itself. Every coroutine in between would be made, run and freed per request and
+        passed through again when the round's answer resumes it (docs/benchmarks/receiver.md,
+        2026-12-04 evening).
         """
         started = time.perf_counter()
         if inbound is None:
             inbound = self.webhooks[WEBHOOK_PATH]
         try:
-            status, answer = await self._webhook(scope, receive, inbound, started)
+            headers = request_headers(scope, inbound, self.settings.max_body_bytes)
+            if type(headers) is tuple:  # refused before the body: (status, text)
+                status, answer = headers
+            else:
+                limit = self.settings.max_body_bytes
+                body = await self.deadlines.read(receive, limit, started)
+                if body is None:
+                    status, answer = 413, b"body too large"
+                else:
+                    now_ns = time.time_ns()
+                    request = WebhookRequest(headers, scope.get("query_string", b""), body)
+                    admitted = admit(request, inbound, now_ns)
+                    if type(admitted) is tuple:  # refused: (status, text)
+                        status, answer = admitted
+                    else:
+                        writer = self.writer
+                        deadletter = body if admitted.problems else None
+                        if writer is None or (not admitted.items and deadletter is None):
+                            status, answer = await self._store(admitted, body)
+                        else:
+                            try:
+                                results = await writer.join(admitted.items, deadletter)
+                            except Exception as exc:
+                                error = writer.unavailable(exc)
+                                error.__cause__ = exc
+                                status, answer = await self._hold(
+                                    admitted, body, inbound, now_ns, error
+                                )
+                            else:
+                                status, answer = self._stored(admitted, body, results)
         except BodyTimeout:
             timeout_s = self.deadlines.timeout_s
             logger.info("%s webhook body not in within %ss: 408", inbound.channel, timeout_s)
@@ -223,51 +266,14 @@ class Receiver:
             status, answer = 503, b"unavailable, retry later"
         if status == 200:
             await send({"type": "http.response.start", "status": 200, "headers": answer})
-            await send(_EMPTY_BODY)
+            await send(EMPTY_BODY)
         else:
-            headers = [(b"content-type", _TEXT), (b"content-length", str(len(answer)).encode())]
-            if status in _BODY_UNREAD:
+            headers = [(b"content-type", TEXT), (b"content-length", str(len(answer)).encode())]
+            if status in BODY_UNREAD:
                 headers.append((b"connection", b"close"))
             await send({"type": "http.response.start", "status": status, "headers": headers})
             await send({"type": "http.response.body", "body": answer})
         self.metrics.answered(status, time.perf_counter() - started)
-
-    async def _webhook(
-        self, scope: Scope, receive: Receive, inbound: InboundProvider, started: float
-    ) -> tuple[int, Any]:
-        """(200, response headers) or (error status, text body)."""
-        limit = self.settings.max_body_bytes
-        wanted = inbound.header_names
-        headers: dict[bytes, str] = {}
-        length = None
-        for name, value in scope["headers"]:
-            if name in wanted:
-                headers[name] = value.decode("latin-1")
-            elif name == b"content-length":
-                length = value
-        if length is not None:
-            try:
-                if int(length) > limit:
-                    return 413, b"body too large"
-            except ValueError:
-                return 400, b"bad request"
-        if not inbound.configured:
-            return 403, b"forbidden"  # never accept unauthenticated traffic
-        body = await self.deadlines.read(receive, limit, started)
-        if body is None:
-            return 413, b"body too large"
-        request = WebhookRequest(headers, scope.get("query_string", b""), body)
-        now_ns = time.time_ns()
-        try:
-            inbound.verify(request, now_ns / 1e9)
-        except SignatureError as exc:
-            logger.info("%s webhook refused: %s", inbound.channel, exc)
-            return (401, b"missing signature") if exc.status_code == 401 else (403, b"forbidden")
-        parsed = inbound.parse(request, now_ns // 1_000_000)
-        try:
-            return await self._store(parsed, body)
-        except StoreUnavailable as exc:
-            return await self._hold(parsed, body, inbound, now_ns, exc)
 
     async def _store(self, parsed: Parsed, body: bytes) -> tuple[int, Any]:
         """Store the understood items; dead-letter the whole body if anything was not understood.
@@ -275,24 +281,34 @@ class Receiver:
         A partially valid body is both: its good items go to their inboxes (one bad item must
         not hold the others back) and the raw body goes to the dead-letter list, so whatever
         was skipped can still be inspected and re-driven (its good items then dedupe).
+        `webhook` does the same inline for a request's first attempt; this is the hold's.
         """
-        if parsed.ignored_fields:
-            logger.debug("ignored webhook fields: %s", parsed.ignored_fields)
         deadletter = body if parsed.problems else None
         if not parsed.items and deadletter is None:
-            return 200, _counts(0, 0)
+            return 200, counts(0, 0)
         if self.writer is None:
             raise RuntimeError("receiver used outside its lifespan")
-        saved = await self.writer.save(parsed.items, deadletter)
-        if deadletter is not None:
+        writer = self.writer
+        try:
+            results = await writer.join(parsed.items, deadletter)
+        except Exception as exc:
+            raise writer.unavailable(exc) from exc
+        return self._stored(parsed, body, results)
+
+    def _stored(self, parsed: Parsed, body: bytes, results: list[int]) -> tuple[int, Any]:
+        """(200, the counts' headers) for what Redis confirmed; logs and counts it."""
+        stored = sum(results)
+        duplicates = len(results) - stored
+        deadlettered = bool(parsed.problems)
+        if deadlettered:
             logger.warning(
                 "signed webhook body (%d bytes) dead-lettered, %d items kept: %s",
                 len(body),
                 parsed.count,
                 "; ".join(sorted(set(parsed.problems))),
             )
-        self.metrics.saved(saved.stored, saved.duplicates, deadletter is not None)
-        return 200, _counts(saved.stored, saved.duplicates, deadletter is not None)
+        self.metrics.saved(stored, duplicates, deadlettered)
+        return 200, counts(stored, duplicates, deadlettered)
 
     async def _hold(
         self,
@@ -373,27 +389,6 @@ class Receiver:
         from receiver.ops.routes import OpsPage
 
         return [Mount("/ops", app=OpsPage(self).app())]
-
-
-@functools.lru_cache(maxsize=1024)  # the same few answers over and over: built once each
-def _counts(stored: int, duplicates: int, deadlettered: bool = False) -> list[tuple[bytes, bytes]]:
-    headers = [
-        (b"content-length", b"0"),
-        (b"x-stored", str(stored).encode()),
-        (b"x-duplicates", str(duplicates).encode()),
-    ]
-    if deadlettered:
-        headers.append((b"x-deadlettered", b"1"))
-    return headers
-
-
-_TEXT = b"text/plain; charset=utf-8"
-# A body that did not come in time: the connection is closed, not kept for a next request
-# behind the rest of a body a trickling client would hold it with. (413 and 400 keep it: a client
-# still writing a large body would see the close as a reset, not the answer; uvicorn drains the
-# rest, and a slow rest meets the deadline.)
-_BODY_UNREAD = frozenset({408})
-_EMPTY_BODY = {"type": "http.response.body", "body": b""}
 
 
 def calm_garbage_collector() -> None:

@@ -31,12 +31,14 @@ class BodyTimeout(Exception):
     """The body did not arrive within the deadline."""
 
 
-async def read_body(receive: Receive, limit: int) -> bytes | None:
-    """The raw body, or None once it exceeds `limit` bytes, whatever Content-Length claims."""
+async def read_body(receive: Receive, limit: int, first: Any = None) -> bytes | None:
+    """The raw body, or None once it exceeds `limit` bytes, whatever Content-Length claims;
+    `first`: the request's first message when the caller has already received it."""
     chunks = []
     size = 0
     while True:
-        message = await receive()
+        message = await receive() if first is None else first
+        first = None
         if message["type"] != "http.request":
             raise ClientDisconnect
         chunk = message.get("body", b"")
@@ -79,7 +81,13 @@ class BodyDeadlines:
         assert task is not None, "read outside the loop the deadlines were started on"
         self._reading[task] = started
         try:
-            return await read_body(receive, limit)
+            # `read_body`'s commonest case inline (the body in one message): one coroutine
+            # less per request.
+            message = await receive()
+            if message["type"] == "http.request" and not message.get("more_body", False):
+                body: bytes = message.get("body", b"")
+                return body if len(body) <= limit else None
+            return await read_body(receive, limit, message)
         except asyncio.CancelledError:
             if task not in self._expired:
                 raise  # a shutdown's cancel, not ours

@@ -84,10 +84,8 @@ class ChatwootInbound:
         self._tokens = tuple(t for t in tokens if t)
         self._only_pending = only_pending
         self._max_skew_s = max_skew_s
-
-    @property
-    def configured(self) -> bool:
-        return bool(self._keys or self._tokens)
+        # Read on every request: a plain attribute, not a property (the secrets never change).
+        self.configured = bool(self._keys or self._tokens)
 
     def verify(self, request: WebhookRequest, now_s: float) -> None:
         """Return when the request is signed or carries the token, else raise why not."""

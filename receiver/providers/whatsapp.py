@@ -64,10 +64,8 @@ class WhatsAppInbound:
 
     def __init__(self, app_secrets: tuple[str, ...]) -> None:
         self.signatures = SignatureChecker(app_secrets)
-
-    @property
-    def configured(self) -> bool:
-        return self.signatures.configured
+        # Read on every request: a plain attribute, not a property (the secrets never change).
+        self.configured = self.signatures.configured
 
     def verify(self, request: WebhookRequest, now_s: float) -> None:
         self.signatures.check(request.body, request.headers.get(b"x-hub-signature-256"))

@@ -163,3 +163,27 @@ async def test_many_tenants_overflow_the_key_cache_and_still_land_in_their_inbox
         assert saved.stored + saved.duplicates == 1
     for tenant in tenants:
         assert [e["id"] for e in await inbox(redis, tenant)] == [f"wamid.cache.{tenant}"]
+
+
+@pytest.mark.parametrize("functions", [False, True])
+@pytest.mark.parametrize("count", [1, 3, 500])
+async def test_ingest_command_from_its_template_is_the_scripts_own(
+    untimed: Redis, functions: bool, count: int
+) -> None:
+    """The writer's template for ingest.lua's call (`_ingest_command`) gives exactly the
+    command the script's header builds, for either call mode and any number of items."""
+    scripts = Scripts()
+    w = InboxWriter(untimed, scripts, Keys(), 60, 2.0)
+    scripts.ingest.mode.functions = functions
+    for tenant in (TENANT, "106500000000777"):
+        tenant_keys = Keys().tenant(tenant)
+        seen = [tenant_keys.seen(f"whatsapp:wamid.{i}") for i in range(count)]
+        events = [dumps({"id": i}) for i in range(count)]
+        for _ in range(2):  # made, then from the cache
+            built = w._ingest_command(tenant_keys, seen, events)
+            assert built == scripts.ingest.command(
+                tenant_keys, seen=seen, dedupe_ttl_s=60, events=events
+            )
+    scripts.ingest.mode.functions = not functions  # the mode a later load decides
+    tenant_keys = Keys().tenant(TENANT)
+    assert w._ingest_command(tenant_keys, seen, events)[0] == ("EVALSHA", "FCALL")[not functions]
