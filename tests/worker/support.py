@@ -334,6 +334,28 @@ def quick_store(redis: Redis, settings: Settings, **overrides: Any) -> Conversat
     )
 
 
+def windowed_store(
+    redis: Redis, settings: Settings, prefix: str, window_ms: int, max_wait_ms: int
+) -> ConversationStore:
+    """A ConversationStore with this debounce window and cap, a 10 s lease renewed every
+    second, for the tests that watch due times."""
+    scripts = Scripts()
+    s = settings.with_overrides(
+        key_prefix=prefix,
+        debounce_window_s=window_ms / 1000,
+        max_wait_s=max_wait_ms / 1000,
+        lease_s=10,
+        lease_renew_s=1,
+    )
+    return ConversationStore(s, scripts, GroupCommitter(redis, scripts))
+
+
+async def redis_ms(redis: Redis) -> int:
+    """Redis's clock in ms, the one due times are on."""
+    sec, usec = await redis.time()
+    return int(sec) * 1000 + int(usec) // 1000
+
+
 async def close_window(redis: Redis, k: TenantKeys, person: str) -> None:
     """Close the person's 24-hour window as time would: its field in every shard of the book of
     windows (shared/lua/lib/lastin.lua) and the key of the release before go."""

@@ -18,9 +18,8 @@ from shared.keys import Keys
 from shared.ops import live_state
 from shared.ops.manual_reply import OUTBOUND_TTL_S
 from shared.settings import Settings
-from shared.storage.group_commit import GroupCommitter
 from shared.storage.scripts import Scripts
-from tests.worker.support import TENANT, claim_due_now, push_message
+from tests.worker.support import TENANT, claim_due_now, push_message, redis_ms, windowed_store
 from worker.conversation_store import ConversationStore
 
 PERSON = "5491155550042"
@@ -29,20 +28,7 @@ WINDOW_MS, MAX_WAIT_MS = 3000, 3500
 
 @pytest.fixture
 def store(redis: Redis, settings: Settings, prefix: str) -> ConversationStore:
-    s = settings.with_overrides(
-        key_prefix=prefix,
-        debounce_window_s=WINDOW_MS / 1000,
-        max_wait_s=MAX_WAIT_MS / 1000,
-        lease_s=10,
-        lease_renew_s=1,
-    )
-    scripts = Scripts()
-    return ConversationStore(s, scripts, GroupCommitter(redis, scripts))
-
-
-async def _redis_ms(redis: Redis) -> int:
-    sec, usec = await redis.time()
-    return int(sec) * 1000 + int(usec) // 1000
+    return windowed_store(redis, settings, prefix, WINDOW_MS, MAX_WAIT_MS)
 
 
 def test_a_phone_number_is_sharded_by_its_last_three_digits_any_other_person_by_sha1() -> None:
@@ -92,7 +78,7 @@ async def test_the_intake_honours_a_burst_of_the_release_before_and_moves_it(
     await push_message(redis, prefix, PERSON, "m1", "hola")
     await store.claim(TENANT, 0, "intake")
     # As the release before left it: the burst in the one hash, its first 2.5 s ago.
-    first = await _redis_ms(redis) - 2500
+    first = await redis_ms(redis) - 2500
     await redis.delete(k.burst_shard(burst_shard_of(PERSON)))
     await redis.hset(k.burst, PERSON, f"{first},{first}")
     await push_message(redis, prefix, PERSON, "m2", "sigo")
@@ -124,7 +110,7 @@ async def test_the_finish_schedules_what_waits_by_a_burst_of_the_release_before(
     k = Keys(prefix).tenant(TENANT)
     await push_message(redis, prefix, PERSON, "m1", "hola")
     batch = await claim_due_now(redis, store, prefix, PERSON, "a")
-    now = await _redis_ms(redis)
+    now = await redis_ms(redis)
     await redis.rpush(k.pending(PERSON), b'{"id":"m2","text":"durante","ts":1,"rd":0}')
     await redis.hset(k.burst, PERSON, f"{now - 2000},{now - 1000}")
     assert await store.finish_done(batch)
@@ -145,7 +131,7 @@ async def test_a_reply_by_hand_reschedules_by_a_burst_of_the_release_before(
     scripts = Scripts()
     await scripts.load(redis)
     k = Keys(prefix).tenant(TENANT)
-    now = await _redis_ms(redis)
+    now = await redis_ms(redis)
     await redis.set(k.lock(PERSON), "manual:x", px=10_000)
     await redis.rpush(k.pending(PERSON), b'{"id":"m1","text":"hola","ts":1,"rd":0}')
     await redis.hset(k.burst, PERSON, f"{now - 2000},{now - 1000}")

@@ -13,9 +13,15 @@ from shared.conversation.burst_shards import burst_shard_of
 from shared.keys import Keys
 from shared.ops import outbound
 from shared.settings import Settings
-from shared.storage.group_commit import GroupCommitter
-from shared.storage.scripts import Scripts
-from tests.worker.support import TENANT, claim_due_now, push_message, push_status, quick_store
+from tests.worker.support import (
+    TENANT,
+    claim_due_now,
+    push_message,
+    push_status,
+    quick_store,
+    redis_ms,
+    windowed_store,
+)
 from worker.conversation_store import ConversationStore
 
 PERSON = "5491155550001"
@@ -26,20 +32,7 @@ WINDOW_MS, MAX_WAIT_MS = 3000, 3500
 
 @pytest.fixture
 def store(redis: Redis, settings: Settings, prefix: str) -> ConversationStore:
-    s = settings.with_overrides(
-        key_prefix=prefix,
-        debounce_window_s=WINDOW_MS / 1000,
-        max_wait_s=MAX_WAIT_MS / 1000,
-        lease_s=10,
-        lease_renew_s=1,
-    )
-    scripts = Scripts()
-    return ConversationStore(s, scripts, GroupCommitter(redis, scripts))
-
-
-async def _redis_ms(redis: Redis) -> int:
-    sec, usec = await redis.time()
-    return int(sec) * 1000 + int(usec) // 1000
+    return windowed_store(redis, settings, prefix, WINDOW_MS, MAX_WAIT_MS)
 
 
 async def test_due_is_last_plus_window_capped_at_first_plus_max_wait(
@@ -108,9 +101,9 @@ async def test_retry_keeps_the_batch_and_schedules_it_after_the_delay(
     k = Keys(prefix).tenant(TENANT)
     await push_message(redis, prefix, PERSON, "m1", "hola")
     batch = await claim_due_now(redis, store, prefix, PERSON, "a")
-    before = await _redis_ms(redis)
+    before = await redis_ms(redis)
     assert await store.finish_retry(batch, 2.5, "RuntimeError: boom")
-    after = await _redis_ms(redis)
+    after = await redis_ms(redis)
     due = await redis.zscore(k.due, PERSON)
     assert due is not None and before + 2500 <= due <= after + 2500
     assert await redis.hget(k.batch(PERSON), "attempt") == b"1"
@@ -129,10 +122,10 @@ async def test_a_wait_for_the_ai_keeps_the_batch_without_counting_the_attempt(
     k = Keys(prefix).tenant(TENANT)
     await push_message(redis, prefix, PERSON, "m1", "hola")
     batch = await claim_due_now(redis, store, prefix, PERSON, "a")
-    before = await _redis_ms(redis)
+    before = await redis_ms(redis)
     assert await store.finish_retry(batch, 1.5, "waiting for the AI: 529", count_attempt=False)
     due = await redis.zscore(k.due, PERSON)
-    assert due is not None and before + 1500 <= due <= await _redis_ms(redis) + 1500
+    assert due is not None and before + 1500 <= due <= await redis_ms(redis) + 1500
     assert await redis.hget(k.batch(PERSON), "attempt") == b"0"
     assert await redis.hget(k.batch(PERSON), "last_error") == b"waiting for the AI: 529"
     assert await redis.hmget(k.stats, ["ai_waits", "retries"]) == [b"1", None]
