@@ -4,8 +4,10 @@
 
 Stores N one-message conversations on a private Redis (appendonly off), then runs the worker's
 own ConversationStore calls one kind at a time, resetting `INFO commandstats` before each:
-claim (200 per call), save_reply, record_part, finish. Prints the EVALSHA microseconds per turn
-(what Redis spent inside the script) and the client's wall time per turn (group-committed).
+claim (200 per call), save_reply, finish (which records the reply's last part and adds the
+turn's figures; a revision before that: record_part, then finish). Prints the script calls'
+microseconds per turn (EVALSHA and FCALL: what Redis spent inside the scripts) and the
+client's wall time per turn (group-committed).
 The revision's code runs in a child process (scripts/bench/revision.py).
 """
 
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import inspect
 import shutil
 import sys
 import time
@@ -63,6 +66,32 @@ async def measure(n: int) -> None:
                     batches.extend(got.batches)
 
             await phase("claim", claim)
+            if "last_part" in inspect.signature(conv.finish_done).parameters:
+                # The turn as it is now: the finish records the reply's last part and adds
+                # the turn's figures (one AI call, one send), no record_part of its own.
+                from shared.fleet import turn_figures
+
+                figures = turn_figures.pairs([900.0], [80.0], {})
+
+                async def save_now() -> None:
+                    await asyncio.gather(*(conv.save_reply(x, "ok") for x in batches))
+
+                async def finish_now() -> None:
+                    await asyncio.gather(
+                        *(
+                            conv.finish_done(
+                                x,
+                                orjson.dumps({"user": x.user_text, "assistant": "ok"}),
+                                (0, f"wamid.X{i}"),
+                                figures,
+                            )
+                            for i, x in enumerate(batches)
+                        )
+                    )
+
+                await phase("save_reply", save_now)
+                await phase("finish", finish_now)
+                return
             if hasattr(conv, "save_reply"):
 
                 async def save() -> None:
