@@ -149,11 +149,15 @@ async def _per_script(n: int, out: Path) -> dict[str, float]:
     claim (200 batches a call), the reply's store, the finish (done: memory, the last part's
     record, the figures of one AI call and one send). The worker's own ConversationStore calls,
     on a traced Redis, counters dumped after each kind."""
-    import orjson
-
     import worker.conversation_store as store
-    from scripts.bench.worker_load import PREFIX, TENANT, Bench, make_event, person_id
-    from shared.fleet import turn_figures
+    from scripts.bench.worker_load import (
+        PREFIX,
+        TENANT,
+        Bench,
+        finish_one_part_replies,
+        make_event,
+        person_id,
+    )
     from shared.settings import Settings
     from shared.storage.group_commit import GroupCommitter
 
@@ -169,7 +173,6 @@ async def _per_script(n: int, out: Path) -> dict[str, float]:
                 redis_url=url, key_prefix=PREFIX, debounce_window_s=0.001, max_wait_s=0.002
             )
             conv = store.ConversationStore(settings, b.scripts, GroupCommitter(b.redis, b.scripts))
-            figures = turn_figures.pairs([900.0], [80.0], {})
             batches: list[Any] = []
 
             async def claim() -> None:
@@ -181,17 +184,7 @@ async def _per_script(n: int, out: Path) -> dict[str, float]:
                 await asyncio.gather(*(conv.save_reply(x, "ok") for x in batches))
 
             async def finish() -> None:
-                await asyncio.gather(
-                    *(
-                        conv.finish_done(
-                            x,
-                            orjson.dumps({"user": x.user_text, "assistant": "ok"}),
-                            (0, f"wamid.X{i}"),
-                            figures,
-                        )
-                        for i, x in enumerate(batches)
-                    )
-                )
+                await finish_one_part_replies(conv, batches)
 
             for name, phase in (("claim", claim), ("save_reply", save), ("finish", finish)):
                 await b.redis.config_resetstat()

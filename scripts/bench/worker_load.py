@@ -367,3 +367,25 @@ async def redis_lpush_rpop_baseline(url: str, n: int, chunk: int = 200) -> float
         return n / (time.perf_counter() - started)
     finally:
         await redis.aclose()
+
+
+async def finish_one_part_replies(conv: Any, batches: Sequence[Any]) -> None:
+    """Finish each claimed batch as a turn does after a one-part reply "ok": the exchange
+    remembered, the part's record (`wamid.X<i>`) and one AI call's and one send's figures, in
+    one finish call each (scripts/bench/turn_instructions.py, worker_scriptcost.py)."""
+    import orjson
+
+    from shared.fleet import turn_figures
+
+    figures = turn_figures.pairs([900.0], [80.0], {})
+    await asyncio.gather(
+        *(
+            conv.finish_done(
+                x,
+                orjson.dumps({"user": x.user_text, "assistant": "ok"}),
+                (0, f"wamid.X{i}"),
+                figures,
+            )
+            for i, x in enumerate(batches)
+        )
+    )

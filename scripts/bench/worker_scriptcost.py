@@ -31,7 +31,14 @@ async def measure(n: int) -> None:
     import orjson
 
     import worker.conversation_store as store
-    from scripts.bench.worker_load import PREFIX, TENANT, Bench, make_event, person_id
+    from scripts.bench.worker_load import (
+        PREFIX,
+        TENANT,
+        Bench,
+        finish_one_part_replies,
+        make_event,
+        person_id,
+    )
     from scripts.dev.redis_server import RedisServer
     from shared.settings import Settings
     from shared.storage.group_commit import GroupCommitter
@@ -69,25 +76,11 @@ async def measure(n: int) -> None:
             if "last_part" in inspect.signature(conv.finish_done).parameters:
                 # The turn as it is now: the finish records the reply's last part and adds
                 # the turn's figures (one AI call, one send), no record_part of its own.
-                from shared.fleet import turn_figures
-
-                figures = turn_figures.pairs([900.0], [80.0], {})
-
                 async def save_now() -> None:
                     await asyncio.gather(*(conv.save_reply(x, "ok") for x in batches))
 
                 async def finish_now() -> None:
-                    await asyncio.gather(
-                        *(
-                            conv.finish_done(
-                                x,
-                                orjson.dumps({"user": x.user_text, "assistant": "ok"}),
-                                (0, f"wamid.X{i}"),
-                                figures,
-                            )
-                            for i, x in enumerate(batches)
-                        )
-                    )
+                    await finish_one_part_replies(conv, batches)
 
                 await phase("save_reply", save_now)
                 await phase("finish", finish_now)
