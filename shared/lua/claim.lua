@@ -73,7 +73,8 @@
 -- uses: lib/keys.lua (conv_key, PENDING, BATCH, LOCK, MEMORY, CONTEXT, HUMAN)
 -- uses: lib/lastin.lua (lastin_saw, lastin_get, lastin_move)
 -- uses: lib/human.lua (take_echo)
--- uses: lib/clock.lua (now_ms)
+-- uses: lib/clock.lua (now_ms_text)
+-- uses: lib/text.lua (int_text)
 -- uses: lib/outbound.lua (apply_status)
 -- uses: lib/dispatch_lag.lua (new_lags, add_lag, write_lags)
 -- uses: lib/silence.lua (held_silent, take_agent_message, take_conversation_event)
@@ -85,7 +86,8 @@ local out_prefix, service_window, early_ttl = ARGV[8], tonumber(ARGV[9]), tonumb
 local welcome, context_ttl, context_max = ARGV[11] == '1', tonumber(ARGV[12]), tonumber(ARGV[13])
 local human_pause, memory_turns = tonumber(ARGV[15]), tonumber(ARGV[16])
 local answer_by = tonumber(ARGV[17])
-local now = now_ms()
+-- `now` and its text (written per batch) made once.
+local now, now_text = now_ms_text()
 local now_s = math.floor(now / 1000)
 if answer_by > 0 and now > answer_by then max_claim = 0 end
 local silence_keys = {due = KEYS[2], burst = KEYS[4], stats = KEYS[5]}
@@ -364,8 +366,9 @@ for _, person in ipairs(expired) do
 end
 
 -- 3. Claim due conversations whose lock is free.
--- Numbers written per batch, turned into text once (a number's text costs Redis a printf).
-local now_text, lease_end = tostring(now), tostring(now + lease)
+-- Numbers written per batch, turned into text once (a number's text costs Redis a printf;
+-- lib/text.lua).
+local lease_end = tostring(now + lease)
 local out = {now, -1, 0}
 local lags = new_lags()
 local batches_base, new_batches = nil, 0
@@ -405,7 +408,7 @@ if max_claim > 0 then
       local ok, fresh = true, nil
       if redis.call('EXISTS', bkey) == 0 then
         local pkey = conv_key(prefix, person, PENDING)
-        local msgs = redis.call('LRANGE', pkey, 0, -1)
+        local msgs = redis.call('LRANGE', pkey, '0', '-1')
         burst_del(KEYS[4], person)
         if #msgs == 0 then
           ok = false
@@ -418,11 +421,11 @@ if max_claim > 0 then
           new_batches = new_batches + 1
           local seq = batches_base + new_batches
           local ckey = conv_key(prefix, person, CONTEXT)
-          local context = redis.call('LRANGE', ckey, 0, -1)
+          local context = redis.call('LRANGE', ckey, '0', '-1')
           if #context > 0 then redis.call('DEL', ckey) end
           -- Its fields as HGETALL would give them; the claim below adds its own.
-          fresh = {'id', now_text .. '-' .. seq, 'person', person, 'attempt', '0',
-            'created_ms', now_text, 'size', tostring(#msgs),
+          fresh = {'id', now_text .. '-' .. int_text(seq), 'person', person, 'attempt', '0',
+            'created_ms', now_text, 'size', int_text(#msgs),
             'messages', '[' .. table.concat(msgs, ',') .. ']',
             'context', '[' .. table.concat(context, ',') .. ']'}
         end
@@ -431,7 +434,7 @@ if max_claim > 0 then
         redis.call('HINCRBY', KEYS[5], 'silent_batches', 1)
       end
       if ok then
-        local token = ARGV[4] .. ':' .. i
+        local token = ARGV[4] .. ':' .. int_text(i)
         redis.call('SET', lock, token, 'PX', ARGV[3])
         redis.call('ZADD', KEYS[3], lease_end, person)
         local b
@@ -452,7 +455,7 @@ if max_claim > 0 then
         table.insert(b, lastin_get(prefix, person, now_s, service_window))
         table.insert(b, 'history')
         table.insert(b, '[' .. table.concat(
-          redis.call('LRANGE', conv_key(prefix, person, MEMORY), 0, -1), ',') .. ']')
+          redis.call('LRANGE', conv_key(prefix, person, MEMORY), '0', '-1'), ',') .. ']')
         table.insert(b, 1, token)
         table.insert(b, 1, person)
         table.insert(out, b)

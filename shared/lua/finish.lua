@@ -40,7 +40,7 @@
 -- Returns 1, or 0 when the token does not hold the lock (lease lost: change nothing).
 --
 -- uses: lib/keys.lua (conv_key, PENDING, BATCH, LOCK, MEMORY)
--- uses: lib/clock.lua (now_ms)
+-- uses: lib/clock.lua (now_ms_text)
 -- uses: lib/outbound.lua (recorded_batch, record_outbound, start_late_job)
 -- uses: lib/review.lua (add_review_item)
 -- uses: lib/human.lua (set_human_pause)
@@ -49,10 +49,9 @@
 local prefix, person, token, outcome = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local lock = conv_key(prefix, person, LOCK)
 if redis.call('GET', lock) ~= token then return 0 end
-local now = now_ms()
 -- Written twice on a done turn (`conversations`, the record's sent time): its text made once,
--- as a number's text costs Redis a printf each time it is written.
-local now_text = tostring(now)
+-- of TIME's digits, as a number's text costs a printf each time it is made (lib/text.lua).
+local now, now_text = now_ms_text()
 local bkey = conv_key(prefix, person, BATCH)
 for i = 19, #ARGV, 2 do
   redis.call('HINCRBY', KEYS[5], ARGV[i], ARGV[i + 1])
@@ -95,8 +94,9 @@ else
     record_outbound(prefix, KEYS[5], ARGV[14], ARGV[13], b.id, person, ARGV[12], ARGV[15], now, b,
       now_text)
   end
-  if ARGV[9] and ARGV[9] ~= '' and tonumber(ARGV[10]) > 0 then
-    remember(conv_key(prefix, person, MEMORY), ARGV[9], tonumber(ARGV[10]), ARGV[11])
+  if ARGV[9] and ARGV[9] ~= '' then
+    local turns = tonumber(ARGV[10])
+    if turns > 0 then remember(conv_key(prefix, person, MEMORY), ARGV[9], turns, ARGV[11]) end
   end
 end
 redis.call('DEL', bkey)
