@@ -39,7 +39,7 @@
 --
 -- Returns 1, or 0 when the token does not hold the lock (lease lost: change nothing).
 --
--- uses: lib/keys.lua (conv_key, PENDING, BATCH, LOCK, MEMORY)
+-- uses: lib/keys.lua (conv_key, PENDING, BATCH, LOCK, MEMORY, LATE)
 -- uses: lib/clock.lua (now_ms_text)
 -- uses: lib/outbound.lua (recorded_batch, record_outbound, start_late_job)
 -- uses: lib/review.lua (add_review_item)
@@ -57,14 +57,14 @@ for i = 19, #ARGV, 2 do
   redis.call('HINCRBY', KEYS[5], ARGV[i], ARGV[i + 1])
 end
 
-redis.call('DEL', lock)
 redis.call('ZREM', KEYS[2], person)
 if outcome == 'retry' then
+  redis.call('DEL', lock)
   if ARGV[17] == '0' then
-    redis.call('HINCRBY', KEYS[5], 'ai_waits', 1)
+    redis.call('HINCRBY', KEYS[5], 'ai_waits', '1')
   else
-    redis.call('HINCRBY', bkey, 'attempt', 1)
-    redis.call('HINCRBY', KEYS[5], 'retries', 1)
+    redis.call('HINCRBY', bkey, 'attempt', '1')
+    redis.call('HINCRBY', KEYS[5], 'retries', '1')
   end
   redis.call('HSET', bkey, 'last_error', ARGV[6], 'token', '')
   redis.call('ZADD', KEYS[1], now + tonumber(ARGV[5]), person)
@@ -84,7 +84,7 @@ if outcome == 'review' then
       true)
   end
   for what in string.gmatch(ARGV[16] or '', '[^,]+') do
-    redis.call('HINCRBY', KEYS[5], 'unknown:' .. what, 1)
+    redis.call('HINCRBY', KEYS[5], 'unknown:' .. what, '1')
   end
 else
   redis.call('HINCRBY', KEYS[5], 'turns', '1')
@@ -99,13 +99,16 @@ else
     if turns > 0 then remember(conv_key(prefix, person, MEMORY), ARGV[9], turns, ARGV[11]) end
   end
 end
-redis.call('DEL', bkey)
+-- The lock and the batch go in one command (nothing this script calls above reads either).
+redis.call('DEL', lock, bkey)
 -- A late delivery failure queued meanwhile runs next, as a batch (lib/outbound.lua); the
--- messages waiting are scheduled when it ends.
+-- messages waiting are scheduled when it ends. Mostly there is neither: one command says so.
+local pkey = conv_key(prefix, person, PENDING)
+if redis.call('EXISTS', conv_key(prefix, person, LATE), pkey) == 0 then return 1 end
 if start_late_job(prefix, person, KEYS[1], now, true) then return 1 end
 -- Messages that arrived during the turn form the next batch, due as their burst says
 -- (possibly already due).
-if redis.call('EXISTS', conv_key(prefix, person, PENDING)) == 1 then
+if redis.call('EXISTS', pkey) == 1 then
   local b = burst_get(KEYS[3], person)
   local first, last = now, now
   if b then
