@@ -41,7 +41,7 @@
 --
 -- uses: lib/keys.lua (conv_key, PENDING, BATCH, LOCK, MEMORY, LATE)
 -- uses: lib/clock.lua (now_ms_text)
--- uses: lib/outbound.lua (recorded_batch, record_outbound, start_late_job)
+-- uses: lib/outbound.lua (recorded_batch, record_outbound, start_late_job, RB_ID)
 -- uses: lib/review.lua (add_review_item)
 -- uses: lib/human.lua (set_human_pause)
 -- uses: lib/memory.lua (remember)
@@ -91,8 +91,8 @@ else
   redis.call('ZADD', KEYS[6], now_text, person)
   if ARGV[12] and ARGV[12] ~= '' and ARGV[13] ~= '' then
     local b = recorded_batch(bkey)
-    record_outbound(prefix, KEYS[5], ARGV[14], ARGV[13], b.id, person, ARGV[12], ARGV[15], now, b,
-      now_text)
+    record_outbound(prefix, KEYS[5], ARGV[14], ARGV[13], b[RB_ID], person, ARGV[12], ARGV[15],
+      now, b, now_text)
   end
   if ARGV[9] and ARGV[9] ~= '' then
     local turns = tonumber(ARGV[10])
