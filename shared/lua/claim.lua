@@ -68,7 +68,10 @@
 -- a message still in the inbox may belong to a due batch, so call again), and each b is
 -- {person, token, field1, value1, ...}: the batch hash, plus `last_inbound` (provider ts of
 -- the person's last message, 0 if the window has closed) and `history` (the memory, a JSON array).
--- A batch's `context` field holds the context items it took (a JSON array).
+-- A batch's `context` field holds the context items it took (a JSON array). A new batch's row
+-- leaves out what the hash holds besides and no reader of the row needs: `person` and `token`
+-- (the row's first two), `size` and `created_ms` (read from the hash by the ops pages): eight
+-- values fewer of ~26, each ~0.9k Redis instructions to reply (docs/benchmarks/worker.md).
 --
 -- uses: lib/keys.lua (conv_key, lastin_book, PENDING, BATCH, LOCK, MEMORY, CONTEXT, HUMAN, LASTIN)
 -- uses: lib/lastin.lua (lastin_saw, lastin_get, lastin_move, lastin_legacy_possible)
@@ -471,11 +474,8 @@ if max_claim > 0 then
               context = '[' .. table.concat(items, ',') .. ']'
             end
           end
-          -- Its fields as HGETALL would give them; the claim below adds its own.
-          fresh = {'id', now_text .. '-' .. int_text(seq), 'person', person, 'attempt', '0',
-            'created_ms', now_text, 'size', int_text(#msgs),
-            'messages', '[' .. table.concat(msgs, ',') .. ']',
-            'context', context}
+          fresh = {now_text .. '-' .. int_text(seq), int_text(#msgs),
+            '[' .. table.concat(msgs, ',') .. ']', context}
         end
       elseif silence_of(prefix, person) and fold_batch(prefix, person, context_ttl) then
         ok = false  -- a retry of a Chatwoot conversation a person took over meanwhile
@@ -490,24 +490,27 @@ if max_claim > 0 then
         if fresh then
           -- A new batch is written once, and its row built from what was written (no
           -- HGETALL): the claim's cost per batch is most of a turn's Redis CPU.
-          local n = #fresh
-          fresh[n + 1], fresh[n + 2], fresh[n + 3] = 'token', token, 'claimed_ms'
-          fresh[n + 4], fresh[n + 5], fresh[n + 6] = now_text, 'due_ms', due_ms
-          redis.call('HSET', bkey, unpack(fresh))
-          b = fresh
+          local id, size, messages, context = fresh[1], fresh[2], fresh[3], fresh[4]
+          redis.call('HSET', bkey, 'id', id, 'person', person, 'attempt', '0',
+            'created_ms', now_text, 'size', size, 'messages', messages, 'context', context,
+            'token', token, 'claimed_ms', now_text, 'due_ms', due_ms)
+          b = {person, token, 'id', id, 'attempt', '0', 'messages', messages,
+            'context', context, 'claimed_ms', now_text, 'due_ms', due_ms, 'last_inbound', false,
+            'history', false}
         else
           redis.call('HSET', bkey, 'token', token, 'claimed_ms', now_text, 'due_ms', due_ms)
           b = redis.call('HGETALL', bkey)
+          table.insert(b, 1, token)
+          table.insert(b, 1, person)
+          local n = #b
+          b[n + 1], b[n + 2], b[n + 3], b[n + 4] = 'last_inbound', false, 'history', false
         end
         add_lag(lags, now - tonumber(due_ms))
-        table.insert(b, 'last_inbound')
-        table.insert(b, lastin_get(prefix, person, now_s, service_window, no_legacy))
-        table.insert(b, 'history')
-        table.insert(b, '[' .. table.concat(
-          redis.call('LRANGE', conv_key(prefix, person, MEMORY), '0', '-1'), ',') .. ']')
-        table.insert(b, 1, token)
-        table.insert(b, 1, person)
-        table.insert(out, b)
+        local n = #b
+        b[n - 2] = lastin_get(prefix, person, now_s, service_window, no_legacy)
+        b[n] = '[' .. table.concat(
+          redis.call('LRANGE', conv_key(prefix, person, MEMORY), '0', '-1'), ',') .. ']'
+        out[#out + 1] = b
       end
     end
   end
