@@ -6,9 +6,15 @@ hash `wa:{T}:stats`, added by the worker with each turn's finish (`pairs`, finis
 
 Fields: `ai_le:<ms>` / `send_le:<ms>` count the AI calls / sends whose latency was at most <ms>
 and more than the bucket below (not cumulative: a call increments one bucket; `..._le:inf`
-above the last bound), `ai_sum_ms`, `ai_count`, `send_sum_ms`, `send_count`; tokens
-`tokens:input`, `tokens:output`, `tokens:cache_read`, `tokens:cache_write` (the Messages API's
-`input_tokens`, `output_tokens`, `cache_read_input_tokens`, `cache_creation_input_tokens`).
+above the last bound), `ai_sum_ms`, `send_sum_ms`; tokens `tokens:input`, `tokens:output`,
+`tokens:cache_read`, `tokens:cache_write` (the Messages API's `input_tokens`, `output_tokens`,
+`cache_read_input_tokens`, `cache_creation_input_tokens`).
+
+The count of calls is the sum of the buckets (`from_stats`, `count_of`). Releases before
+2026-12-05 also kept it as `ai_count` / `send_count`: one `HINCRBY` each per turn that no reader
+needed (each costs Redis ~7k instructions of a turn's ~590k, docs/benchmarks/worker.md). Stats
+hashes written by them keep those fields, no longer added to (nothing reads them); the ops
+page lists them among the counters until the hash is reset.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from shared.fleet.dispatch_lag import INF, LagHistogram
 class HistogramFields:
     """A latency histogram kept as fields of a stats hash."""
 
-    prefix: str  # e.g. "ai_": fields ai_le:<ms>, ai_sum_ms, ai_count
+    prefix: str  # e.g. "ai_": fields ai_le:<ms>, ai_sum_ms
     bounds_ms: tuple[int, ...]
 
     @property
@@ -37,23 +43,22 @@ class HistogramFields:
         return f"{self.prefix}sum_ms"
 
     @cached_property
-    def count_field(self) -> str:
-        return f"{self.prefix}count"
-
-    @cached_property
     def _bucket_fields(self) -> tuple[str, ...]:
         """Each bound's bucket field, then the one above the last (`..._le:inf`)."""
         return (*(f"{self.bucket_prefix}{b}" for b in self.bounds_ms), self.bucket_prefix + INF)
 
     def add(self, increments: dict[str, int], ms: float) -> None:
         """Count one observation of `ms` milliseconds into `increments` (every turn adds a few:
-        the field names are made once)."""
+        the field names are made once). Its bucket and the sum: the count is the buckets'."""
         ms = max(0, round(ms))
         field = self._bucket_fields[bisect_left(self.bounds_ms, ms)]
         get = increments.get
         increments[field] = get(field, 0) + 1
         increments[self.sum_field] = get(self.sum_field, 0) + ms
-        increments[self.count_field] = get(self.count_field, 0) + 1
+
+    def count_of(self, stats: Mapping[str, int]) -> int:
+        """How many observations the stats hold: the sum of the buckets."""
+        return self.from_stats(stats).count
 
     def from_stats(self, stats: Mapping[str, int]) -> LagHistogram:
         """Cumulative buckets in seconds, Prometheus style (all zero before any observation)."""

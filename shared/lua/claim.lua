@@ -68,12 +68,16 @@
 -- a message still in the inbox may belong to a due batch, so call again), and each b is
 -- {person, token, field1, value1, ...}: the batch hash, plus `last_inbound` (provider ts of
 -- the person's last message, 0 if the window has closed) and `history` (the memory, a JSON array).
--- A batch's `context` field holds the context items it took (a JSON array).
+-- A batch's `context` field holds the context items it took (a JSON array). A new batch's row
+-- leaves out what the hash holds besides and no reader of the row needs: `person` and `token`
+-- (the row's first two), `size` and `created_ms` (read from the hash by the ops pages): eight
+-- values fewer of ~26, each ~0.9k Redis instructions to reply (docs/benchmarks/worker.md).
 --
--- uses: lib/keys.lua (conv_key, PENDING, BATCH, LOCK, MEMORY, CONTEXT, HUMAN)
--- uses: lib/lastin.lua (lastin_saw, lastin_get, lastin_move)
+-- uses: lib/keys.lua (conv_key, lastin_book, PENDING, BATCH, LOCK, MEMORY, CONTEXT, HUMAN, LASTIN)
+-- uses: lib/lastin.lua (lastin_saw, lastin_get, lastin_move, lastin_legacy_possible)
 -- uses: lib/human.lua (take_echo)
--- uses: lib/clock.lua (now_ms)
+-- uses: lib/clock.lua (now_ms_text)
+-- uses: lib/text.lua (int_text)
 -- uses: lib/outbound.lua (apply_status)
 -- uses: lib/dispatch_lag.lua (new_lags, add_lag, write_lags)
 -- uses: lib/silence.lua (held_silent, take_agent_message, take_conversation_event)
@@ -85,7 +89,8 @@ local out_prefix, service_window, early_ttl = ARGV[8], tonumber(ARGV[9]), tonumb
 local welcome, context_ttl, context_max = ARGV[11] == '1', tonumber(ARGV[12]), tonumber(ARGV[13])
 local human_pause, memory_turns = tonumber(ARGV[15]), tonumber(ARGV[16])
 local answer_by = tonumber(ARGV[17])
-local now = now_ms()
+-- `now` and its text (written per batch) made once.
+local now, now_text = now_ms_text()
 local now_s = math.floor(now / 1000)
 if answer_by > 0 and now > answer_by then max_claim = 0 end
 local silence_keys = {due = KEYS[2], burst = KEYS[4], stats = KEYS[5]}
@@ -111,7 +116,7 @@ local function list_active()
     args = {}
   end
   for person in pairs(active) do
-    args[#args + 1] = now
+    args[#args + 1] = now_text
     args[#args + 1] = person
     if #args >= 2000 then flush() end
   end
@@ -123,8 +128,8 @@ local function list_active()
 end
 
 local function next_wake()
-  local d = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
-  local r = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
+  local d = redis.call('ZRANGE', KEYS[2], '0', '0', 'WITHSCORES')
+  local r = redis.call('ZRANGE', KEYS[3], '0', '0', 'WITHSCORES')
   local best = -1
   if d[2] then best = tonumber(d[2]) end
   if r[2] and (best < 0 or tonumber(r[2]) < best) then best = tonumber(r[2]) end
@@ -345,32 +350,62 @@ while taken < max_intake do
     redis.call('LPUSH', KEYS[6], ev)
   end
 end
-if messages > 0 then redis.call('HINCRBY', KEYS[5], 'messages', messages) end
+if messages > 0 then redis.call('HINCRBY', KEYS[5], 'messages', int_text(messages)) end
 list_active()
-if statuses > 0 then redis.call('HINCRBY', KEYS[5], 'statuses', statuses) end
+if statuses > 0 then redis.call('HINCRBY', KEYS[5], 'statuses', int_text(statuses)) end
 if taken >= max_intake and redis.call('LLEN', KEYS[1]) > 0 then
   return {now, next_wake(), 1}
 end
 
 -- 2. Leases that ended without a finish: the holder died. Make the batch due again now;
 --    step 3 resumes it (same messages, same attempt count).
-local expired = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now, 'LIMIT', 0, 1000)
+local expired = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now_text, 'LIMIT', '0', '1000')
 for _, person in ipairs(expired) do
   if redis.call('EXISTS', conv_key(prefix, person, LOCK)) == 0 then
     redis.call('ZREM', KEYS[3], person)
     redis.call('ZADD', KEYS[2], now, person)
-    redis.call('HINCRBY', KEYS[5], 'leases_expired', 1)
+    redis.call('HINCRBY', KEYS[5], 'leases_expired', '1')
   end
 end
 
 -- 3. Claim due conversations whose lock is free.
--- Numbers written per batch, turned into text once (a number's text costs Redis a printf).
-local now_text, lease_end = tostring(now), tostring(now + lease)
+-- Numbers written per batch, turned into text once (a number's text costs Redis a printf;
+-- lib/text.lua).
+local lease_end = tostring(now + lease)
 local out = {now, -1, 0}
 local lags = new_lags()
 local batches_base, new_batches = nil, 0
+-- What every claimed batch writes alike goes in one command at the end of the call (its
+-- effects are the same, and nothing of the call reads them meanwhile): the claimed people's
+-- lease ends in `running` (lease_end, person, ...), and the pending lists they took. Each is
+-- sent early when it grows past 1000 arguments (unpack's stack is limited).
+local leases, taken_lists = {}, {}
+local function add_leases(last)
+  local n = #leases
+  if n == 0 or (not last and n < 1000) then return end
+  -- The last claimed first: the batches of one claim share their lease end, and a small
+  -- sorted set (a listpack) places a member among equal scores by comparing it with each one
+  -- it follows; added in reverse, the people of a claim (in order of due time, then name)
+  -- mostly land first among their equals, after one comparison.
+  local reversed = {}
+  for k = n - 1, 1, -2 do
+    reversed[n - k], reversed[n - k + 1] = leases[k], leases[k + 1]
+  end
+  redis.call('ZADD', KEYS[3], unpack(reversed))
+  leases = {}
+end
+local function delete_taken(last)
+  if #taken_lists == 0 or (not last and #taken_lists < 1000) then return end
+  redis.call('DEL', unpack(taken_lists))
+  taken_lists = {}
+end
+-- While a window key of the release before may be left (lib/lastin.lua: for two days after
+-- the tenant's book began), a batch's look for its keys below asks for it too (found out at
+-- the first batch).
+local legacy_lastin = nil
 if max_claim > 0 then
-  local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'WITHSCORES', 'LIMIT', 0, max_claim)
+  local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now_text, 'WITHSCORES', 'LIMIT', '0',
+    ARGV[2])
   -- Every person found leaves `due` in one command (a ZREM each was a command a turn); one
   -- still held is put back below (ZADD at the held lock's or pause's end).
   local found = {}
@@ -385,9 +420,23 @@ if max_claim > 0 then
   for j = 1, #due, 2 do
     local person, due_ms, i = due[j], due[j + 1], (j + 1) / 2
     local lock, hkey = conv_key(prefix, person, LOCK), conv_key(prefix, person, HUMAN)
-    -- Mostly neither exists: one command says so.
+    local bkey, ckey = conv_key(prefix, person, BATCH), conv_key(prefix, person, CONTEXT)
+    -- Mostly none of the lock, a pause, a batch (a retry's) and context exists: one command
+    -- says so, where asking each was three (a person with any of them costs one more); so
+    -- for the window key of the release before, while one may be left.
+    local none, no_legacy
+    if legacy_lastin == nil then
+      legacy_lastin = lastin_legacy_possible(lastin_book(prefix), now_s, service_window)
+    end
+    if legacy_lastin then
+      none = redis.call('EXISTS', lock, hkey, bkey, ckey, conv_key(prefix, person, LASTIN)) == 0
+      no_legacy = none
+      if not none then none = redis.call('EXISTS', lock, hkey, bkey, ckey) == 0 end
+    else
+      none = redis.call('EXISTS', lock, hkey, bkey, ckey) == 0
+    end
     local pttl, held = -2, -2
-    if redis.call('EXISTS', lock, hkey) > 0 then
+    if not none and redis.call('EXISTS', lock, hkey) > 0 then
       pttl, held = redis.call('PTTL', lock), redis.call('PTTL', hkey)
     end
     if pttl ~= -2 then
@@ -401,66 +450,74 @@ if max_claim > 0 then
       if held < 0 then held = lease end
       redis.call('ZADD', KEYS[2], now + held, person)
     else
-      local bkey = conv_key(prefix, person, BATCH)
       local ok, fresh = true, nil
-      if redis.call('EXISTS', bkey) == 0 then
+      if none or redis.call('EXISTS', bkey) == 0 then
         local pkey = conv_key(prefix, person, PENDING)
-        local msgs = redis.call('LRANGE', pkey, 0, -1)
+        local msgs = redis.call('LRANGE', pkey, '0', '-1')
         burst_del(KEYS[4], person)
         if #msgs == 0 then
           ok = false
         else
-          redis.call('DEL', pkey)
+          taken_lists[#taken_lists + 1] = pkey
+          delete_taken(false)
           -- Batch ids number on from `batches`, counted once at the end of the call.
           if not batches_base then
             batches_base = tonumber(redis.call('HGET', KEYS[5], 'batches') or '0')
           end
           new_batches = new_batches + 1
           local seq = batches_base + new_batches
-          local ckey = conv_key(prefix, person, CONTEXT)
-          local context = redis.call('LRANGE', ckey, 0, -1)
-          if #context > 0 then redis.call('DEL', ckey) end
-          -- Its fields as HGETALL would give them; the claim below adds its own.
-          fresh = {'id', now_text .. '-' .. seq, 'person', person, 'attempt', '0',
-            'created_ms', now_text, 'size', tostring(#msgs),
-            'messages', '[' .. table.concat(msgs, ',') .. ']',
-            'context', '[' .. table.concat(context, ',') .. ']'}
+          local context = '[]'
+          if not none then
+            local items = redis.call('LRANGE', ckey, '0', '-1')
+            if #items > 0 then
+              redis.call('DEL', ckey)
+              context = '[' .. table.concat(items, ',') .. ']'
+            end
+          end
+          fresh = {now_text .. '-' .. int_text(seq), int_text(#msgs),
+            '[' .. table.concat(msgs, ',') .. ']', context}
         end
       elseif silence_of(prefix, person) and fold_batch(prefix, person, context_ttl) then
         ok = false  -- a retry of a Chatwoot conversation a person took over meanwhile
-        redis.call('HINCRBY', KEYS[5], 'silent_batches', 1)
+        redis.call('HINCRBY', KEYS[5], 'silent_batches', '1')
       end
       if ok then
-        local token = ARGV[4] .. ':' .. i
+        local token = ARGV[4] .. ':' .. int_text(i)
         redis.call('SET', lock, token, 'PX', ARGV[3])
-        redis.call('ZADD', KEYS[3], lease_end, person)
+        leases[#leases + 1], leases[#leases + 2] = lease_end, person
+        add_leases(false)
         local b
         if fresh then
           -- A new batch is written once, and its row built from what was written (no
           -- HGETALL): the claim's cost per batch is most of a turn's Redis CPU.
-          local n = #fresh
-          fresh[n + 1], fresh[n + 2], fresh[n + 3] = 'token', token, 'claimed_ms'
-          fresh[n + 4], fresh[n + 5], fresh[n + 6] = now_text, 'due_ms', due_ms
-          redis.call('HSET', bkey, unpack(fresh))
-          b = fresh
+          local id, size, messages, context = fresh[1], fresh[2], fresh[3], fresh[4]
+          redis.call('HSET', bkey, 'id', id, 'person', person, 'attempt', '0',
+            'created_ms', now_text, 'size', size, 'messages', messages, 'context', context,
+            'token', token, 'claimed_ms', now_text, 'due_ms', due_ms)
+          b = {person, token, 'id', id, 'attempt', '0', 'messages', messages,
+            'context', context, 'claimed_ms', now_text, 'due_ms', due_ms, 'last_inbound', false,
+            'history', false}
         else
           redis.call('HSET', bkey, 'token', token, 'claimed_ms', now_text, 'due_ms', due_ms)
           b = redis.call('HGETALL', bkey)
+          table.insert(b, 1, token)
+          table.insert(b, 1, person)
+          local n = #b
+          b[n + 1], b[n + 2], b[n + 3], b[n + 4] = 'last_inbound', false, 'history', false
         end
         add_lag(lags, now - tonumber(due_ms))
-        table.insert(b, 'last_inbound')
-        table.insert(b, lastin_get(prefix, person, now_s, service_window))
-        table.insert(b, 'history')
-        table.insert(b, '[' .. table.concat(
-          redis.call('LRANGE', conv_key(prefix, person, MEMORY), 0, -1), ',') .. ']')
-        table.insert(b, 1, token)
-        table.insert(b, 1, person)
-        table.insert(out, b)
+        local n = #b
+        b[n - 2] = lastin_get(prefix, person, now_s, service_window, no_legacy)
+        b[n] = '[' .. table.concat(
+          redis.call('LRANGE', conv_key(prefix, person, MEMORY), '0', '-1'), ',') .. ']'
+        out[#out + 1] = b
       end
     end
   end
 end
+add_leases(true)
+delete_taken(true)
 write_lags(KEYS[5], lags)
-if new_batches > 0 then redis.call('HINCRBY', KEYS[5], 'batches', new_batches) end
+if new_batches > 0 then redis.call('HINCRBY', KEYS[5], 'batches', int_text(new_batches)) end
 out[2] = next_wake()
 return out

@@ -39,9 +39,9 @@
 --
 -- Returns 1, or 0 when the token does not hold the lock (lease lost: change nothing).
 --
--- uses: lib/keys.lua (conv_key, PENDING, BATCH, LOCK, MEMORY)
--- uses: lib/clock.lua (now_ms)
--- uses: lib/outbound.lua (recorded_batch, record_outbound, start_late_job)
+-- uses: lib/keys.lua (conv_key, PENDING, BATCH, LOCK, MEMORY, LATE)
+-- uses: lib/clock.lua (now_ms_text)
+-- uses: lib/outbound.lua (recorded_batch, record_outbound, start_late_job, RB_ID)
 -- uses: lib/review.lua (add_review_item)
 -- uses: lib/human.lua (set_human_pause)
 -- uses: lib/memory.lua (remember)
@@ -49,23 +49,22 @@
 local prefix, person, token, outcome = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local lock = conv_key(prefix, person, LOCK)
 if redis.call('GET', lock) ~= token then return 0 end
-local now = now_ms()
 -- Written twice on a done turn (`conversations`, the record's sent time): its text made once,
--- as a number's text costs Redis a printf each time it is written.
-local now_text = tostring(now)
+-- of TIME's digits, as a number's text costs a printf each time it is made (lib/text.lua).
+local now, now_text = now_ms_text()
 local bkey = conv_key(prefix, person, BATCH)
 for i = 19, #ARGV, 2 do
   redis.call('HINCRBY', KEYS[5], ARGV[i], ARGV[i + 1])
 end
 
-redis.call('DEL', lock)
 redis.call('ZREM', KEYS[2], person)
 if outcome == 'retry' then
+  redis.call('DEL', lock)
   if ARGV[17] == '0' then
-    redis.call('HINCRBY', KEYS[5], 'ai_waits', 1)
+    redis.call('HINCRBY', KEYS[5], 'ai_waits', '1')
   else
-    redis.call('HINCRBY', bkey, 'attempt', 1)
-    redis.call('HINCRBY', KEYS[5], 'retries', 1)
+    redis.call('HINCRBY', bkey, 'attempt', '1')
+    redis.call('HINCRBY', KEYS[5], 'retries', '1')
   end
   redis.call('HSET', bkey, 'last_error', ARGV[6], 'token', '')
   redis.call('ZADD', KEYS[1], now + tonumber(ARGV[5]), person)
@@ -85,27 +84,31 @@ if outcome == 'review' then
       true)
   end
   for what in string.gmatch(ARGV[16] or '', '[^,]+') do
-    redis.call('HINCRBY', KEYS[5], 'unknown:' .. what, 1)
+    redis.call('HINCRBY', KEYS[5], 'unknown:' .. what, '1')
   end
 else
   redis.call('HINCRBY', KEYS[5], 'turns', '1')
   redis.call('ZADD', KEYS[6], now_text, person)
   if ARGV[12] and ARGV[12] ~= '' and ARGV[13] ~= '' then
     local b = recorded_batch(bkey)
-    record_outbound(prefix, KEYS[5], ARGV[14], ARGV[13], b.id, person, ARGV[12], ARGV[15], now, b,
-      now_text)
+    record_outbound(prefix, KEYS[5], ARGV[14], ARGV[13], b[RB_ID], person, ARGV[12], ARGV[15],
+      now, b, now_text)
   end
-  if ARGV[9] and ARGV[9] ~= '' and tonumber(ARGV[10]) > 0 then
-    remember(conv_key(prefix, person, MEMORY), ARGV[9], tonumber(ARGV[10]), ARGV[11])
+  if ARGV[9] and ARGV[9] ~= '' then
+    local turns = tonumber(ARGV[10])
+    if turns > 0 then remember(conv_key(prefix, person, MEMORY), ARGV[9], turns, ARGV[11]) end
   end
 end
-redis.call('DEL', bkey)
+-- The lock and the batch go in one command (nothing this script calls above reads either).
+redis.call('DEL', lock, bkey)
 -- A late delivery failure queued meanwhile runs next, as a batch (lib/outbound.lua); the
--- messages waiting are scheduled when it ends.
+-- messages waiting are scheduled when it ends. Mostly there is neither: one command says so.
+local pkey = conv_key(prefix, person, PENDING)
+if redis.call('EXISTS', conv_key(prefix, person, LATE), pkey) == 0 then return 1 end
 if start_late_job(prefix, person, KEYS[1], now, true) then return 1 end
 -- Messages that arrived during the turn form the next batch, due as their burst says
 -- (possibly already due).
-if redis.call('EXISTS', conv_key(prefix, person, PENDING)) == 1 then
+if redis.call('EXISTS', pkey) == 1 then
   local b = burst_get(KEYS[3], person)
   local first, last = now, now
   if b then

@@ -19,7 +19,7 @@
 --
 -- uses: lib/keys.lua (conv_key, BATCH, LOCK)
 -- uses: lib/clock.lua (now_ms)
--- uses: lib/outbound.lua (recorded_batch, record_outbound)
+-- uses: lib/outbound.lua (recorded_batch, record_outbound, RB_ID)
 local prefix, person, token, part, id = ARGV[1], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 if redis.call('GET', conv_key(prefix, person, LOCK)) ~= token then return 0 end
 local bkey = conv_key(prefix, person, BATCH)
@@ -28,6 +28,6 @@ if redis.call('HGET', bkey, 'part:' .. part) == id then return 1 end
 redis.call('HSET', bkey, 'part:' .. part, id)
 if id ~= '' then
   local b = recorded_batch(bkey)
-  record_outbound(prefix, KEYS[1], ARGV[2], id, b.id, person, part, ARGV[7], now_ms(), b)
+  record_outbound(prefix, KEYS[1], ARGV[2], id, b[RB_ID], person, part, ARGV[7], now_ms(), b)
 end
 return 1

@@ -15,7 +15,7 @@ local prefix, person, token = ARGV[1], ARGV[2], ARGV[3]
 if redis.call('GET', conv_key(prefix, person, LOCK)) ~= token then return false end
 local bkey = conv_key(prefix, person, BATCH)
 if redis.call('HSETNX', bkey, 'reply', ARGV[4]) == 1 then
-  redis.call('HINCRBY', KEYS[1], 'replies', 1)
+  redis.call('HINCRBY', KEYS[1], 'replies', '1')
   return ARGV[4]
 end
 return redis.call('HGET', bkey, 'reply')

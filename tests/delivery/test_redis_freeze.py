@@ -25,6 +25,7 @@ from redis.asyncio import Redis
 
 from scripts.dev.redis_server import RedisServer
 from scripts.standins import GraphApiStandIn, MessagesApiStandIn
+from shared.fleet.turn_figures import AI_CALL, SEND
 from shared.keys import Keys
 from tests.delivery.support import TENANT
 from tests.support.answer_dropping_proxy import AnswerDroppingProxy
@@ -117,7 +118,7 @@ async def test_a_freeze_at_the_finish_costs_seconds_not_the_lease(
     assert counts.get("leases_expired", 0) == 0, "the turn was abandoned and resumed"
     # The finish's first try ran when Redis continued, its answer lost: the later try finds
     # the lock released by it, and the turn's figures are not added a second time.
-    assert (counts.get("ai_count"), counts.get("send_count")) == (1, 1)
+    assert (AI_CALL.count_of(counts), SEND.count_of(counts)) == (1, 1)
 
 
 async def test_a_batch_due_during_the_freeze_is_answered_within_seconds(

@@ -12,6 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from redis.asyncio import Redis
 
 from scripts.standins import GraphApiStandIn, MessagesApiStandIn
+from shared.fleet.turn_figures import SEND
 from shared.settings import Settings
 from tests.delivery.support import TENANT, TENANT_PROMPT, TENANTS_TOML, ai_requests
 from tests.receiver.support import running
@@ -83,7 +84,7 @@ async def test_tokens_and_latencies_of_the_anthropic_brain_show_up_in_metrics(
 
     # The figures are written right after each turn's finish: wait for the last ones.
     async def recorded() -> bool:
-        return (await stats(redis, prefix, TENANT)).get("send_count", 0) == 2
+        return SEND.count_of(await stats(redis, prefix, TENANT)) == 2
 
     await wait_for(recorded, "both turns' figures", timeout_s=10)
     settings = Settings.from_env(

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
+from shared.fleet.turn_figures import AI_CALL, SEND
 from shared.keys import Keys
 from tests.worker.support import (
     TENANT,
@@ -148,7 +149,7 @@ async def test_a_renewal_never_stops_a_turn_that_finished(
     figures = await wait_for(all_turns, "150 turns", timeout_s=60)
     # Each turn made one AI call (the recording brain, timed by the turn) and sent one part.
     assert figures["turns"] == len(people)
-    assert figures["ai_count"] == len(people), fleet.dump()
-    assert figures["send_count"] == len(people), fleet.dump()
+    assert AI_CALL.count_of(figures) == len(people), fleet.dump()
+    assert SEND.count_of(figures) == len(people), fleet.dump()
     log = fleet.dump()
     assert "lease lost" not in log and "stopping the turn" not in log, log

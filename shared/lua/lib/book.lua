@@ -25,11 +25,12 @@
 -- often: they allocate little (Lua's tables and strings cost Redis more than its commands do
 -- here).
 --
--- uses: none
+-- uses: lib/text.lua (int_text)
 
 local BOOK_GENS, BOOK_NEWEST, BOOK_SINCE = '{{BOOK_GENS}}', 'newest', 'since'
 local BOOK_MAX_SHARDS = 65536
 local BOOK_RATE_S = 600  -- a rate is measured over 10 minutes at least (a burst is no rate)
+local BOOK_PARSED_KEPT = 1000  -- values book_gen keeps parsed, at most
 local book_loaded = {}  -- prefix -> its generations, newest first (read once per script call)
 local book_newest_of = {}  -- prefix -> its newest generation, or false (read once per call)
 
@@ -44,13 +45,24 @@ local function book_hash(digest)
   return tonumber(string.sub(digest, 17, 24), 16)
 end
 
+-- A generation's value -> {id, start, shards, ends, full}, parsed once and kept between calls
+-- (a function library keeps it; a value means the same whatever reads it): a write to a book
+-- reads its newest generation at every call, and three tonumber cost more than its HGET.
+local book_parsed, book_parsed_n = {}, 0
+
 -- A generation of book `prefix` from its value: {id, start, shards, ends, full, head}, where
--- a shard's key is head .. its index.
+-- a shard's key is head .. its index (a new table at each call: callers may change `full`).
 local function book_gen(prefix, value)
-  local id, shards, ends, rest = string.match(value, '^(%d+):(%d+):(%d+)(.*)$')
-  if not id then return nil end
-  return {id = id, start = tonumber(id), shards = math.max(1, tonumber(shards)),
-    ends = tonumber(ends), full = rest == ':full', head = prefix .. id .. ':'}
+  local p = book_parsed[value]
+  if not p then
+    local id, shards, ends, rest = string.match(value, '^(%d+):(%d+):(%d+)(.*)$')
+    if not id then return nil end
+    p = {id, tonumber(id), math.max(1, tonumber(shards)), tonumber(ends), rest == ':full'}
+    if book_parsed_n >= BOOK_PARSED_KEPT then book_parsed, book_parsed_n = {}, 0 end
+    book_parsed[value], book_parsed_n = p, book_parsed_n + 1
+  end
+  return {id = p[1], start = p[2], shards = p[3], ends = p[4], full = p[5],
+    head = prefix .. p[1] .. ':'}
 end
 
 local function book_value(gen)
@@ -94,7 +106,7 @@ end
 
 -- The key of the shard of generation `gen` an entry of hash `h` belongs to.
 local function book_key(gen, h)
-  return gen.head .. (h % gen.shards)
+  return gen.head .. int_text(h % gen.shards)
 end
 
 -- The first answer of `redis.call(command, <the entry's shard>, arg)` that is neither nil nor
@@ -105,13 +117,13 @@ local function book_find(prefix, h, command, arg, skip)
   if not newest then return nil, nil end
   local asked = skip and skip.id
   if newest.id ~= asked then
-    local key = newest.head .. (h % newest.shards)
+    local key = newest.head .. int_text(h % newest.shards)
     local found = redis.call(command, key, arg)
     if found and found ~= 0 then return found, key end
   end
   for _, gen in ipairs(book_gens(prefix)) do
     if gen.id ~= asked and gen.id ~= newest.id then
-      local key = gen.head .. (h % gen.shards)
+      local key = gen.head .. int_text(h % gen.shards)
       local found = redis.call(command, key, arg)
       if found and found ~= 0 then return found, key end
     end
@@ -132,7 +144,7 @@ local function book_open(prefix, now_s, keep_s, gen_s, fill, size)
     local per_shard = fill * 1.5
     if not last.full then
       local counted, looked = 0, math.min(4, last.shards)
-      for i = 0, looked - 1 do counted = counted + redis.call(size, last.head .. i) end
+      for i = 0, looked - 1 do counted = counted + redis.call(size, last.head .. int_text(i)) end
       per_shard = counted / looked
     end
     local per_gen = per_shard * last.shards * gen_s / math.max(now_s - last.start, BOOK_RATE_S)
@@ -146,7 +158,8 @@ local function book_open(prefix, now_s, keep_s, gen_s, fill, size)
       table.remove(gens, i)
     end
   end
-  local gen = book_gen(prefix, start .. ':' .. shards .. ':' .. (start + gen_s + keep_s))
+  local ends = start + gen_s + tonumber(keep_s)  -- (the caller may give keep_s as text)
+  local gen = book_gen(prefix, start .. ':' .. shards .. ':' .. ends)
   local value = book_value(gen)
   redis.call('HSET', meta, gen.id, value, BOOK_NEWEST, value)
   if not gens.since then

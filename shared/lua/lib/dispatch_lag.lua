@@ -1,6 +1,8 @@
 -- Dispatch lag (a batch's due time -> the claim that starts its turn) as a histogram in the
 -- tenant's stats hash, read back by shared/fleet/dispatch_lag.py: the bounds and field names are
 -- defined there and written in by the loader.
+--
+-- uses: lib/text.lua (int_text)
 
 local LAG_BUCKETS_MS = { {{LAG_BUCKETS_MS}} }
 
@@ -22,11 +24,19 @@ local function add_lag(lags, lag)
   lags.count = lags.count + 1
 end
 
+-- A bucket's field name, made once (kept between calls by a function library).
+local lag_fields = {}
+
 local function write_lags(stats, lags)
   if lags.count == 0 then return end
   for bucket, n in pairs(lags.buckets) do
-    redis.call('HINCRBY', stats, '{{LAG_BUCKET_PREFIX}}' .. bucket, n)
+    local field = lag_fields[bucket]
+    if not field then
+      field = '{{LAG_BUCKET_PREFIX}}' .. bucket
+      lag_fields[bucket] = field
+    end
+    redis.call('HINCRBY', stats, field, int_text(n))
   end
-  redis.call('HINCRBY', stats, '{{LAG_SUM_FIELD}}', lags.sum)
-  redis.call('HINCRBY', stats, '{{LAG_COUNT_FIELD}}', lags.count)
+  redis.call('HINCRBY', stats, '{{LAG_SUM_FIELD}}', int_text(lags.sum))
+  redis.call('HINCRBY', stats, '{{LAG_COUNT_FIELD}}', int_text(lags.count))
 end

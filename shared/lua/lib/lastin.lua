@@ -42,18 +42,20 @@ local function lastin_legacy_possible(book, now_s, window_s)
 end
 
 -- The ts of `person`'s latest message (a number), or nil when none is known; the shard hash
--- of its field; and whether the ts is a key of the release before (which exists only while its
--- window is open: its expiry decides, as it did). `window_s` only bounds how long such a key
--- may be left.
-local function lastin_find(prefix, person, now_s, window_s)
+-- of its field; whether the ts is a key of the release before (which exists only while its
+-- window is open: its expiry decides, as it did); and, for a ts of the book, its text as
+-- stored (written from a whole number: its text is tostring's). `window_s` only bounds how
+-- long such a key may be left; `no_legacy`: the caller knows there is none (it asked).
+local function lastin_find(prefix, person, now_s, window_s, no_legacy)
   local book = lastin_book(prefix)
   local h = lastin_hash(person)
-  local ts = tonumber((book_find(book, h, 'HGET', person)))
-  if lastin_legacy_possible(book, now_s, window_s) then
+  local text = book_find(book, h, 'HGET', person)
+  local ts = tonumber(text)
+  if not no_legacy and lastin_legacy_possible(book, now_s, window_s) then
     local old = tonumber(redis.call('GET', conv_key(prefix, person, LASTIN)) or '')
     if old and (not ts or old > ts) then return old, h, true end
   end
-  return ts, h, false
+  return ts, h, false, text
 end
 
 -- Whether a window that began at `ts` is still open at `now_s`.
@@ -63,9 +65,13 @@ end
 
 -- The ts of the person's latest message while the window is open, else '0' (what the key
 -- of the release before answered once it had expired).
-local function lastin_get(prefix, person, now_s, window_s)
-  local ts, _, legacy = lastin_find(prefix, person, now_s, window_s)
-  if legacy or lastin_open(ts, now_s, window_s) then return tostring(ts) end
+local function lastin_get(prefix, person, now_s, window_s, no_legacy)
+  local ts, _, legacy, text = lastin_find(prefix, person, now_s, window_s, no_legacy)
+  if legacy or lastin_open(ts, now_s, window_s) then
+    -- The stored text when it is the number's own (no sprintf per claimed batch).
+    if text and string.find(text, '^[1-9]%d*$') then return text end
+    return tostring(ts)
+  end
   return '0'
 end
 

@@ -86,12 +86,13 @@ local function sent_head(batch)
 end
 
 -- What record_outbound reads of the batch hash `bkey`, in one call: its id, reply and
--- messages (for the `sent` list), whether it is a late failure's, its template note.
+-- messages (for the `sent` list), whether it is a late failure's, its template note; as
+-- HMGET gives them (false for a missing field), at these places (RB_ID, ...): a finish
+-- makes no table of names for it.
+local RB_ID, RB_REPLY, RB_MESSAGES, RB_LATE, RB_TEMPLATE, RB_TEMPLATE_PART = 1, 2, 3, 4, 5, 6
 local function recorded_batch(bkey)
-  local f = redis.call('HMGET', bkey, 'id', 'reply', 'messages', 'late_jobs', 'template',
+  return redis.call('HMGET', bkey, 'id', 'reply', 'messages', 'late_jobs', 'template',
     'template_part')
-  return {id = f[1], reply = f[2], messages = f[3], late = f[4], template = f[5],
-    template_part = f[6]}
 end
 
 -- Part `part` of `batch` is recorded: on its first part, keep its messages and reply (as the
@@ -101,27 +102,27 @@ end
 -- (a template in place of a later part), so only a later part looks whether the newest entry
 -- is the batch's already: a one-part reply, most of them, costs the push alone.
 local function keep_sent(prefix, person, batch, part, b)
-  if b.late then return end
+  if b[RB_LATE] then return end
   local skey = conv_key(prefix, person, SENT)
   local head = sent_head(batch)
-  if tonumber(part) ~= 0 then
-    local newest = redis.call('LINDEX', skey, 0)
+  if part ~= '0' and tonumber(part) ~= 0 then
+    local newest = redis.call('LINDEX', skey, '0')
     if newest and string.sub(newest, 1, #head) == head then return end
   end
-  local messages = b.messages or '[]'
+  local messages = b[RB_MESSAGES] or '[]'
   -- Chatwoot reports no delivery failures: nothing to keep for it.
   if string.find(messages, '"channel":"chatwoot"', 1, true) then return end
   local kept = redis.call('LPUSH', skey,
-    head .. cjson.encode(b.reply or '') .. ',"messages":' .. messages .. '}')
+    head .. cjson.encode(b[RB_REPLY] or '') .. ',"messages":' .. messages .. '}')
   if kept > {{SENT_KEEP}} then redis.call('LTRIM', skey, 0, {{SENT_KEEP}} - 1) end
-  redis.call('EXPIRE', skey, {{SENT_TTL_S}})
+  redis.call('EXPIRE', skey, '{{SENT_TTL_S}}')
 end
 
 -- The messages (JSON, as kept) and reply of `batch` from the `sent` list; '[]' and '' when
 -- it is no longer kept. The reply is a JSON string, which cannot hold ',"messages":' unescaped.
 local function sent_of(prefix, person, batch)
   local head = sent_head(batch)
-  for _, entry in ipairs(redis.call('LRANGE', conv_key(prefix, person, SENT), 0, -1)) do
+  for _, entry in ipairs(redis.call('LRANGE', conv_key(prefix, person, SENT), '0', '-1')) do
     if string.sub(entry, 1, #head) == head then
       local at = string.find(entry, ',"messages":', #head + 1, true)
       if at then
@@ -152,7 +153,7 @@ local function queue_late(prefix, person, batch, part, id, failure, sent_ms, now
     message = failure.message, details = failure.details, sent_ms = tonumber(sent_ms),
     at_ms = now,
   }))
-  redis.call('EXPIRE', lkey, {{LATE_TTL_S}})
+  redis.call('EXPIRE', lkey, '{{LATE_TTL_S}}')
 end
 
 -- When the person has no batch: make one of the late failures of one batch (the oldest
@@ -232,11 +233,16 @@ end
 local function record_outbound(prefix, stats_key, out_prefix, id, batch, person, part, ttl, now,
     b, now_text)
   local okey = out_prefix .. id
-  local e = redis.call('HMGET', okey, 'early', 'early_failure', 'early_error')
-  local early, failure = e[1], e[2]
-  if early then redis.call('DEL', okey) end
+  -- Mostly no status came first: one field says so, and the rest is read only when it did.
+  local early = redis.call('HGET', okey, 'early')
+  local failure, early_error = nil, nil
+  if early then
+    local e = redis.call('HMGET', okey, 'early_failure', 'early_error')
+    failure, early_error = e[1], e[2]
+    redis.call('DEL', okey)
+  end
   local book, h, field = out_book(out_prefix), record_place(id)
-  local gen = book_open(book, math.floor(now / 1000), tonumber(ttl), OUT_GEN_S, OUT_FILL, 'HLEN')
+  local gen = book_open(book, math.floor(now / 1000), ttl, OUT_GEN_S, OUT_FILL, 'HLEN')
   local r = {status = STATUS_CODE[early or ''] and early or 'accepted', sent_ms = now_text or now,
     part = part, error = '', person = person, batch = batch, key = book_key(gen, h),
     field = field}
@@ -246,17 +252,17 @@ local function record_outbound(prefix, stats_key, out_prefix, id, batch, person,
   redis.call('HINCRBY', stats_key, 'parts_out', '1')
   b = b or recorded_batch(conv_key(prefix, person, BATCH))
   keep_sent(prefix, person, batch, part, b)
-  if b.template == '1' and b.template_part == tostring(part) then
+  if b[RB_TEMPLATE] == '1' and b[RB_TEMPLATE_PART] == tostring(part) then
     local lkey = conv_key(prefix, person, LATE)
     redis.call('HSET', lkey, 'template:' .. batch, 'sent')
-    redis.call('EXPIRE', lkey, {{LATE_TTL_S}})
+    redis.call('EXPIRE', lkey, '{{LATE_TTL_S}}')
   end
   if not early then return end
-  redis.call('HINCRBY', stats_key, 'parts_' .. early, 1)
+  redis.call('HINCRBY', stats_key, 'parts_' .. early, '1')
   if early ~= 'failed' then return end
   local ok, f = pcall(cjson.decode, failure or '')
   -- (`early_error`: the code alone, as the release before late failures parked it)
-  if not ok or type(f) ~= 'table' then f = {code = tonumber(e[3] or '')} end
+  if not ok or type(f) ~= 'table' then f = {code = tonumber(early_error or '')} end
   failed_part(prefix, r, id, f, nil, now)
 end
 
@@ -271,7 +277,7 @@ local function apply_status(prefix, out_prefix, stats_key, due_key, ev, early_tt
   if not ok or type(obj) ~= 'table' then obj = {} end
   local st = obj.status
   if type(st) ~= 'string' or not string.find(st, '^%a+$') then st = 'unknown' end
-  redis.call('HINCRBY', stats_key, 'status:' .. st, 1)
+  redis.call('HINCRBY', stats_key, 'status:' .. st, '1')
   local id = obj.id
   if type(id) ~= 'string' or id == '' then return end
   local r = find_record(out_prefix, id)
@@ -292,6 +298,6 @@ local function apply_status(prefix, out_prefix, stats_key, due_key, ev, early_tt
   end
   r.status = st
   save_record(r)
-  redis.call('HINCRBY', stats_key, 'parts_' .. st, 1)
+  redis.call('HINCRBY', stats_key, 'parts_' .. st, '1')
   if st == 'failed' then failed_part(prefix, r, id, failure_of(obj), due_key, now) end
 end
