@@ -104,3 +104,31 @@ async def test_closing_the_client_disconnects_the_held_connections(
 
 async def _named(redis: Redis, name: str) -> bool:
     return any(c["name"] == name for c in await redis.client_list())
+
+
+async def test_a_retry_after_a_broken_connection_sends_only_what_was_not_answered(
+    redis_server: RedisServer, redis: Redis
+) -> None:
+    """The INCR answered before the connection broke ran once: only the BLPOP and the INCR
+    after it go again (the whole batch again would have counted 3)."""
+    client = retrying_client(redis_server.url)
+    try:
+        wire = RawPipeline(client)
+        await wire.exchange([("CLIENT", "SETNAME", "raw-pipeline-retry")])
+        batch = asyncio.create_task(
+            wire.exchange([("INCR", "rp:n"), ("BLPOP", "rp:wake", 10), ("INCR", "rp:n")])
+        )
+        for _ in range(200):  # the first INCR ran and the BLPOP blocks
+            if await redis.get("rp:n") == b"1":
+                break
+            await asyncio.sleep(0.01)
+        await redis.execute_command("CLIENT", "KILL", "SKIPME", "yes", "TYPE", "normal")
+        for _ in range(200):  # the retry's BLPOP blocks again on a new connection
+            if any(c["cmd"] == "blpop" for c in await redis.client_list()):
+                break
+            await asyncio.sleep(0.01)
+        await redis.rpush("rp:wake", "go")
+        assert await batch == [1, [b"rp:wake", b"go"], 2]
+        assert await redis.get("rp:n") == b"2"
+    finally:
+        await client.aclose()

@@ -44,15 +44,17 @@ class RawPipeline:
     async def exchange(self, commands: Sequence[Command]) -> list[Any]:
         """Every command's reply, in order; an error reply is returned as its exception.
 
-        A broken connection is retried per the client's `retry` policy (the whole batch is
-        sent again, like redis-py's pipeline does); any other failure, or cancellation,
-        raises and leaves the connection disconnected, so it never carries stale replies.
+        A broken connection is retried per the client's `retry` policy: the commands not yet
+        answered are sent again (redis-py's pipeline sends the whole batch again, which runs
+        the answered ones twice); any other failure, or cancellation, raises and leaves the
+        connection disconnected, so it never carries stale replies.
         """
         payload = b"".join([hiredis.pack_command(tuple(command)) for command in commands])
         connection = self._idle.pop() if self._idle else await self._pool.get_connection()
+        replies: list[Any] = []
         try:
-            replies: list[Any] = await connection.retry.call_with_retry(
-                lambda: self._round_trip(connection, payload, len(commands)),
+            await connection.retry.call_with_retry(
+                lambda: self._round_trip(connection, payload, commands, replies),
                 lambda error: connection.disconnect(),
             )
         except BaseException:
@@ -63,7 +65,13 @@ class RawPipeline:
         return replies
 
     @staticmethod
-    async def _round_trip(connection: Any, payload: bytes, count: int) -> list[Any]:
+    async def _round_trip(
+        connection: Any, payload: bytes, commands: Sequence[Command], replies: list[Any]
+    ) -> None:
+        """Send the commands not yet answered (all of them on a first try) and read their
+        replies into `replies`."""
+        if replies:  # a retry: the answered commands ran; the rest may not have
+            payload = b"".join([hiredis.pack_command(tuple(c)) for c in commands[len(replies) :]])
         # A health check would cost a PING round trip; a dead connection shows up as a
         # ConnectionError on the read instead, which the retry policy handles.
         await connection.send_packed_command(payload, check_health=False)
@@ -71,21 +79,22 @@ class RawPipeline:
         reader = getattr(parser, "_reader", None)
         bulk = NOT_ENOUGH_DATA is not None and hasattr(parser, "read_from_socket")
         if bulk and isinstance(reader, hiredis.Reader):
-            return await _read_replies(parser, reader, count)
-        replies: list[Any] = []
-        for _ in range(count):
+            await _read_replies(parser, reader, len(commands), replies)
+            return
+        while len(replies) < len(commands):
             try:
                 replies.append(await connection.read_response())
             except ResponseError as exc:  # the reply was read: the connection stays in step
                 replies.append(exc)
-        return replies
 
 
-async def _read_replies(parser: Any, reader: hiredis.Reader, count: int) -> list[Any]:
-    """`count` replies from a redis-py hiredis parser's reader, fed from its socket as needed.
-    An error reply comes back as its exception (the reader makes it: redis-py's error classes),
-    in place; a reply that is a connection error, or a closed socket, raises."""
-    replies: list[Any] = []
+async def _read_replies(
+    parser: Any, reader: hiredis.Reader, count: int, replies: list[Any]
+) -> None:
+    """Read replies into `replies` until it holds `count`, from a redis-py hiredis parser's
+    reader, fed from its socket as needed. An error reply comes back as its exception (the
+    reader makes it: redis-py's error classes), in place; a reply that is a connection error,
+    or a closed socket, raises."""
     gets, append = reader.gets, replies.append
     try:
         while len(replies) < count:
@@ -98,4 +107,3 @@ async def _read_replies(parser: Any, reader: hiredis.Reader, count: int) -> list
             append(reply)
     except OSError as exc:  # as redis-py's read_response says it: the retry policy's error
         raise RedisConnectionError(f"Error while reading from Redis: {exc!r}") from exc
-    return replies
