@@ -32,12 +32,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import orjson
 
 from shared.chatwoot import CHANNEL as CHATWOOT
-from shared.conversation.batch import Batch, Message
+from shared.conversation.batch import Batch, Message, plain_text
 from shared.conversation.files import (
     A_KIND,
     FILE_TYPES,
@@ -123,23 +124,29 @@ class Quotes:
     messages (`ids`) and our replies to them (`out`: the provider ids of the reply's parts)."""
 
     def __init__(self, batch: Batch) -> None:
-        self.texts: dict[str, str] = {}
+        self._batch = batch
+
+    @cached_property
+    def texts(self) -> dict[str, str]:
+        """Made when first read: most batches quote nothing, and every batch is presented."""
+        batch, texts = self._batch, {}
         for exchange in batch.history:
             if not isinstance(exchange, dict):
                 continue
             user, assistant = _joined(exchange.get("user")), _joined(exchange.get("assistant"))
             for wamid in _strings(exchange.get("ids")):
-                self.texts[wamid] = f'their earlier message "{_cut(user)}"'
+                texts[wamid] = f'their earlier message "{_cut(user)}"'
             # Written by a person of the business (a reply by hand, an echo), not by the AI.
             human = exchange.get("by") == BY_HUMAN
             for wamid in _strings(exchange.get("out")):
-                self.texts[wamid] = (
+                texts[wamid] = (
                     f'the message "{_cut(assistant)}" a person of the business wrote'
                     if human
                     else f'your message "{_cut(assistant)}"'
                 )
         for message in batch.messages:
-            self.texts[message.id] = f'their message "{_cut(message.text)}"'
+            texts[message.id] = f'their message "{_cut(message.text)}"'
+        return texts
 
     def of(self, wamid: str) -> str:
         return self.texts.get(wamid, "a message not in this conversation's memory")
@@ -149,6 +156,8 @@ def present_message(message: Message, quotes: Quotes, files_beside: bool = False
     """One message as the model reads it: what surrounds it (the ad that brought the person,
     forwarded markers, the message it quotes) on lines of their own, then its content. With
     `files_beside`, a file is left to the brain's blocks (its label goes with the file)."""
+    if plain_text(message):  # nearly every message: nothing to render but its text
+        return message.text
     raw = message.raw if isinstance(message.raw, dict) else None
     if message.channel == CHATWOOT and raw is not None:
         return chatwoot_content(message, raw, files_beside)
