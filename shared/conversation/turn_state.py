@@ -100,7 +100,13 @@ class Usage:
 
     def tokens(self) -> dict[str, int]:
         """The four token counts by their API names (without `calls`)."""
-        return {name: getattr(self, name) for name in USAGE_FIELDS}
+        # USAGE_FIELDS spelled out: every turn's finish asks.
+        return {
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "cache_read_input_tokens": self.cache_read_input_tokens,
+            "cache_creation_input_tokens": self.cache_creation_input_tokens,
+        }
 
 
 USAGE_FIELDS = (
@@ -109,7 +115,9 @@ USAGE_FIELDS = (
     "cache_read_input_tokens",
     "cache_creation_input_tokens",
 )
-_current: ContextVar[TurnState | None] = ContextVar("turn_state", default=None)
+# The running turn's state in its task: set by `running`, and by the worker's turn itself
+# (worker/turn/turn.py, without a `with` block's calls).
+CURRENT: ContextVar[TurnState | None] = ContextVar("turn_state", default=None)
 
 
 class running:  # a class used as a function: `with running(state):`
@@ -121,16 +129,16 @@ class running:  # a class used as a function: `with running(state):`
         self._token: Token[TurnState | None] | None = None
 
     def __enter__(self) -> None:
-        self._token = _current.set(self._state)
+        self._token = CURRENT.set(self._state)
 
     def __exit__(self, *exc: object) -> None:
         assert self._token is not None
-        _current.reset(self._token)
+        CURRENT.reset(self._token)
 
 
 def current() -> TurnState | None:
     """The state of the turn this code runs in (the brain's call included), else None."""
-    return _current.get()
+    return CURRENT.get()
 
 
 def record_ai_call(seconds: float, usage: Any = None) -> None:
@@ -139,7 +147,7 @@ def record_ai_call(seconds: float, usage: Any = None) -> None:
     the tokens and adds them to the tenant's figures when it ends; outside a turn this does
     nothing. A brain that never calls it has its whole `reply()` counted as one AI call,
     without tokens."""
-    state = _current.get()
+    state = CURRENT.get()
     if state is None:
         return
     state.ai_calls_ms.append(seconds * 1000)
@@ -152,7 +160,7 @@ def record_media(blocks: Sequence[Mapping[str, Any]]) -> None:
     text blocks (a voice note's transcription, a file's label, why a file could not be shown)
     go into the memory with the exchange, so later turns know what the files said; the files
     themselves are not kept. Outside a turn this does nothing."""
-    state = _current.get()
+    state = CURRENT.get()
     if state is None:
         return
     state.media_notes = [
