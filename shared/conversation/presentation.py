@@ -371,7 +371,8 @@ def exchange(
     }
     if notes:
         remembered["media"] = notes
-    files = [f.to_json() for m in batch.messages for f in files_of(m)]
+    # A plain text has no file: asked first, it spares a call or three per message.
+    files = [f.to_json() for m in batch.messages if not plain_text(m) for f in files_of(m)]
     if files:  # the thread shows them (an image through the ops page's media route)
         remembered["files"] = files
     return remembered

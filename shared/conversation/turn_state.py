@@ -27,60 +27,6 @@ from shared.conversation.unknowns import UnknownDelivery
 
 
 @dataclass
-class TurnState:
-    # The reply stored by an earlier attempt (never ask the AI twice) and the parts of it the
-    # provider already accepted: part index -> provider message id ("" = deliberately skipped).
-    reply: str | None = None
-    sent_parts: dict[int, str] = field(default_factory=dict)
-    # How many parts the reply was split into (0 until the turn splits it).
-    parts_total: int = 0
-    # The tenant's template went out (or was about to: see `Delivery.note_template`) for this
-    # batch, in this attempt or an earlier one: no second template, no more parts.
-    template_sent: bool = False
-    # Which part the template replaced, and when it was noted (Redis clock): a resumed turn
-    # that finds that part unrecorded cannot know whether the template went out.
-    template_part: int | None = None
-    template_ms: int = 0
-    # A send of this turn whose outcome is unknown (it goes on the review item).
-    delivery_unknown: UnknownDelivery | None = None
-    # The review decided for this batch and how far its hand-over got (read back from Redis
-    # on a resumed batch).
-    journal: ReviewJournal | None = None
-    # The last part, sent but left for the finish to record: (index, provider id).
-    unrecorded_part: tuple[int, str] | None = None
-    # This attempt's figures, added to the tenant's stats when the turn ends
-    # (shared/fleet/turn_figures.py) and logged: the AI's token usage, each AI call's and each
-    # send's latency.
-    usage: Usage = field(default_factory=lambda: Usage())
-    # What the AI read of the batch's files as text (transcribed voice notes, captions, "could
-    # not be downloaded"): the memory keeps it beside the batch's text
-    # (shared/conversation/presentation.py).
-    media_notes: list[str] = field(default_factory=list)
-    ai_calls_ms: list[float] = field(default_factory=list)
-    sends_ms: list[float] = field(default_factory=list)
-    # Whether the figures went to Redis with the turn's finish (else the turn adds them).
-    figures_recorded: bool = False
-
-    @classmethod
-    def resumed(cls, batch: Batch) -> TurnState:
-        """What earlier attempts recorded on the batch (nothing, for a fresh one)."""
-        fields = batch.fields
-        sent_parts = {
-            int(name[5:]): value for name, value in fields.items() if name.startswith("part:")
-        }
-        journal = fields.get(JOURNAL_FIELD)
-        template_part = fields.get("template_part")
-        return cls(
-            reply=fields.get("reply"),
-            sent_parts=sent_parts,
-            template_sent=fields.get("template") == "1",
-            template_part=int(template_part) if template_part else None,
-            template_ms=int(fields.get("template_ms") or 0),
-            journal=None if journal is None else ReviewJournal.read(journal),
-        )
-
-
-@dataclass
 class Usage:
     """The tokens of one turn's AI calls, summed (a tool loop makes several), as the Messages
     API's `usage` counts them: `input_tokens` after the last cache hit or write."""
@@ -107,6 +53,60 @@ class Usage:
             "cache_read_input_tokens": self.cache_read_input_tokens,
             "cache_creation_input_tokens": self.cache_creation_input_tokens,
         }
+
+
+@dataclass
+class TurnState:
+    # The reply stored by an earlier attempt (never ask the AI twice) and the parts of it the
+    # provider already accepted: part index -> provider message id ("" = deliberately skipped).
+    reply: str | None = None
+    sent_parts: dict[int, str] = field(default_factory=dict)
+    # How many parts the reply was split into (0 until the turn splits it).
+    parts_total: int = 0
+    # The tenant's template went out (or was about to: see `Delivery.note_template`) for this
+    # batch, in this attempt or an earlier one: no second template, no more parts.
+    template_sent: bool = False
+    # Which part the template replaced, and when it was noted (Redis clock): a resumed turn
+    # that finds that part unrecorded cannot know whether the template went out.
+    template_part: int | None = None
+    template_ms: int = 0
+    # A send of this turn whose outcome is unknown (it goes on the review item).
+    delivery_unknown: UnknownDelivery | None = None
+    # The review decided for this batch and how far its hand-over got (read back from Redis
+    # on a resumed batch).
+    journal: ReviewJournal | None = None
+    # The last part, sent but left for the finish to record: (index, provider id).
+    unrecorded_part: tuple[int, str] | None = None
+    # This attempt's figures, added to the tenant's stats when the turn ends
+    # (shared/fleet/turn_figures.py) and logged: the AI's token usage, each AI call's and each
+    # send's latency.
+    usage: Usage = field(default_factory=Usage)
+    # What the AI read of the batch's files as text (transcribed voice notes, captions, "could
+    # not be downloaded"): the memory keeps it beside the batch's text
+    # (shared/conversation/presentation.py).
+    media_notes: list[str] = field(default_factory=list)
+    ai_calls_ms: list[float] = field(default_factory=list)
+    sends_ms: list[float] = field(default_factory=list)
+    # Whether the figures went to Redis with the turn's finish (else the turn adds them).
+    figures_recorded: bool = False
+
+    @classmethod
+    def resumed(cls, batch: Batch) -> TurnState:
+        """What earlier attempts recorded on the batch (nothing, for a fresh one)."""
+        fields = batch.fields
+        sent_parts = {
+            int(name[5:]): value for name, value in fields.items() if name.startswith("part:")
+        }
+        journal = fields.get(JOURNAL_FIELD)
+        template_part = fields.get("template_part")
+        return cls(
+            reply=fields.get("reply"),
+            sent_parts=sent_parts,
+            template_sent=fields.get("template") == "1",
+            template_part=int(template_part) if template_part else None,
+            template_ms=int(fields.get("template_ms") or 0),
+            journal=None if journal is None else ReviewJournal.read(journal),
+        )
 
 
 USAGE_FIELDS = (
