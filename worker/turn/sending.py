@@ -17,7 +17,7 @@ from shared.conversation.errors import DeliveryUnknown, NeedsReview
 from shared.conversation.turn_state import Delivery, TurnState
 from shared.conversation.unknowns import UnknownDelivery
 from shared.senders.base import Sender
-from worker.turn.under_lease import UnderLease
+from worker.turn.under_lease import LeasedDelivery, UnderLease
 
 
 class Sending:
@@ -29,11 +29,12 @@ class Sending:
         self.sender = sender
         self.state: TurnState = lease.state
         self._lease = lease
-
-    @property
-    def delivery(self) -> Delivery:
-        """What the sender is given with each call: the turn's state, written under the lease."""
-        return self._lease.delivery
+        # What the sender is given with each call: the turn's state, written under the lease.
+        # Held here, not by the lease it writes through: a lease holding it back made each
+        # turn a reference cycle, so a finished turn's batch, messages and state waited for
+        # the cycle collector instead of going at once (its collections were ~15 % of the
+        # worker's CPU; docs/benchmarks/worker.md).
+        self.delivery: Delivery = LeasedDelivery(lease)
 
     async def send_parts(self, parts: list[str], record_last: bool = False) -> None:
         """Send the parts not sent yet, recording each but the last (the finish does that,
