@@ -191,8 +191,11 @@ class Batch:
     @property
     def oldest_ts(self) -> int:
         """Provider timestamp (unix seconds) of the oldest message; 0 if unknown."""
-        stamps = [m.ts for m in self.messages if m.ts]
-        return min(stamps) if stamps else 0
+        oldest = 0
+        for m in self.messages:  # a loop, not a list: every turn asks (worker/turn/turn.py)
+            if m.ts and (not oldest or m.ts < oldest):
+                oldest = m.ts
+        return oldest
 
     @property
     def texts(self) -> list[str]:

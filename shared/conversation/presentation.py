@@ -102,21 +102,25 @@ def present(
 def _present(batch: Batch, tenant: TenantConfig, files_beside: bool) -> Presentation:
     written = batch_time(batch)
     header = [f"{HEADER_START}{local_time(written, tenant.timezone)}"]
-    name = next((m.name for m in reversed(batch.messages) if m.name), "")
-    if name:
-        header.append(f"From: {name}")
+    for message in reversed(batch.messages):  # the latest name the person goes by
+        if message.name:
+            header.append(f"From: {message.name}")
+            break
     late = late_note(written, batch.claimed_ms / 1000, tenant.timezone)
     if late:
         header.append(late)
     quotes = Quotes(batch)
     body = [present_message(m, quotes, files_beside) for m in batch.messages]
-    return Presentation("\n".join(header), "\n".join(p for p in body if p))
+    return Presentation("\n".join(header), "\n".join(filter(None, body)))
 
 
 def batch_time(batch: Batch) -> float:
     """Unix seconds of the batch: its latest message's provider time, else its claim."""
-    stamps = [m.ts for m in batch.messages if m.ts]
-    return float(max(stamps)) if stamps else batch.claimed_ms / 1000
+    latest = 0
+    for m in batch.messages:  # a loop, not a list: every batch is presented
+        if m.ts and (not latest or m.ts > latest):
+            latest = m.ts
+    return float(latest) if latest else batch.claimed_ms / 1000
 
 
 class Quotes:
@@ -354,7 +358,7 @@ def exchange(
     quote), when its messages came and the reply went (`in`, provider unix s; `at`, ms) and,
     when the batch had files, the texts the model read of them (`media`: a voice
     note's transcription, a file's label; shared/conversation/turn_state.py `record_media`)."""
-    notes = [note for note in media if note]
+    notes = list(filter(None, media))
     # The files were shown beside the text when the brain recorded texts of them (the
     # built-in brain always does): the memory keeps the body the model was sent.
     shown = present(batch, settings.tenant(batch.tenant), settings, files_beside=bool(notes))
@@ -363,7 +367,7 @@ def exchange(
         "user": shown.body,
         "assistant": reply,
         "ids": [m.id for m in batch.messages],
-        "out": [s for s in sent if s],
+        "out": list(filter(None, sent)),
         # When: the batch's latest message (provider unix s) and the reply (ms), for the ops
         # page's thread; exchanges remembered before these were kept have neither.
         "in": int(batch_time(batch)),
