@@ -47,13 +47,18 @@ class HistogramFields:
 
     def add(self, increments: dict[str, int], ms: float) -> None:
         """Count one observation of `ms` milliseconds into `increments` (every turn adds a few:
-        the field names are made once)."""
-        ms = max(0, round(ms))
+        the field names are made once, and the sum and count are added to, not looked up, only
+        when the turn has one already)."""
+        ms = round(ms) if ms > 0 else 0
         field = self._bucket_fields[bisect_left(self.bounds_ms, ms)]
-        get = increments.get
-        increments[field] = get(field, 0) + 1
-        increments[self.sum_field] = get(self.sum_field, 0) + ms
-        increments[self.count_field] = get(self.count_field, 0) + 1
+        increments[field] = increments.get(field, 0) + 1
+        total, count = self.sum_field, self.count_field  # always set together, here
+        if total in increments:
+            increments[total] += ms
+            increments[count] += 1
+        else:  # the turn's first observation of this histogram (nearly always its only one)
+            increments[total] = ms
+            increments[count] = 1
 
     def from_stats(self, stats: Mapping[str, int]) -> LagHistogram:
         """Cumulative buckets in seconds, Prometheus style (all zero before any observation)."""
