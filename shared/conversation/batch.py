@@ -3,14 +3,37 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
 from shared.conversation.human_memory import with_transcript
 from shared.events import WHATSAPP, restore_raw
 
+T = TypeVar("T")
 SERVICE_WINDOW_S = 24 * 3600  # WhatsApp's customer-service window
+
+
+class _Raw:
+    """`Message.raw`, a descriptor (dataclasses' descriptor-typed field, default None): a
+    claimed WhatsApp message keeps its event and restores the provider's object from it only
+    when something reads `raw` (the memory's exchange of a plain text never does: see
+    `plain_text`). Restoring every message of every claim was a measurable share of a turn's
+    worker CPU (docs/benchmarks/worker.md). Once restored, the value is the instance's own."""
+
+    def __get__(self, message: Message | None, owner: type | None = None) -> Any:
+        if message is None:
+            return None  # the field's default, as dataclasses asks the class for it
+        kept = message.__dict__
+        try:
+            return kept["raw"]
+        except KeyError:
+            event, person = kept.pop("_unrestored")
+        raw = kept["raw"] = restore_raw(event, person)
+        return raw
+
+    def __set__(self, message: Message, value: Any) -> None:
+        message.__dict__["raw"] = value
 
 
 @dataclass(frozen=True)
@@ -23,26 +46,56 @@ class Message:
     ts: int
     name: str = ""
     context: str = ""
-    raw: Any = None
+    # WhatsApp's message object whole: the event keeps only what its fields do not
+    # (shared/events.py); restored when first read (`_Raw`).
+    raw: Any = _Raw()
     channel: str = "whatsapp"  # the provider it came from (receiver/providers/base.py)
 
     @classmethod
     def from_event(cls, event: dict[str, Any], person: str = "") -> Message:
         """`person`: whose message it is; a waiting or claimed message does not say (claim.lua
         keeps it without `v`, `kind` and `person`), one the release before stored does."""
-        channel = str(event.get("channel") or WHATSAPP)
-        return cls(
-            channel=channel,
-            id=str(event.get("id", "")),
-            type=str(event.get("type", "text")),
-            text=str(event.get("text", "")),
-            ts=int(event.get("ts") or 0),
-            name=str(event.get("name", "")),
-            context=str(event.get("context", "")),
-            # WhatsApp's message object whole: the event keeps only what its fields do not
-            # (shared/events.py).
-            raw=restore_raw(event, person) if channel == WHATSAPP else event.get("raw"),
-        )
+        message = _claimed(event, person)
+        message.raw  # noqa: B018 - restored now: the caller's event may change after this
+        return message
+
+
+def _claimed(event: dict[str, Any], person: str) -> Message:
+    """The message of a claimed event, `raw` restored only when read (`_Raw`): `event` is the
+    message's own from here on (a claim's, parsed for this batch alone). Built without the
+    frozen `__init__`, whose `object.__setattr__` per field cost more than the rest of it on
+    the claim's path (every message of every batch claimed)."""
+    channel = str(event.get("channel") or WHATSAPP)
+    kept: dict[str, Any] = {
+        "id": str(event.get("id", "")),
+        "type": str(event.get("type", "text")),
+        "text": str(event.get("text", "")),
+        "ts": int(event.get("ts") or 0),
+        "name": str(event.get("name", "")),
+        "context": str(event.get("context", "")),
+        "channel": channel,
+    }
+    if channel == WHATSAPP:
+        kept["_unrestored"] = (event, person)
+    else:
+        kept["raw"] = event.get("raw")
+    return _whole(Message, kept)
+
+
+def plain_text(message: Message) -> bool:
+    """Whether `message` is a claimed WhatsApp text whose event kept no `raw`: its provider
+    object holds nothing its fields do not (shared/events.py `_slim`), so it is shown as its
+    text and has no file, and the presentation need not restore it to know."""
+    unrestored = message.__dict__.get("_unrestored")
+    return unrestored is not None and message.type == "text" and "raw" not in unrestored[0]
+
+
+def _whole(cls: type[T], fields: dict[str, Any]) -> T:
+    """An instance of the frozen dataclass `cls` with these fields (every one of them), made
+    without its `__init__`."""
+    made = object.__new__(cls)
+    object.__setattr__(made, "__dict__", fields)
+    return made
 
 
 @dataclass(frozen=True)
@@ -83,28 +136,36 @@ class Batch:
     @classmethod
     def from_claim(cls, tenant: str, row: list[Any]) -> Batch:
         """Build from one `{person, token, field, value, ...}` row of claim.lua."""
-        if isinstance(row[0], bytes):  # the worker's clients: bytes, decoded here at once
-            flat = [x.decode() if isinstance(x, bytes) else str(x) for x in row]
-        else:
+        try:  # the worker's clients: bytes, decoded here at once
+            flat = list(map(bytes.decode, row))
+        except TypeError:  # a client that decodes, or a number from Lua
             flat = [_s(x) for x in row]
         person, token = flat[0], flat[1]
         fields = dict(zip(flat[2::2], flat[3::2], strict=True))
         messages_json = fields.pop("messages", "[]").encode()
-        return cls(
-            tenant=tenant,
-            person=person,
-            id=fields.get("id", ""),
-            token=token,
-            attempt=int(fields.get("attempt", 0)),
-            claimed_ms=int(fields.get("claimed_ms", 0)),
-            due_ms=int(float(fields.get("due_ms", 0))),
-            requeued=fields.get("requeued") == "1",
-            messages=[Message.from_event(e, person) for e in orjson.loads(messages_json)],
-            messages_json=messages_json,
-            fields=fields,
-            history=_history(fields.pop("history", "[]")),
-            last_inbound_ts=int(fields.pop("last_inbound", 0) or 0),
-            context=_context(fields.pop("context", "[]")),
+        get = fields.get
+        # Built whole, without the frozen `__init__`'s `object.__setattr__` per field (every
+        # batch claimed comes through here); tests/worker/test_batch.py checks that every
+        # field is set.
+        return _whole(
+            cls,
+            {
+                "tenant": tenant,
+                "person": person,
+                "id": get("id", ""),
+                "token": token,
+                "attempt": int(get("attempt", 0)),
+                "claimed_ms": int(get("claimed_ms", 0)),
+                "due_ms": int(float(get("due_ms", 0))),
+                "requeued": get("requeued") == "1",
+                "messages": [_claimed(e, person) for e in orjson.loads(messages_json)],
+                "messages_json": messages_json,
+                "fields": fields,
+                "history": _history(fields.pop("history", "[]")),
+                "last_inbound_ts": int(fields.pop("last_inbound", 0) or 0),
+                "context": _context(fields.pop("context", "[]")),
+                "presented": {},
+            },
         )
 
     def window_closed(self, now_s: float, window_s: float = SERVICE_WINDOW_S) -> bool:
@@ -130,8 +191,11 @@ class Batch:
     @property
     def oldest_ts(self) -> int:
         """Provider timestamp (unix seconds) of the oldest message; 0 if unknown."""
-        stamps = [m.ts for m in self.messages if m.ts]
-        return min(stamps) if stamps else 0
+        oldest = 0
+        for m in self.messages:  # a loop, not a list: every turn asks (worker/turn/turn.py)
+            if m.ts and (not oldest or m.ts < oldest):
+                oldest = m.ts
+        return oldest
 
     @property
     def texts(self) -> list[str]:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shared.chatwoot import CHANNEL as CHATWOOT
-from shared.conversation.batch import Message
+from shared.conversation.batch import Message, plain_text
 
 # WhatsApp's message types that carry a file, and how far each one is fetched
 # (worker/brains/media.py: a video is described, never downloaded).
@@ -82,6 +82,8 @@ class Item:
 def items_of_message(message: Message) -> list[Item]:
     """The files of one message that a brain can fetch, in order; none for a message Meta
     could not deliver in full (its file is not there to fetch)."""
+    if plain_text(message):  # a text: no file (and no need to restore its `raw` to know)
+        return []
     raw = message.raw
     if not isinstance(raw, Mapping):
         return []

@@ -32,12 +32,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import orjson
 
 from shared.chatwoot import CHANNEL as CHATWOOT
-from shared.conversation.batch import Batch, Message
+from shared.conversation.batch import Batch, Message, plain_text
 from shared.conversation.files import (
     A_KIND,
     FILE_TYPES,
@@ -101,21 +102,25 @@ def present(
 def _present(batch: Batch, tenant: TenantConfig, files_beside: bool) -> Presentation:
     written = batch_time(batch)
     header = [f"{HEADER_START}{local_time(written, tenant.timezone)}"]
-    name = next((m.name for m in reversed(batch.messages) if m.name), "")
-    if name:
-        header.append(f"From: {name}")
+    for message in reversed(batch.messages):  # the latest name the person goes by
+        if message.name:
+            header.append(f"From: {message.name}")
+            break
     late = late_note(written, batch.claimed_ms / 1000, tenant.timezone)
     if late:
         header.append(late)
     quotes = Quotes(batch)
     body = [present_message(m, quotes, files_beside) for m in batch.messages]
-    return Presentation("\n".join(header), "\n".join(p for p in body if p))
+    return Presentation("\n".join(header), "\n".join(filter(None, body)))
 
 
 def batch_time(batch: Batch) -> float:
     """Unix seconds of the batch: its latest message's provider time, else its claim."""
-    stamps = [m.ts for m in batch.messages if m.ts]
-    return float(max(stamps)) if stamps else batch.claimed_ms / 1000
+    latest = 0
+    for m in batch.messages:  # a loop, not a list: every batch is presented
+        if m.ts and (not latest or m.ts > latest):
+            latest = m.ts
+    return float(latest) if latest else batch.claimed_ms / 1000
 
 
 class Quotes:
@@ -123,23 +128,29 @@ class Quotes:
     messages (`ids`) and our replies to them (`out`: the provider ids of the reply's parts)."""
 
     def __init__(self, batch: Batch) -> None:
-        self.texts: dict[str, str] = {}
+        self._batch = batch
+
+    @cached_property
+    def texts(self) -> dict[str, str]:
+        """Made when first read: most batches quote nothing, and every batch is presented."""
+        batch, texts = self._batch, {}
         for exchange in batch.history:
             if not isinstance(exchange, dict):
                 continue
             user, assistant = _joined(exchange.get("user")), _joined(exchange.get("assistant"))
             for wamid in _strings(exchange.get("ids")):
-                self.texts[wamid] = f'their earlier message "{_cut(user)}"'
+                texts[wamid] = f'their earlier message "{_cut(user)}"'
             # Written by a person of the business (a reply by hand, an echo), not by the AI.
             human = exchange.get("by") == BY_HUMAN
             for wamid in _strings(exchange.get("out")):
-                self.texts[wamid] = (
+                texts[wamid] = (
                     f'the message "{_cut(assistant)}" a person of the business wrote'
                     if human
                     else f'your message "{_cut(assistant)}"'
                 )
         for message in batch.messages:
-            self.texts[message.id] = f'their message "{_cut(message.text)}"'
+            texts[message.id] = f'their message "{_cut(message.text)}"'
+        return texts
 
     def of(self, wamid: str) -> str:
         return self.texts.get(wamid, "a message not in this conversation's memory")
@@ -149,6 +160,8 @@ def present_message(message: Message, quotes: Quotes, files_beside: bool = False
     """One message as the model reads it: what surrounds it (the ad that brought the person,
     forwarded markers, the message it quotes) on lines of their own, then its content. With
     `files_beside`, a file is left to the brain's blocks (its label goes with the file)."""
+    if plain_text(message):  # nearly every message: nothing to render but its text
+        return message.text
     raw = message.raw if isinstance(message.raw, dict) else None
     if message.channel == CHATWOOT and raw is not None:
         return chatwoot_content(message, raw, files_beside)
@@ -345,7 +358,7 @@ def exchange(
     quote), when its messages came and the reply went (`in`, provider unix s; `at`, ms) and,
     when the batch had files, the texts the model read of them (`media`: a voice
     note's transcription, a file's label; shared/conversation/turn_state.py `record_media`)."""
-    notes = [note for note in media if note]
+    notes = list(filter(None, media))
     # The files were shown beside the text when the brain recorded texts of them (the
     # built-in brain always does): the memory keeps the body the model was sent.
     shown = present(batch, settings.tenant(batch.tenant), settings, files_beside=bool(notes))
@@ -354,7 +367,7 @@ def exchange(
         "user": shown.body,
         "assistant": reply,
         "ids": [m.id for m in batch.messages],
-        "out": [s for s in sent if s],
+        "out": list(filter(None, sent)),
         # When: the batch's latest message (provider unix s) and the reply (ms), for the ops
         # page's thread; exchanges remembered before these were kept have neither.
         "in": int(batch_time(batch)),
@@ -362,7 +375,8 @@ def exchange(
     }
     if notes:
         remembered["media"] = notes
-    files = [f.to_json() for m in batch.messages for f in files_of(m)]
+    # A plain text has no file: asked first, it spares a call or three per message.
+    files = [f.to_json() for m in batch.messages if not plain_text(m) for f in files_of(m)]
     if files:  # the thread shows them (an image through the ops page's media route)
         remembered["files"] = files
     return remembered

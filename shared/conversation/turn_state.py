@@ -27,6 +27,35 @@ from shared.conversation.unknowns import UnknownDelivery
 
 
 @dataclass
+class Usage:
+    """The tokens of one turn's AI calls, summed (a tool loop makes several), as the Messages
+    API's `usage` counts them: `input_tokens` after the last cache hit or write."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_input_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+    calls: int = 0
+
+    def add(self, usage: Any) -> None:
+        """Add one answer's `usage` (the SDK's `message.usage`, or a dict of the same); a
+        missing or None field counts 0."""
+        self.calls += 1
+        for name in USAGE_FIELDS:
+            setattr(self, name, getattr(self, name) + _count(usage, name))
+
+    def tokens(self) -> dict[str, int]:
+        """The four token counts by their API names (without `calls`)."""
+        # USAGE_FIELDS spelled out: every turn's finish asks.
+        return {
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "cache_read_input_tokens": self.cache_read_input_tokens,
+            "cache_creation_input_tokens": self.cache_creation_input_tokens,
+        }
+
+
+@dataclass
 class TurnState:
     # The reply stored by an earlier attempt (never ask the AI twice) and the parts of it the
     # provider already accepted: part index -> provider message id ("" = deliberately skipped).
@@ -51,7 +80,7 @@ class TurnState:
     # This attempt's figures, added to the tenant's stats when the turn ends
     # (shared/fleet/turn_figures.py) and logged: the AI's token usage, each AI call's and each
     # send's latency.
-    usage: Usage = field(default_factory=lambda: Usage())
+    usage: Usage = field(default_factory=Usage)
     # What the AI read of the batch's files as text (transcribed voice notes, captions, "could
     # not be downloaded"): the memory keeps it beside the batch's text
     # (shared/conversation/presentation.py).
@@ -65,9 +94,13 @@ class TurnState:
     def resumed(cls, batch: Batch) -> TurnState:
         """What earlier attempts recorded on the batch (nothing, for a fresh one)."""
         fields = batch.fields
-        sent_parts = {
-            int(name[5:]): value for name, value in fields.items() if name.startswith("part:")
-        }
+        # One search of all the names at once first: no earlier attempt recorded a part of
+        # nearly any batch, and a `startswith` per name was a measurable share of a turn.
+        sent_parts = (
+            {int(name[5:]): value for name, value in fields.items() if name.startswith("part:")}
+            if "part:" in "\n".join(fields)
+            else {}
+        )
         journal = fields.get(JOURNAL_FIELD)
         template_part = fields.get("template_part")
         return cls(
@@ -80,36 +113,15 @@ class TurnState:
         )
 
 
-@dataclass
-class Usage:
-    """The tokens of one turn's AI calls, summed (a tool loop makes several), as the Messages
-    API's `usage` counts them: `input_tokens` after the last cache hit or write."""
-
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cache_read_input_tokens: int = 0
-    cache_creation_input_tokens: int = 0
-    calls: int = 0
-
-    def add(self, usage: Any) -> None:
-        """Add one answer's `usage` (the SDK's `message.usage`, or a dict of the same); a
-        missing or None field counts 0."""
-        self.calls += 1
-        for name in USAGE_FIELDS:
-            setattr(self, name, getattr(self, name) + _count(usage, name))
-
-    def tokens(self) -> dict[str, int]:
-        """The four token counts by their API names (without `calls`)."""
-        return {name: getattr(self, name) for name in USAGE_FIELDS}
-
-
 USAGE_FIELDS = (
     "input_tokens",
     "output_tokens",
     "cache_read_input_tokens",
     "cache_creation_input_tokens",
 )
-_current: ContextVar[TurnState | None] = ContextVar("turn_state", default=None)
+# The running turn's state in its task: set by `running`, and by the worker's turn itself
+# (worker/turn/turn.py, without a `with` block's calls).
+CURRENT: ContextVar[TurnState | None] = ContextVar("turn_state", default=None)
 
 
 class running:  # a class used as a function: `with running(state):`
@@ -121,16 +133,16 @@ class running:  # a class used as a function: `with running(state):`
         self._token: Token[TurnState | None] | None = None
 
     def __enter__(self) -> None:
-        self._token = _current.set(self._state)
+        self._token = CURRENT.set(self._state)
 
     def __exit__(self, *exc: object) -> None:
         assert self._token is not None
-        _current.reset(self._token)
+        CURRENT.reset(self._token)
 
 
 def current() -> TurnState | None:
     """The state of the turn this code runs in (the brain's call included), else None."""
-    return _current.get()
+    return CURRENT.get()
 
 
 def record_ai_call(seconds: float, usage: Any = None) -> None:
@@ -139,7 +151,7 @@ def record_ai_call(seconds: float, usage: Any = None) -> None:
     the tokens and adds them to the tenant's figures when it ends; outside a turn this does
     nothing. A brain that never calls it has its whole `reply()` counted as one AI call,
     without tokens."""
-    state = _current.get()
+    state = CURRENT.get()
     if state is None:
         return
     state.ai_calls_ms.append(seconds * 1000)
@@ -152,7 +164,7 @@ def record_media(blocks: Sequence[Mapping[str, Any]]) -> None:
     text blocks (a voice note's transcription, a file's label, why a file could not be shown)
     go into the memory with the exchange, so later turns know what the files said; the files
     themselves are not kept. Outside a turn this does nothing."""
-    state = _current.get()
+    state = CURRENT.get()
     if state is None:
         return
     state.media_notes = [

@@ -49,12 +49,16 @@ class HistogramFields:
 
     def add(self, increments: dict[str, int], ms: float) -> None:
         """Count one observation of `ms` milliseconds into `increments` (every turn adds a few:
-        the field names are made once). Its bucket and the sum: the count is the buckets'."""
-        ms = max(0, round(ms))
+        the field names are made once). Its bucket and the sum: the count is the buckets'. The sum
+        is set, not looked up, on the turn's first observation (nearly always its only one)."""
+        ms = round(ms) if ms > 0 else 0
         field = self._bucket_fields[bisect_left(self.bounds_ms, ms)]
-        get = increments.get
-        increments[field] = get(field, 0) + 1
-        increments[self.sum_field] = get(self.sum_field, 0) + ms
+        increments[field] = increments.get(field, 0) + 1
+        total = self.sum_field
+        if total in increments:
+            increments[total] += ms
+        else:
+            increments[total] = ms
 
     def count_of(self, stats: Mapping[str, int]) -> int:
         """How many observations the stats hold: the sum of the buckets."""

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import fields, replace
+
 import orjson
 
 from shared import events
-from shared.conversation.batch import Batch, Message
+from shared.conversation.batch import Batch, Message, plain_text
 
 
 def _event(i: int, **changes: object) -> dict[str, object]:
@@ -89,3 +91,21 @@ def test_a_retried_batch_keeps_its_error_field() -> None:
     batch = Batch.from_claim("t", list(row))
     assert batch.fields["last_error"] == "RuntimeError: boom"
     assert batch.token == "worker-a:7:1", "the token is the claim's, not the stale field"
+
+
+def test_from_claim_sets_every_field_as_the_constructor_would() -> None:
+    """from_claim builds the frozen Batch and its Messages without their `__init__`."""
+    bare = _event(2)
+    del bare["raw"]  # a text's event keeps none when the provider's object says no more
+    messages = orjson.dumps([_event(1), bare])
+    batch = Batch.from_claim("t", list(_row(messages)))
+    assert set(vars(batch)) == {f.name for f in fields(Batch)}
+    assert batch == replace(batch) and batch.presented == {}
+    first, second = batch.messages
+    # `raw` is restored when read, and then the message's own as if it had been given.
+    assert set(vars(second)) - {"_unrestored"} == {f.name for f in fields(Message)} - {"raw"}
+    assert plain_text(second) and not plain_text(first)
+    assert second.raw == events.restore_raw(bare, "5491155550001")
+    assert set(vars(second)) == {f.name for f in fields(Message)} and not plain_text(second)
+    assert first == Message(**{f.name: getattr(first, f.name) for f in fields(Message)})
+    assert Message("m", "text", "hola", 0).raw is None

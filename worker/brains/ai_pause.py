@@ -155,6 +155,8 @@ class AIPause:
 
     async def gate(self) -> Admission:
         """`admit()`, raising AIPaused when the batch must wait."""
+        if self._known is None and time.monotonic() - self._read_at < REFRESH_S:
+            return GO  # nearly every turn: no pause, and a fresh view of it (`_read`)
         admission = await self.admit()
         if admission.wait_s > 0:
             raise AIPaused(admission.wait_s, f"waiting for the AI: {admission.why}")
@@ -171,7 +173,8 @@ class AIPause:
         except BaseException:  # a cancelled turn too: the next batch due probes at once
             await self.release(admission)
             raise
-        await self.answered(admission)
+        if admission.probe:  # only a probe has anything to do (`answered`)
+            await self.answered(admission)
         return answer
 
     # --- after the AI answered or failed ----------------------------------------------------

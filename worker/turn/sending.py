@@ -17,7 +17,7 @@ from shared.conversation.errors import DeliveryUnknown, NeedsReview
 from shared.conversation.turn_state import Delivery, TurnState
 from shared.conversation.unknowns import UnknownDelivery
 from shared.senders.base import Sender
-from worker.turn.under_lease import UnderLease
+from worker.turn.under_lease import LeasedDelivery, UnderLease
 
 
 class Sending:
@@ -29,11 +29,12 @@ class Sending:
         self.sender = sender
         self.state: TurnState = lease.state
         self._lease = lease
-
-    @property
-    def delivery(self) -> Delivery:
-        """What the sender is given with each call: the turn's state, written under the lease."""
-        return self._lease.delivery
+        # What the sender is given with each call: the turn's state, written under the lease.
+        # Held here, not by the lease it writes through: a lease holding it back made each
+        # turn a reference cycle, so a finished turn's batch, messages and state waited for
+        # the cycle collector instead of going at once (its collections were ~15 % of the
+        # worker's CPU; docs/benchmarks/worker.md).
+        self.delivery: Delivery = LeasedDelivery(lease)
 
     async def send_parts(self, parts: list[str], record_last: bool = False) -> None:
         """Send the parts not sent yet, recording each but the last (the finish does that,
@@ -52,11 +53,20 @@ class Sending:
             await self._lease.record_part(index, provider_id)
 
     async def _send(self, parts: list[str], index: int) -> str:
-        """Part `index` sent; its provider id. A send nobody can confirm is not retried (it
-        may be a second copy) nor counted as sent: a person is told, through a review."""
+        """Part `index` sent; its provider id. Its latency is kept for the turn's figures
+        whatever the outcome. A send nobody can confirm is not retried (it may be a second
+        copy) nor counted as sent: a person is told, through a review."""
+        assert self.sender is not None  # checked before anything is sent
         asked_ms = int(time.time() * 1000)
+        # One coroutine, not a timed one inside another: every part of every reply comes here.
+        started = time.perf_counter()
         try:
-            return await self._timed_send(parts[index], index)
+            try:
+                sent = await self.sender.send(
+                    self.batch, parts[index], index, delivery=self.delivery
+                )
+            finally:
+                self.state.sends_ms.append((time.perf_counter() - started) * 1000)
         except DeliveryUnknown as exc:
             unknown = UnknownDelivery(
                 what=exc.what,
@@ -68,12 +78,4 @@ class Sending:
             )
             self.state.delivery_unknown = unknown
             raise NeedsReview(exc.reason, unknown.sentence()) from exc
-
-    async def _timed_send(self, part: str, index: int) -> str:
-        """`sender.send`, its latency kept for the turn's figures whatever the outcome."""
-        assert self.sender is not None  # checked before anything is sent
-        started = time.perf_counter()
-        try:
-            return await self.sender.send(self.batch, part, index, delivery=self.delivery) or ""
-        finally:
-            self.state.sends_ms.append((time.perf_counter() - started) * 1000)
+        return sent or ""

@@ -19,7 +19,6 @@ hands the conversation over at most once.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 from collections.abc import Mapping
@@ -35,7 +34,7 @@ from shared.conversation.turn_state import TurnState
 from shared.fleet import turn_figures
 from shared.senders.base import Sender
 from shared.settings import Settings
-from worker.brains.ai_pause import AIPause, AIPaused
+from worker.brains.ai_pause import Admission, AIPause, AIPaused
 from worker.brains.loading import Brain
 from worker.conversation_store import ConversationStore
 from worker.fleet.leases import Leases
@@ -67,15 +66,27 @@ class Turn:
     def __init__(self, batch: Batch, tools: TurnTools) -> None:
         self.batch = batch
         self.state = TurnState.resumed(batch)
+        self.settings = tools.settings
         self._tools = tools
         self._lease = UnderLease(batch, self.state, tools.store, tools.leases)
         self._sending = Sending(batch, tools.senders.get(batch.channel), self._lease)
-        self._endings = TurnEndings(tools.settings, self._lease, self._sending)
+        self._ended_otherwise: TurnEndings | None = None
+
+    @property
+    def _endings(self) -> TurnEndings:
+        """Made when a turn first needs it: most end done, without it."""
+        if self._ended_otherwise is None:
+            self._ended_otherwise = TurnEndings(self.settings, self._lease, self._sending)
+        return self._ended_otherwise
 
     async def run(self) -> None:
         """The turn; its figures go with its finish, or after it when it had none."""
-        with turn_state.running(self.state):
+        # `turn_state.running`, spelled out: the three calls of a `with` block on every turn.
+        entered = turn_state.CURRENT.set(self.state)
+        try:
             await self._run()
+        finally:
+            turn_state.CURRENT.reset(entered)
         if not self.state.figures_recorded:
             await self._record_figures()
 
@@ -114,9 +125,11 @@ class Turn:
         """The batch's age when a person must answer it instead (late is worse than never,
         invariant 6); 0 when the AI may."""
         batch = self.batch
-        age_ms = batch.claimed_ms - batch.oldest_ts * 1000
-        too_old = age_ms > self.settings.review_after_s * 1000
-        return age_ms if not batch.requeued and batch.oldest_ts and too_old else 0
+        if batch.requeued:
+            return 0
+        oldest_ts = batch.oldest_ts
+        age_ms = batch.claimed_ms - oldest_ts * 1000
+        return age_ms if oldest_ts and age_ms > self.settings.review_after_s * 1000 else 0
 
     async def _answer(self) -> None:
         """Reply and finish done, or end as the reply's failure says."""
@@ -137,7 +150,8 @@ class Turn:
             await self._endings.failed(exc)
         else:
             await self._lease.finish_done(self._remembered(reply))
-            log.debug("turn done batch=%s", batch.id, extra=turn_fields(batch, "done"))
+            if log.isEnabledFor(logging.DEBUG):  # its fields (a hash of the person) cost too
+                log.debug("turn done batch=%s", batch.id, extra=turn_fields(batch, "done"))
 
     async def _reply(self) -> str | None:
         """Ask the brain (unless an earlier attempt stored a reply) and send what is not sent.
@@ -168,20 +182,22 @@ class Turn:
         batch, pause = self.batch, self._tools.ai_pause
         admission = await pause.gate()  # while the AI is paused the batch waits: AIPaused
         # The probe of a paused AI shows them only once the AI answered.
-        if not admission.probe:
-            await sender.begin_turn(batch)
-        typing = (
-            contextlib.nullcontext()
-            if admission.probe
-            else typing_kept_up(sender, batch, self.settings.typing_refresh_s)
-        )
-        async with typing:
-            answer = await pause.ask(admission, self._ask_brain)
-            if admission.probe:
-                await sender.begin_turn(batch)
-            if not answer:
-                return None
-            return await self._lease.save_reply(answer)
+        if admission.probe:
+            return await self._asked(sender, admission)
+        await sender.begin_turn(batch)
+        if not sender.keeps_typing:  # no block to keep it up in (an async `with` per turn)
+            return await self._asked(sender, admission)
+        async with typing_kept_up(sender, batch, self.settings.typing_refresh_s):
+            return await self._asked(sender, admission)
+
+    async def _asked(self, sender: Sender, admission: Admission) -> str | None:
+        """The brain's answer asked for and stored (None: the brain has none)."""
+        answer = await self._tools.ai_pause.ask(admission, self._ask_brain)
+        if admission.probe:
+            await sender.begin_turn(self.batch)
+        if not answer:
+            return None
+        return await self._lease.save_reply(answer)
 
     async def _ask_brain(self) -> str | None:
         """The brain's answer. Its AI calls' latency and tokens are in the turn's state
@@ -197,7 +213,8 @@ class Turn:
         finally:
             if len(state.ai_calls_ms) == calls:  # the brain reported no call itself
                 state.ai_calls_ms.append((time.perf_counter() - asked) * 1000)
-            self._log_usage()
+            if state.usage.calls:
+                self._log_usage()
 
     def _log_usage(self) -> None:
         batch, usage = self.batch, self.state.usage
@@ -231,7 +248,3 @@ class Turn:
             await self._tools.store.add_figures(self.batch.tenant, increments)
         except Exception as exc:
             log.info("turn figures not recorded tenant=%s: %r", self.batch.tenant, exc)
-
-    @property
-    def settings(self) -> Settings:
-        return self._tools.settings

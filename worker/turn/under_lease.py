@@ -43,7 +43,6 @@ class UnderLease:
         self.state = state
         self._store = store
         self._leases = leases
-        self.delivery = LeasedDelivery(self)
         self._answers_lost = 0  # tries whose answer never came (Redis away); some may have run
 
     async def save_reply(self, answer: str) -> str:
