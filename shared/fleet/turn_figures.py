@@ -13,8 +13,8 @@ above the last bound), `ai_sum_ms`, `send_sum_ms`; tokens `tokens:input`, `token
 The count of calls is the sum of the buckets (`from_stats`, `count_of`). Releases before
 2026-12-05 also kept it as `ai_count` / `send_count`: one `HINCRBY` each per turn that no reader
 needed (each costs Redis ~7k instructions of a turn's ~590k, docs/benchmarks/worker.md). Stats
-hashes written by them keep those fields, no longer added to (nothing reads them); the ops
-page lists them among the counters until the hash is reset.
+hashes written by them keep those fields, no longer added to: `RETIRED` names them, and the ops
+page's counters leave them out (a count frozen at the upgrade would read as a live one).
 """
 
 from __future__ import annotations
@@ -81,6 +81,9 @@ class HistogramFields:
 AI_CALL = HistogramFields("ai_", (250, 500, 1000, 2000, 4000, 8000, 15000, 30000, 60000))
 # One send to the provider (a reply part, a template), answered or failed.
 SEND = HistogramFields("send_", (50, 100, 250, 500, 1000, 2500, 5000, 15000))
+
+# Fields the release before kept in the stats hash and nothing adds to any more.
+RETIRED = frozenset({"ai_count", "send_count"})
 
 # The Messages API's usage names -> our field names.
 TOKEN_FIELDS = {

@@ -72,3 +72,12 @@ async def test_long_lists_are_cut_at_the_limit_with_their_size_reported(fake: Fa
     assert "messages" in state["review"][0] and state["review"][0]["messages"] == 1
     text = "\n".join(inspect.render_tenant(state))
     assert "pending     3+ conversations" in text and "not in the tenant registry" in text
+
+
+async def test_counters_leave_out_the_fields_no_release_adds_to_any_more(fake: FakeRedis) -> None:
+    """A stats hash written before 2026-12-05 keeps `ai_count` and `send_count`, frozen at the
+    upgrade: shown, they would read as live counts (the buckets hold the count now)."""
+    await fake.sadd(KEYS.tenants, TENANT)
+    await fake.hset(K.stats, mapping={"turns": 7, "ai_count": 5, "send_count": 5, "ai_le:250": 9})
+    counters = (await live_state.tenant(fake, KEYS, TENANT))["counters"]
+    assert counters == {"ai_le:250": 9, "turns": 7}
