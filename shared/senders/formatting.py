@@ -40,6 +40,10 @@ _KEPT = re.compile("\x00([0-9]+)\x00")
 _B = "\x01"  # bold, until the italic stars are converted
 _BLANK = " \t"
 _INLINE_MARKS = "`[:*_~"  # a line without any of these has nothing `_inline` converts
+# A character some rule acts on: a fence (` ~), a rule (- * _), a heading (#), a bullet (* +),
+# a link ([), emphasis, and the two markers dropped. A text without any is its own conversion
+# (a URL is kept as it is either way: its ':' need not send a text through the rules).
+_ANY_MARK = re.compile(r"[`~\-*_#+\[\x00\x01]")
 
 Keep = Callable[[str], str]
 Edge = Callable[[str, int, str], bool]  # (line, where the delimiter starts, the delimiter)
@@ -52,6 +56,15 @@ def for_channel(channel: str, text: str) -> str:
 
 def to_whatsapp(text: str) -> str:
     """Markdown -> WhatsApp formatting (see the module docstring)."""
+    if _ANY_MARK.search(text) is None:
+        # Plain text, as most short replies are: one search instead of the rules' matches on
+        # every line (~19k instructions of a worker's turn for "ok", docs/benchmarks/worker.md).
+        return text
+    return _converted(text)
+
+
+def _converted(text: str) -> str:
+    """`to_whatsapp` rule by rule, line by line."""
     out: list[str] = []
     fence: str | None = None
     # Our two markers never come from the model; dropped so they cannot be taken for ours.

@@ -162,3 +162,21 @@ def test_hostile_answers_are_converted_in_linear_time(text: str, expected: str |
     if expected is None:  # nothing converted: the text as written
         expected = text
     assert converted == expected
+
+
+def test_a_text_without_marks_is_returned_as_it_is_and_the_rules_agree() -> None:
+    """`to_whatsapp` returns a text that holds no character any rule acts on without running
+    the rules: for such texts, and for texts with one such character among them, the answer is
+    what the rules give (random texts over plain letters, blanks, newlines and every mark)."""
+    import random
+
+    from shared.senders import formatting
+
+    plain = [*"ab Z9.,!?¿áé\t\n", "  ", "\n"]
+    marks = [*"`~-*_#+[]():\x00\x01>=", "```py", "~~~", "---", "# ", "https://x.y", "[a](b)"]
+    rng = random.Random(24)
+    for n in range(4000):
+        pieces = plain if n % 2 else [*plain, rng.choice(marks)]
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 30)))
+        assert to_whatsapp(text) == formatting._converted(text), repr(text)
+    assert to_whatsapp("Claro, te ayudo.\nHasta mañana!") == "Claro, te ayudo.\nHasta mañana!"
