@@ -330,8 +330,8 @@ def _counters(stats: dict[bytes, bytes]) -> dict[str, int]:
             counters[_text(name)] = int(value)
         except ValueError:
             continue
-    for retired in turn_figures.RETIRED & counters.keys():
-        del counters[retired]
+    for retired in turn_figures.RETIRED:
+        counters.pop(retired, None)
     return dict(sorted(counters.items()))
 
 
