@@ -72,7 +72,7 @@ UNAUTHORIZED = PlainTextResponse(
     "unauthorized", status_code=401, headers={"www-authenticate": "Bearer"}
 )
 
-# Retrying a held webhook's write (`Receiver._hold`): the first pause, doubling up to the cap.
+# Retrying a held webhook's write (`Receiver.hold`): the first pause, doubling up to the cap.
 HOLD_FIRST_PAUSE_S = 0.05
 HOLD_MAX_PAUSE_S = 0.5
 
@@ -215,7 +215,7 @@ class Receiver:
         error.
 
         One coroutine from the request to the answer: the steps that do not wait are plain
-        calls (receiver/webhook_request.py, `_stored`), and the request awaits the writer's round
+        calls (receiver/webhook_request.py, `stored`), and the request awaits the writer's round
         itself. Every coroutine in between would be made, run and freed per request and
         passed through again when the round's answer resumes it (docs/benchmarks/receiver.md,
         2026-12-04 evening).
@@ -224,7 +224,7 @@ class Receiver:
         if inbound is None:
             inbound = self.webhooks[WEBHOOK_PATH]
         try:
-            headers = request_headers(scope, inbound, self.settings.max_body_bytes)
+            headers = request_headers(scope["headers"], inbound, self.settings.max_body_bytes)
             if type(headers) is tuple:  # refused before the body: (status, text)
                 status, answer = headers
             else:
@@ -249,11 +249,11 @@ class Receiver:
                             except Exception as exc:
                                 error = writer.unavailable(exc)
                                 error.__cause__ = exc
-                                status, answer = await self._hold(
+                                status, answer = await self.hold(
                                     admitted, body, inbound, now_ns, error
                                 )
                             else:
-                                status, answer = self._stored(admitted, body, results)
+                                status, answer = self.stored(admitted, body, results)
         except BodyTimeout:
             timeout_s = self.deadlines.timeout_s
             logger.info("%s webhook body not in within %ss: 408", inbound.channel, timeout_s)
@@ -293,9 +293,9 @@ class Receiver:
             results = await writer.join(parsed.items, deadletter)
         except Exception as exc:
             raise writer.unavailable(exc) from exc
-        return self._stored(parsed, body, results)
+        return self.stored(parsed, body, results)
 
-    def _stored(self, parsed: Parsed, body: bytes, results: list[int]) -> tuple[int, Any]:
+    def stored(self, parsed: Parsed, body: bytes, results: list[int]) -> tuple[int, Any]:
         """(200, the counts' headers) for what Redis confirmed; logs and counts it."""
         stored = sum(results)
         duplicates = len(results) - stored
@@ -310,7 +310,7 @@ class Receiver:
         self.metrics.saved(stored, duplicates, deadlettered)
         return 200, counts(stored, duplicates, deadlettered)
 
-    async def _hold(
+    async def hold(
         self,
         parsed: Parsed,
         body: bytes,
@@ -416,14 +416,14 @@ class ReceiverApp(Starlette):
     def __init__(self, receiver: Receiver) -> None:
         super().__init__(routes=receiver.routes(), lifespan=receiver.lifespan)
         self.state.receiver = receiver
-        self._receiver = receiver
+        self.receiver = receiver
         self._webhooks = receiver.webhooks
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "POST":
             inbound = self._webhooks.get(scope["path"])
             if inbound is not None:
-                await self._receiver.webhook(scope, receive, send, inbound)
+                await self.receiver.webhook(scope, receive, send, inbound)
                 return
         await super().__call__(scope, receive, send)
 

@@ -5,7 +5,7 @@ keep-alive timeout runs only between requests. A client that opens a socket and 
 or a few header bytes a minute, would hold it for ever and count against `--limit-concurrency`
 (`WEB_MAX_CONNECTIONS`) until every other client got 503. This protocol closes a connection
 whose request headers are not complete within `HEADERS_TIMEOUT_S` of the connection opening or
-of the request's first byte (up to a quarter of that later: `HeaderWatch`). The Procfile's
+of the request's first byte (up to a quarter of that later: `DeadlineWatch`). The Procfile's
 `web` line names it (`--http receiver.header_deadline:HeaderDeadlineProtocol`); the body has
 its own deadline in the app (receiver/body_deadline.py). Behind Heroku's router, which
 forwards whole requests, it never fires.
@@ -14,6 +14,8 @@ forwards whole requests, it never fires.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
@@ -35,28 +37,35 @@ TICKS_PER_DEADLINE = 4
 TICK_BOUNDS_S = (0.01, 1.0)
 
 
-class HeaderWatch:
-    """The connections of one server whose request headers are not all in, each with the loop
-    time they began; one timer looks over them a few times per deadline.
+class DeadlineWatch:
+    """The connections of one server that are waiting for something (a request's headers, a
+    webhook's body), each with the loop time it began; one timer looks over them a few times
+    per deadline and calls `late(protocol)` for each that overran.
 
     A timer per request (call_later, then cancel) cost ~6 800 instructions a webhook, a few
     per cent of its whole cost (docs/benchmarks/receiver.md); noting a start in a dict costs
     a small share of that."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, timeout_s: float) -> None:
-        self.started: dict[HeaderDeadlineProtocol, float] = {}
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        timeout_s: float,
+        late: Callable[[Any], None],
+    ) -> None:
+        self.started: dict[Any, float] = {}
         self._loop = loop
         self._timeout_s = timeout_s
+        self._late = late
         low, high = TICK_BOUNDS_S
         self._tick_s = min(high, max(low, timeout_s / TICKS_PER_DEADLINE))
         self._timer: asyncio.TimerHandle | None = None
 
-    def begin(self, protocol: HeaderDeadlineProtocol) -> None:
+    def begin(self, protocol: Any) -> None:
         self.started[protocol] = self._loop.time()
         if self._timer is None:
             self._timer = self._loop.call_later(self._tick_s, self._look)
 
-    def end(self, protocol: HeaderDeadlineProtocol) -> None:
+    def end(self, protocol: Any) -> None:
         self.started.pop(protocol, None)
 
     def _look(self) -> None:
@@ -65,7 +74,7 @@ class HeaderWatch:
         for protocol, began in list(self.started.items()):
             if began <= began_by:
                 del self.started[protocol]
-                protocol.headers_late()
+                self._late(protocol)
         if self.started:
             self._timer = self._loop.call_later(self._tick_s, self._look)
 
@@ -74,14 +83,16 @@ class HeaderDeadlineProtocol(HttpToolsProtocol):
     """`HttpToolsProtocol`, closing a connection whose headers do not come in time."""
 
     headers_timeout_s = headers_timeout_s()
-    _watch: HeaderWatch | None = None
+    _watch: DeadlineWatch | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         # One watch per server (its state is shared by all of its connections).
         watch = getattr(self.server_state, "header_watch", None)
         if watch is None:
-            watch = HeaderWatch(self.loop, self.headers_timeout_s)
+            watch = DeadlineWatch(
+                self.loop, self.headers_timeout_s, HeaderDeadlineProtocol.headers_late
+            )
             self.server_state.header_watch = watch  # type: ignore[attr-defined]
         self._watch = watch
         watch.begin(self)

@@ -51,7 +51,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from receiver.providers.parsing import Item
 from shared.fleet.wake import now_ms, wake_command
@@ -89,6 +89,17 @@ class DeadLetterBounds:
         max_count, max_bytes = settings.deadletter_max, settings.deadletter_max_bytes
         return cls(max_count, max_bytes, settings.deadletter_ttl_s)
 
+    def command(self, scripts: Scripts, keys: Keys, bodies: list[bytes]) -> Command:
+        """The `deadletter` script's call pushing `bodies` within these bounds."""
+        return scripts.deadletter.command(
+            None,
+            deadletter=keys.deadletter,
+            max_count=self.max_count,
+            max_bytes=self.max_bytes,
+            ttl_ms=max(1, round(self.ttl_s * 1000)),
+            bodies=bodies,
+        )
+
 
 class StoreUnavailable(Exception):
     """Redis failed or did not confirm in time: nothing may be acknowledged."""
@@ -101,6 +112,16 @@ class Saved(NamedTuple):
     duplicates: int
 
 
+class Waiter(Protocol):
+    """What a round answers: a future of the request's results, or a `WebhookCall`
+    (receiver/webhook_call.py), which answers its client from `set_result`."""
+
+    def done(self) -> bool: ...
+    def set_result(self, result: list[int]) -> None: ...
+    def set_exception(self, exception: BaseException) -> None: ...
+    def exception(self) -> BaseException | None: ...
+
+
 @dataclass(slots=True)
 class _Round:
     """Everything the requests of one round want written."""
@@ -108,10 +129,8 @@ class _Round:
     seen: dict[str, list[str]] = field(default_factory=dict)  # tenant -> dedupe keys
     data: dict[str, list[bytes]] = field(default_factory=dict)  # tenant -> encoded events
     deadletters: list[bytes] = field(default_factory=list)
-    # each request: its future and, per tenant, where its items sit in that tenant's lists
-    waiters: list[tuple[asyncio.Future[list[int]], list[tuple[str, int, int]]]] = field(
-        default_factory=list
-    )
+    # each request: its waiter and, per tenant, where its items sit in that tenant's lists
+    waiters: list[tuple[Waiter, list[tuple[str, int, int]]]] = field(default_factory=list)
 
 
 # Stand-ins for the repeated groups of ingest.lua's call while its template is made: unique
@@ -202,6 +221,16 @@ class InboxWriter:
         item (1 stored, 0 duplicate), tenants in `items`' order; an error or no answer in
         time is its exception (`unavailable` says it as `StoreUnavailable`). Awaiting the
         future itself spares the request a coroutine that every resume would pass through."""
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+        future: asyncio.Future[list[int]] = loop.create_future()
+        self.enter(items, deadletter, future)
+        return future
+
+    def enter(self, items: dict[str, list[Item]], deadletter: bytes | None, waiter: Waiter) -> None:
+        """`join` with the caller's own `waiter`, told the results (or the error) once Redis
+        answered the round; on the loop the writer serves."""
         round_ = self._round
         places = []
         for tenant, batch in items.items():
@@ -214,15 +243,13 @@ class InboxWriter:
                 data.append(encoded)
         if deadletter is not None:
             round_.deadletters.append(deadletter)
-        loop = self._loop
-        if loop is None:
-            loop = self._loop = asyncio.get_running_loop()
-        future: asyncio.Future[list[int]] = loop.create_future()
-        round_.waiters.append((future, places))
+        round_.waiters.append((waiter, places))
         if not self._opening and len(self._flushers) < self._rounds_in_flight:
             self._opening = True
+            loop = self._loop
+            if loop is None:
+                loop = self._loop = asyncio.get_running_loop()
             self._flushers.add(loop.create_task(self._flush_rounds()))
-        return future
 
     async def _flush_rounds(self) -> None:
         """Send the gathering round, and the next one each time Redis answered, until none."""
@@ -365,7 +392,8 @@ class InboxWriter:
         if unregistered:
             commands.append(("SADD", keys.tenants, *unregistered))
         commands.extend(call for _, call in calls)
-        deadletter = self._deadletter_command(round_.deadletters) if round_.deadletters else None
+        bodies = round_.deadletters
+        deadletter = self.deadletters.command(self._scripts, keys, bodies) if bodies else None
         if deadletter:
             commands.append(deadletter)
         wake = wake_command(keys, round_.seen, now_ms()) if round_.seen else None
@@ -401,17 +429,6 @@ class InboxWriter:
         for (tenant, _), reply in zip(calls, replies, strict=True):
             per_tenant.setdefault(tenant, []).extend(map(int, reply))
         return per_tenant
-
-    def _deadletter_command(self, bodies: list[bytes]) -> Command:
-        bounds = self.deadletters
-        return self._scripts.deadletter.command(
-            None,
-            deadletter=self._keys.deadletter,
-            max_count=bounds.max_count,
-            max_bytes=bounds.max_bytes,
-            ttl_ms=max(1, round(bounds.ttl_s * 1000)),
-            bodies=bodies,
-        )
 
     async def _deadlettered(self, results: list[Any], index: int, command: Command) -> None:
         """Check the dead-letter call's reply (run it again after a NOSCRIPT, which ran

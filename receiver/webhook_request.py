@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Iterable
 from typing import Any
-
-from starlette.types import Scope
 
 from receiver.providers.base import InboundProvider, WebhookRequest
 from receiver.providers.signature import SignatureError
@@ -17,14 +16,16 @@ from receiver.providers.signature import SignatureError
 logger = logging.getLogger(__name__)
 
 
-def request_headers(scope: Scope, inbound: InboundProvider, max_body_bytes: int) -> Any:
-    """The headers `inbound` reads (name -> latin-1 text), or (status, text) when the request
-    is refused before its body: 413 a Content-Length over the limit, 400 a malformed one, 403
-    no credential configured."""
+def request_headers(
+    raw: Iterable[tuple[bytes, bytes]], inbound: InboundProvider, max_body_bytes: int
+) -> Any:
+    """The headers `inbound` reads (name -> latin-1 text) of a request's `raw` headers (ASGI's
+    lower-case names), or (status, text) when the request is refused before its body: 413 a
+    Content-Length over the limit, 400 a malformed one, 403 no credential configured."""
     wanted = inbound.header_names
     headers: dict[bytes, str] = {}
     length = None
-    for name, value in scope["headers"]:
+    for name, value in raw:
         if name in wanted:
             headers[name] = value.decode("latin-1")
         elif name == b"content-length":

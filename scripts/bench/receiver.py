@@ -121,7 +121,7 @@ class Server:
             "--http",
             # The receiver with the Procfile's protocol (its header deadline costs what it
             # costs here too); the bare app with uvicorn's own.
-            "receiver.header_deadline:HeaderDeadlineProtocol"
+            "receiver.http_protocol:ReceiverProtocol"
             if app.endswith(":create_app")
             else "httptools",
             # The Procfile's flags, log level included (uvicorn's default, info): a logging
