@@ -24,7 +24,7 @@ import asyncio
 import time
 from typing import TYPE_CHECKING, Any
 
-from uvicorn.protocols.http.httptools_impl import STATUS_LINE
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from receiver.header_deadline import DeadlineWatch, HeaderDeadlineProtocol
 from receiver.providers.base import InboundProvider
@@ -81,7 +81,9 @@ class DirectWebhooks:
     """One server's share of the direct path: the receiver, its webhook paths, the body
     deadline's watch and the answers' bytes."""
 
-    def __init__(self, receiver: Receiver | None, root_path: str, loop: Any) -> None:
+    def __init__(
+        self, receiver: Receiver | None, root_path: str, keep_alive_s: float, loop: Any
+    ) -> None:
         self.receiver = receiver
         # Only the exact path: an escaped or absolute-form target goes the ASGI way, which
         # decodes it. With a root path uvicorn prefixes every path: that way too.
@@ -89,18 +91,22 @@ class DirectWebhooks:
         self.paths: dict[bytes, InboundProvider] = {p.encode(): i for p, i in webhooks.items()}
         timeout_s = receiver.settings.body_read_timeout_s if receiver is not None else 1.0
         self.body_watch = DeadlineWatch(loop, timeout_s, ReceiverProtocol.body_late)
+        # `--timeout-keep-alive` after a direct answer, watched rather than a timer per answer
+        # as uvicorn arms (that timer cost ~8 % of the direct path's samples)
+        self.idle_watch = DeadlineWatch(loop, keep_alive_s, ReceiverProtocol.idle_late)
         self.answers = Answers()
 
     @classmethod
-    def of(cls, app: Any, root_path: str, loop: Any) -> DirectWebhooks:
+    def of(cls, protocol: ReceiverProtocol) -> DirectWebhooks:
         """The receiver behind uvicorn's middleware (`app.app`...), or none: another app."""
         from receiver.app import ReceiverApp  # the app imports this module's neighbours
 
+        app, args = protocol.app, (protocol.root_path, protocol.timeout_keep_alive, protocol.loop)
         for _ in range(8):
             if isinstance(app, ReceiverApp):
-                return cls(app.receiver, root_path, loop)
+                return cls(app.receiver, *args)
             app = getattr(app, "app", None)
-        return cls(None, root_path, loop)
+        return cls(None, *args)
 
 
 class ReceiverProtocol(HeaderDeadlineProtocol):
@@ -113,17 +119,40 @@ class ReceiverProtocol(HeaderDeadlineProtocol):
         state = self.server_state
         direct = getattr(state, "direct_webhooks", None)
         if direct is None:
-            direct = DirectWebhooks.of(self.app, self.root_path, self.loop)
+            direct = DirectWebhooks.of(self)
             state.direct_webhooks = direct  # type: ignore[attr-defined]
         self._direct = direct
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._direct.body_watch.end(self)
+        self._direct.idle_watch.end(self)
         super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        self._direct.idle_watch.end(self)
+        super().data_received(data)
+
+    def on_message_begin(self) -> None:
+        # uvicorn's, without the scope: only a request going the ASGI way needs one
+        # (`_make_scope`); a dict of nine entries and a copy of the app state per request
+        self.url = b""
+        self.expect_100_continue = False
+        self.headers = []
+        if self._watch is not None:
+            self._watch.begin(self)
+
+    def _make_scope(self) -> None:
+        """uvicorn's scope for this request, by uvicorn's own code: it starts a request afresh,
+        so what the parser gave so far is put back."""
+        url, headers, expect = self.url, self.headers, self.expect_100_continue
+        HttpToolsProtocol.on_message_begin(self)
+        self.url, self.expect_100_continue = url, expect
+        self.headers.extend(headers)  # the list the new scope holds
 
     def on_headers_complete(self) -> None:
         call = self._webhook_call()
         if call is None:
+            self._make_scope()
             super().on_headers_complete()
             return
         if self._watch is not None:
@@ -201,4 +230,21 @@ class ReceiverProtocol(HeaderDeadlineProtocol):
         call.response_complete = True
         if not keep_alive:
             transport.close()
-        self.on_response_complete()
+        self._answered()
+
+    def _answered(self) -> None:
+        """uvicorn's `on_response_complete`, with the keep-alive deadline in `idle_watch`."""
+        self.server_state.total_requests += 1
+        if self.transport.is_closing():
+            return
+        self.flow.resume_reading()
+        if self.pipeline:  # a request queued behind the answered one: its turn
+            cycle, app = self.pipeline.pop()
+            self._start_asgi_task(cycle, app)
+        else:
+            self._direct.idle_watch.begin(self)
+
+    def idle_late(self) -> None:
+        """No next request within `--timeout-keep-alive` of a direct answer: close."""
+        if not self.transport.is_closing():
+            self.transport.close()
