@@ -150,6 +150,11 @@ class ReceiverProtocol(HeaderDeadlineProtocol):
         self.headers.extend(headers)  # the list the new scope holds
 
     def on_headers_complete(self) -> None:
+        if self.timeout_keep_alive_task is not None:
+            # A webhook answered from a parser callback earlier in this same read (a 401, a
+            # 403, a ping's 200) armed uvicorn's keep-alive timer, which is for a connection
+            # idle between requests: it would close this one under the request.
+            self._unset_keepalive_if_required()
         call = self._webhook_call()
         if call is None:
             self._make_scope()
