@@ -128,11 +128,13 @@ class ReceiverProtocol(HeaderDeadlineProtocol):
         self._direct.idle_watch.end(self)
         super().connection_lost(exc)
 
-    def data_received(self, data: bytes) -> None:
-        self._direct.idle_watch.end(self)
-        super().data_received(data)
-
     def on_message_begin(self) -> None:
+        # A request begins: the connection is not idle. A webhook answered from a parser
+        # callback earlier in this same read (a 401, a ping's 200) left the keep-alive deadline
+        # running, which would close the connection under this request.
+        self._direct.idle_watch.end(self)
+        if self.timeout_keep_alive_task is not None:
+            self._unset_keepalive_if_required()
         # uvicorn's, without the scope: only a request going the ASGI way needs one
         # (`_make_scope`); a dict of nine entries and a copy of the app state per request
         self.url = b""
@@ -150,11 +152,6 @@ class ReceiverProtocol(HeaderDeadlineProtocol):
         self.headers.extend(headers)  # the list the new scope holds
 
     def on_headers_complete(self) -> None:
-        if self.timeout_keep_alive_task is not None:
-            # A webhook answered from a parser callback earlier in this same read (a 401, a
-            # 403, a ping's 200) armed uvicorn's keep-alive timer, which is for a connection
-            # idle between requests: it would close this one under the request.
-            self._unset_keepalive_if_required()
         call = self._webhook_call()
         if call is None:
             self._make_scope()

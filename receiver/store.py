@@ -72,7 +72,7 @@ class WriterTuning:
     max_cached_tenants: int = 10_000  # bounds the per-tenant key cache (bodies name tenants)
     registry_refresh_s: float = 60.0  # re-add known tenants this often (a reset registry)
     spin_min_requests: int = 8  # rounds this large keep the loop awake while Redis works
-    spin_max_s: float = 0.002  # ...for at most this long per round; 0 turns spinning off
+    spin_max_s: float = 0.0  # ...for at most this long per round; 0 turns spinning off
 
 
 @dataclass(frozen=True)
