@@ -28,19 +28,12 @@ caller's, on the failure path.
 
 At most `rounds_in_flight` rounds are in flight at once, each on its own connection; while
 every slot is busy the next round gathers, so a request waits at most for the rounds in
-flight and its own. One is the default because it measured best: with two, requests that
-arrive while a round is out go out at once, but the receiver used less of its core, not more
-(docs/benchmarks/receiver.md, "Why the hot path looks the way it does").
-
-Under load the flusher spins while a large round is at Redis (`spin_min_requests`,
-`spin_max_s`): it yields to the event loop once per turn instead of letting the loop sleep.
-With a round out, every request the client has sent is often already parsed and waiting for
-that round, so the process would sleep until Redis answers; on a virtual machine a sleeping
-vCPU is halted, and waking it for the answer took long enough that the receiver sat idle
-a good part of the time at full load. Yielding keeps it on its CPU
-(docs/benchmarks/receiver.md has the figures). Small rounds (light
-traffic) never spin, so an idle receiver stays idle, and a spin never outlasts `spin_max_s`
-(a slow Redis then gets the usual sleep).
+flight and its own. Two is the default: requests that arrive while a round is out go out at
+once instead of waiting for its answer, 0.98-1.10 x a bare Starlette app against 0.95-1.00 x
+with one (docs/benchmarks/receiver.md, 2026-12-05). Before the webhook was served from the
+HTTP protocol (receiver/http_protocol.py) one measured best, and the flusher spun while a
+round was out to keep a virtual CPU from halting; with the direct path the spin cost more CPU
+than it saved (43 against 32 us a request) and was removed.
 
 These tunables are `WriterTuning`'s fields; the defaults are what measured best, and a
 benchmark passes others to compare (`InboxWriter(..., tuning=WriterTuning(...))`).
@@ -67,12 +60,10 @@ class WriterTuning:
     """How the writer groups and sends rounds (see the module docstring)."""
 
     max_items_per_call: int = 500  # bounds how long one script call holds Redis
-    rounds_in_flight: int = 1  # rounds sent and not yet answered, at most (one connection each)
+    rounds_in_flight: int = 2  # rounds sent and not yet answered, at most (one connection each)
     answer_first: bool = True  # answer a round's requests before sending the next round
     max_cached_tenants: int = 10_000  # bounds the per-tenant key cache (bodies name tenants)
     registry_refresh_s: float = 60.0  # re-add known tenants this often (a reset registry)
-    spin_min_requests: int = 8  # rounds this large keep the loop awake while Redis works
-    spin_max_s: float = 0.0  # ...for at most this long per round; 0 turns spinning off
 
 
 @dataclass(frozen=True)
@@ -286,11 +277,7 @@ class InboxWriter:
         expired: list[bool] = []
         timer = loop.call_at(loop.time() + self._timeout_s, _expire, task, expired)
         try:
-            tuning = self.tuning
-            if tuning.spin_max_s > 0 and len(round_.waiters) >= tuning.spin_min_requests:
-                per_tenant = await self._write_spinning(round_)
-            else:
-                per_tenant = await self._write(round_)
+            per_tenant = await self._write(round_)
         except asyncio.CancelledError:
             # The deadline's cancel becomes a TimeoutError for the round's requests; anyone
             # else's (a shutdown) goes on, as `asyncio.timeout` does it.
@@ -312,22 +299,6 @@ class InboxWriter:
                     future.set_result(
                         [r for t, start, n in places for r in per_tenant[t][start : start + n]]
                     )
-
-    async def _write_spinning(self, round_: _Round) -> dict[str, list[int]]:
-        """`_write`, with this task yielding once per loop turn until Redis answers (or for
-        `spin_max_s`): every other ready callback still runs each turn, the loop just never
-        blocks in its poll while the round is out."""
-        loop = self._loop or asyncio.get_running_loop()
-        write = loop.create_task(self._write(round_))
-        try:
-            deadline = loop.time() + self.tuning.spin_max_s
-            # Polling, not an Event, is the point: waiting on one would let the loop sleep.
-            while not write.done() and loop.time() < deadline:  # noqa: ASYNC110
-                await asyncio.sleep(0)
-            return await write
-        except BaseException:
-            write.cancel()  # a timeout while spinning must not leave the write running
-            raise
 
     def _ingest_command(
         self, tenant_keys: TenantKeys, seen: list[str], events: list[bytes]

@@ -89,8 +89,6 @@ async def run(args: argparse.Namespace, redis_url: str) -> None:
     tuning = WriterTuning()
     if args.rounds_in_flight:
         tuning = replace(tuning, rounds_in_flight=args.rounds_in_flight)
-    if args.spin_max_s is not None:
-        tuning = replace(tuning, spin_max_s=args.spin_max_s)
     # --pool fixes how many bodies are made, so two runs that differ only in --requests differ
     # only in serving work (the instruction-count method in docs/benchmarks/receiver.md).
     bodies = signed_bodies(max(args.pool, args.requests * args.reps))
@@ -110,9 +108,6 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--pool", type=int, default=0, help="bodies to generate (at least all)")
     parser.add_argument("--rounds-in-flight", type=int, default=0, help="0: as committed")
-    parser.add_argument(
-        "--spin-max-s", type=float, default=None, help="WriterTuning.spin_max_s (0: no spin)"
-    )
     args = parser.parse_args()
     server = RedisServer(appendonly=False).start()
     try:

@@ -12,9 +12,7 @@ Why: on a shared 2-core machine wall-clock and even CPU-time figures move by 30 
 minute to the next; instruction counts repeat to well under 1 %. Use it to decide whether a
 change saves work; use bench_receiver (wrk) for what a user sees. Round sizes under valgrind
 differ from a real run (the traced process is ~50x slower, Redis is not), so per-round costs
-weigh less here than under wrk. The flusher's spin while a round is at Redis
-(`WriterTuning.spin_max_s`) is turned off here: its iterations count waiting, not work, and
-under valgrind they would vary with Redis's speed. Needs valgrind (apt-get install valgrind).
+weigh less here than under wrk. Needs valgrind (apt-get install valgrind).
 """
 
 from __future__ import annotations
@@ -49,8 +47,6 @@ def instructions(requests: int, pool: int, extra: list[str]) -> int:
                 "1",
                 "--pool",
                 str(pool),
-                "--spin-max-s",
-                "0",
                 *extra,
             ],
             cwd=ROOT,
