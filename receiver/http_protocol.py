@@ -35,6 +35,8 @@ if TYPE_CHECKING:
     from receiver.app import Receiver
 
 CLOSE = b"connection: close\r\n"
+# uvicorn's `--http` for this protocol, as the Procfile names it (benchmarks and tests too).
+UVICORN_HTTP = "receiver.http_protocol:ReceiverProtocol"
 
 
 class Answers:

@@ -54,6 +54,7 @@ import redis
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster as AsyncCluster
 
+from receiver.http_protocol import UVICORN_HTTP
 from scripts.bench.commandstats import script_stats
 from scripts.dev.redis_server import RedisCluster, RedisServer, find_server_binary, free_port
 from scripts.webhooks import inbound_webhook, sign_body, text_message
@@ -216,7 +217,7 @@ class Fleet:
             port = free_port()
             command = [sys.executable, "-m", "uvicorn", "receiver.app:create_app", "--factory"]
             command += ["--port", str(port)]
-            command += ["--loop", "uvloop", "--http", "httptools", "--no-access-log"]
+            command += ["--loop", "uvloop", "--http", UVICORN_HTTP, "--no-access-log"]
             self._spawn(command, env, logs / f"receiver-{i}.log")
             self.ports.append(port)
             self.receiver_pids.append(self.procs[-1].pid)

@@ -36,6 +36,7 @@ import redis
 import uvloop
 from prometheus_client.parser import text_string_to_metric_families
 
+from receiver.http_protocol import UVICORN_HTTP
 from scripts.dev.redis_server import RedisServer, free_port
 from scripts.webhooks import inbound_webhook, meta_headers, text_message
 from shared.fleet import turn_figures
@@ -132,7 +133,7 @@ class Receiver:
         )
         command = [sys.executable, "-m", "uvicorn", "receiver.app:create_app", "--factory"]
         command += ["--host", "127.0.0.1", "--port", str(self.port), "--loop", "uvloop"]
-        command += ["--http", "httptools", "--no-access-log"]
+        command += ["--http", UVICORN_HTTP, "--no-access-log"]
         with (self.logdir / "receiver.log").open("wb") as log:
             self.process = subprocess.Popen(
                 command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT

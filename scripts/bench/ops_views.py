@@ -43,6 +43,7 @@ import httpx
 import orjson
 from redis.asyncio import Redis
 
+from receiver.http_protocol import UVICORN_HTTP
 from scripts.dev.redis_server import RedisServer, free_port
 from scripts.webhooks import inbound_webhook, sign_body, text_message
 from shared.keys import Keys
@@ -142,7 +143,7 @@ def start_receiver(url: str, logdir: Path) -> tuple[subprocess.Popen[bytes], int
         PYTHONPATH=str(ROOT),
     )
     command = [sys.executable, "-m", "uvicorn", "receiver.app:create_app", "--factory"]
-    command += ["--port", str(port), "--loop", "uvloop", "--http", "httptools"]
+    command += ["--port", str(port), "--loop", "uvloop", "--http", UVICORN_HTTP]
     command += ["--no-access-log"]
     with (logdir / "receiver.log").open("wb") as out:
         proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)

@@ -34,6 +34,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from receiver.http_protocol import UVICORN_HTTP
 from scripts.dev.redis_server import RedisServer, free_port
 from shared.fleet.wake import listening_workers
 from shared.keys import Keys
@@ -225,7 +226,7 @@ class Stack:
             self.others.append(self._child("chatwoot", chatwoot_argv, base))
         receiver_argv = [py, "-m", "uvicorn", "receiver.app:create_app", "--factory"]
         receiver_argv += ["--port", str(self.receiver_port)]
-        receiver_argv += ["--loop", "uvloop", "--http", "httptools", "--no-access-log"]
+        receiver_argv += ["--loop", "uvloop", "--http", UVICORN_HTTP, "--no-access-log"]
         receiver_env = self.product_env() | {"REDIS_TIMEOUT_S": "0.5"} | self.receiver_env
         self.others.append(self._child("receiver", receiver_argv, receiver_env))
         for _ in range(self.worker_count):

@@ -20,6 +20,7 @@ from redis.asyncio import Redis
 from starlette.applications import Starlette
 
 from receiver.app import create_app
+from receiver.http_protocol import UVICORN_HTTP
 from scripts.dev.redis_server import free_port
 from shared.events import decode
 from shared.keys import Keys
@@ -132,7 +133,7 @@ class Uvicorn:
         }
         command = [sys.executable, "-m", "uvicorn", "receiver.app:create_app", "--factory"]
         command += ["--port", str(self.port)]
-        command += ["--loop", "uvloop", "--http", "httptools"]
+        command += ["--loop", "uvloop", "--http", UVICORN_HTTP]
         if not access_log:
             command.append("--no-access-log")  # as the Procfile runs it
         self.process = subprocess.Popen(
