@@ -1,13 +1,18 @@
-"""CPU per request of the receiver's own code, without uvicorn, wrk or the network in between.
+"""CPU per request of the receiver's own code, without wrk or the network in between.
 
     .venv/bin/python -m scripts.bench.receiver_inproc [--connections 32] [--requests 40000]
+        [--via protocol|asgi]
 
-`--connections` tasks call the ASGI app directly, each sending its next signed, unique body
-(scripts/bench/payloads.py) as soon as the last one was answered, against a private Redis
-(appendonly off) on a free port. Reports the process's CPU time per request for each
-repetition. The figure includes the Redis client's work and the syscalls to Redis but not
-HTTP parsing, so it moves with receiver changes and hardly with other load on the machine
-(unlike wall-clock throughput); compare runs with the same arguments.
+`--connections` clients each send their next signed, unique body (scripts/bench/payloads.py) as
+soon as the last one was answered, against a private Redis (appendonly off) on a free port.
+`--via protocol` (the default, what the Procfile runs): each client is a connection of the
+receiver's HTTP protocol (receiver/http_protocol.py) fed the request's bytes, as uvicorn feeds
+it from a socket, and answered through a transport that only notes the answer; `--via asgi`:
+each client calls the ASGI app directly (the path every request but the webhook POST takes).
+Reports the process's CPU time per request for each repetition. The figure includes the Redis
+client's work and the syscalls to Redis but not the socket I/O to the client, so it moves with
+receiver changes and hardly with other load on the machine (unlike wall-clock throughput);
+compare runs with the same arguments.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import argparse
 import asyncio
 import os
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any
 
@@ -37,7 +43,100 @@ def signed_bodies(count: int) -> list[tuple[bytes, bytes]]:
     return out
 
 
+class NotingTransport(asyncio.Transport):
+    """A client's socket as the protocol sees it: what is written is handed to `written`."""
+
+    def __init__(self, written: Callable[[bytes], None]) -> None:
+        super().__init__()
+        self.written = written
+        self.closing = False
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self.written(bytes(data))
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+    def close(self) -> None:
+        self.closing = True
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return {"sockname": ("127.0.0.1", 8000), "peername": ("127.0.0.1", 40000)}.get(
+            name, default
+        )
+
+
+async def drive_protocol(
+    app: Any, bodies: list[tuple[bytes, bytes]], args: argparse.Namespace
+) -> None:
+    """`--via protocol`: the requests' bytes through `ReceiverProtocol`, one per connection."""
+    import uvicorn
+    from uvicorn.server import ServerState
+
+    from receiver.http_protocol import ReceiverProtocol
+
+    config = uvicorn.Config(app, http=ReceiverProtocol, log_config=None, limit_concurrency=1000)
+    config.load()
+    state = ServerState()
+    state.default_headers = [(b"date", b"Sat, 05 Dec 2026 00:00:00 GMT"), (b"server", b"uvicorn")]
+    loop = asyncio.get_running_loop()
+    statuses: dict[int, int] = {}
+    next_body = 0
+
+    async def connection(until: int) -> None:
+        nonlocal next_body
+        answered: asyncio.Future[bytes] = loop.create_future()
+
+        def written(data: bytes) -> None:
+            if not answered.done():
+                answered.set_result(data)
+
+        protocol = ReceiverProtocol(config=config, server_state=state, app_state={}, _loop=loop)
+        protocol.connection_made(NotingTransport(written))
+        while next_body < until:
+            body, signature = bodies[next_body]
+            next_body += 1
+            head = REQUEST_HEAD % (len(body), signature)
+            protocol.data_received(head + body)
+            answer = await answered
+            answered = loop.create_future()
+            status = int(answer[9:12])
+            statuses[status] = statuses.get(status, 0) + 1
+        protocol.connection_lost(None)
+
+    await repeat(connection, args)
+    print(f"answers by status: {dict(sorted(statuses.items()))}")
+
+
+# What wrk sends (scripts/bench/post.lua), with the body's length and signature.
+REQUEST_HEAD = (
+    b"POST /webhooks/whatsapp HTTP/1.1\r\nHost: 127.0.0.1:8000\r\n"
+    b"Content-Type: application/json\r\nUser-Agent: facebookexternalua\r\n"
+    b"Content-Length: %d\r\nX-Hub-Signature-256: %s\r\n\r\n"
+)
+
+
+async def repeat(connection: Callable[[int], Awaitable[None]], args: argparse.Namespace) -> None:
+    for rep in range(args.reps):
+        cpu, wall = time.process_time(), time.perf_counter()
+        until = (rep + 1) * args.requests
+        await asyncio.gather(*(connection(until) for _ in range(args.connections)))
+        cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+        print(
+            f"rep {rep + 1}: CPU {cpu / args.requests * 1e6:.1f} us/request, "
+            f"{args.requests / wall:,.0f} requests/s wall",
+            flush=True,
+        )
+
+
 async def drive(app: Any, bodies: list[tuple[bytes, bytes]], args: argparse.Namespace) -> None:
+    """`--via asgi`: each request a call of the ASGI app."""
     statuses: dict[int, int] = {}
     next_body = 0
 
@@ -68,16 +167,7 @@ async def drive(app: Any, bodies: list[tuple[bytes, bytes]], args: argparse.Name
 
             await app(scope, receive, send)
 
-    for rep in range(args.reps):
-        cpu, wall = time.process_time(), time.perf_counter()
-        until = (rep + 1) * args.requests
-        await asyncio.gather(*(connection(until) for _ in range(args.connections)))
-        cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
-        print(
-            f"rep {rep + 1}: CPU {cpu / args.requests * 1e6:.1f} us/request, "
-            f"{args.requests / wall:,.0f} requests/s wall",
-            flush=True,
-        )
+    await repeat(connection, args)
     print(f"answers by status: {dict(sorted(statuses.items()))}")
 
 
@@ -94,7 +184,7 @@ async def run(args: argparse.Namespace, redis_url: str) -> None:
     bodies = signed_bodies(max(args.pool, args.requests * args.reps))
     app = create_app(tuning=tuning)
     async with app.router.lifespan_context(app):
-        await drive(app, bodies, args)
+        await (drive_protocol if args.via == "protocol" else drive)(app, bodies, args)
         stats = await app.state.receiver.redis.info("commandstats")
         rounds = stats.get("cmdstat_zadd", {}).get("calls", 0)  # one wake-up ZADD per round
         served = args.requests * args.reps
@@ -108,6 +198,7 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--pool", type=int, default=0, help="bodies to generate (at least all)")
     parser.add_argument("--rounds-in-flight", type=int, default=0, help="0: as committed")
+    parser.add_argument("--via", choices=("protocol", "asgi"), default="protocol")
     args = parser.parse_args()
     server = RedisServer(appendonly=False).start()
     try:

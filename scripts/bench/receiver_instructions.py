@@ -6,7 +6,8 @@ Runs the in-process driver (receiver_inproc.py) twice under `valgrind --tool=cal
 `--small` and then `--large` requests from the same pool of pre-generated bodies, and divides
 the difference in instructions executed by the difference in requests: start-up, body
 generation and Redis's own work (another process, not traced) cancel out. What remains is the
-receiver's Python (parse, sign check, encode, group commit, the Redis client and event loop).
+receiver's Python (the HTTP protocol's parsing and answer, sign check, parse, encode, group
+commit, the Redis client and event loop; `--via asgi` passed on measures the ASGI path).
 
 Why: on a shared 2-core machine wall-clock and even CPU-time figures move by 30 % from one
 minute to the next; instruction counts repeat to well under 1 %. Use it to decide whether a
