@@ -932,8 +932,9 @@ def report(
         f" **appendonly off** for the bench); {wrk_version()}.",
         f"- **Software**: {versions()}.",
         f"- **Apps**: `{args.app}` (receiver) and `{BARE_APP}` (scripts/bench/bare_app.py:"
-        " reads the body, answers 200), one process each, both started as"
-        f" `uvicorn APP {' '.join(ctx.receiver.args[4:])}` (port differs) with the same"
+        " reads the body, answers 200), one process each, started as"
+        f" `uvicorn {' '.join(ctx.receiver.args[3:])}` and"
+        f" `uvicorn {' '.join(ctx.bare.args[3:])}` (ports differ) with the same"
         f" environment (`WHATSAPP_APP_SECRET`, `REDIS_URL`, `KEY_PREFIX={KEY_PREFIX}`)"
         + (f", plus `{' '.join(args.app_env)}` for the receiver." if args.app_env else "."),
         f"- **Pinning**: {ctx.pin.describe()}.",
