@@ -9,8 +9,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ from starlette.applications import Starlette
 from receiver.app import create_app
 from receiver.http_protocol import UVICORN_HTTP
 from scripts.dev.redis_server import free_port
+from scripts.devstack import PROCFILE, procfile_argv, read_procfile
 from shared.events import decode
 from shared.keys import Keys
 from shared.settings import Settings
@@ -167,3 +168,49 @@ class Uvicorn:
             self.process.kill()
             output, _ = self.process.communicate()
         return self.process.returncode, output.decode(errors="replace")
+
+
+@contextmanager
+def procfile_process(
+    redis_url: str, log: Path, **env: str
+) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
+    """The Procfile's `web` line as a platform runs it (`ReceiverProtocol` on uvloop), once
+    /healthz answers: the process and its port. Stopped (SIGTERM, then SIGKILL after 10 s)
+    if the test left it running; its output in `log`."""
+    port = free_port()
+    full_env = {
+        "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+        "PORT": str(port),
+        "WEB_HOST": "127.0.0.1",
+        "REDIS_URL": redis_url,
+        "WHATSAPP_APP_SECRET": APP_SECRET,
+        **env,
+    }
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            procfile_argv(read_procfile(PROCFILE)["web"]),
+            cwd=PROCFILE.parent,
+            env=full_env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            assert process.poll() is None, log.read_text()
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.05)
+        yield process, port
+    finally:
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+        process.wait()

@@ -13,9 +13,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
@@ -25,8 +22,7 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 
-from scripts.dev.redis_server import RedisServer, free_port
-from scripts.devstack import PROCFILE, procfile_argv, read_procfile
+from scripts.dev.redis_server import RedisServer
 from shared.keys import Keys
 from shared.settings import Settings
 from tests.receiver.support import (
@@ -38,11 +34,12 @@ from tests.receiver.support import (
     inbox,
     payload,
     post,
+    procfile_process,
     running,
     text_message,
 )
 from tests.receiver.test_metrics import AUTH, metrics_settings, mine, parse
-from tests.support.helpers import APP_SECRET, sign
+from tests.support.helpers import sign
 
 REPO = Path(__file__).resolve().parents[2]
 MiB = 1024 * 1024
@@ -142,47 +139,13 @@ HEADERS = (
 
 @contextmanager
 def procfile_web(redis_url: str, tmp_path: Path, **env: str) -> Iterator[str]:
-    """The Procfile's `web` line as a platform runs it; its base URL once /healthz answers."""
-    port = free_port()
-    full_env = {
-        "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
-        "PORT": str(port),
-        "WEB_HOST": "127.0.0.1",
-        "REDIS_URL": redis_url,
-        "WHATSAPP_APP_SECRET": APP_SECRET,
+    """The Procfile's `web` line with short deadlines; its base URL once /healthz answers."""
+    timeouts = {
         "BODY_READ_TIMEOUT_S": str(BODY_TIMEOUT_S),
         "HEADERS_TIMEOUT_S": str(BODY_TIMEOUT_S),
-        **env,
     }
-    log = tmp_path / "web.log"
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            procfile_argv(read_procfile(PROCFILE)["web"]),
-            cwd=REPO,
-            env=full_env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            assert process.poll() is None, log.read_text()
-            try:
-                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, log.read_text()
-            time.sleep(0.1)
-        yield url
-    finally:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+    with procfile_process(redis_url, tmp_path / "web.log", **(timeouts | env)) as (_, port):
+        yield f"http://127.0.0.1:{port}"
 
 
 async def slow_client(port: int, trickle: bool) -> tuple[bytes, float]:
