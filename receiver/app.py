@@ -214,46 +214,16 @@ class Receiver:
         provider's `unavailable_status` (Chatwoot 500, WhatsApp 503); 503 on any unexpected
         error.
 
-        One coroutine from the request to the answer: the steps that do not wait are plain
-        calls (receiver/webhook_request.py, `stored`), and the request awaits the writer's round
-        itself. Every coroutine in between would be made, run and freed per request and
-        passed through again when the round's answer resumes it (docs/benchmarks/receiver.md,
-        2026-12-04 evening).
+        Under the Procfile's protocol a webhook POST is served without this handler
+        (receiver/http_protocol.py), with the same steps (receiver/webhook_request.py, `stored`,
+        `hold`); this serves the requests that path leaves to the ASGI app, and every
+        other server.
         """
         started = time.perf_counter()
         if inbound is None:
             inbound = self.webhooks[WEBHOOK_PATH]
         try:
-            headers = request_headers(scope["headers"], inbound, self.settings.max_body_bytes)
-            if type(headers) is tuple:  # refused before the body: (status, text)
-                status, answer = headers
-            else:
-                limit = self.settings.max_body_bytes
-                body = await self.deadlines.read(receive, limit, started)
-                if body is None:
-                    status, answer = 413, b"body too large"
-                else:
-                    now_ns = time.time_ns()
-                    request = WebhookRequest(headers, scope.get("query_string", b""), body)
-                    admitted = admit(request, inbound, now_ns)
-                    if type(admitted) is tuple:  # refused: (status, text)
-                        status, answer = admitted
-                    else:
-                        writer = self.writer
-                        deadletter = body if admitted.problems else None
-                        if writer is None or (not admitted.items and deadletter is None):
-                            status, answer = await self._store(admitted, body)
-                        else:
-                            try:
-                                results = await writer.join(admitted.items, deadletter)
-                            except Exception as exc:
-                                error = writer.unavailable(exc)
-                                error.__cause__ = exc
-                                status, answer = await self.hold(
-                                    admitted, body, inbound, now_ns, error
-                                )
-                            else:
-                                status, answer = self.stored(admitted, body, results)
+            status, answer = await self._answer(scope, receive, inbound, started)
         except BodyTimeout:
             timeout_s = self.deadlines.timeout_s
             logger.info("%s webhook body not in within %ss: 408", inbound.channel, timeout_s)
@@ -275,13 +245,33 @@ class Receiver:
             await send({"type": "http.response.body", "body": answer})
         self.metrics.answered(status, time.perf_counter() - started)
 
+    async def _answer(
+        self, scope: Scope, receive: Receive, inbound: InboundProvider, started: float
+    ) -> tuple[int, Any]:
+        """(status, the counts' headers for a 200 or else the text) for a webhook POST."""
+        limit = self.settings.max_body_bytes
+        headers = request_headers(scope["headers"], inbound, limit)
+        if type(headers) is tuple:  # refused before the body: (status, text)
+            return headers
+        body = await self.deadlines.read(receive, limit, started)
+        if body is None:
+            return 413, b"body too large"
+        now_ns = time.time_ns()
+        request = WebhookRequest(headers, scope.get("query_string", b""), body)
+        admitted = admit(request, inbound, now_ns)
+        if type(admitted) is tuple:  # refused: (status, text)
+            return admitted
+        try:
+            return await self._store(admitted, body)
+        except StoreUnavailable as error:
+            return await self.hold(admitted, body, inbound, now_ns, error)
+
     async def _store(self, parsed: Parsed, body: bytes) -> tuple[int, Any]:
         """Store the understood items; dead-letter the whole body if anything was not understood.
 
         A partially valid body is both: its good items go to their inboxes (one bad item must
         not hold the others back) and the raw body goes to the dead-letter list, so whatever
         was skipped can still be inspected and re-driven (its good items then dedupe).
-        `webhook` does the same inline for a request's first attempt; this is the hold's.
         """
         deadletter = body if parsed.problems else None
         if not parsed.items and deadletter is None:
