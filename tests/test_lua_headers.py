@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import hiredis
 import pytest
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
@@ -16,6 +17,7 @@ from redis.exceptions import ResponseError
 from shared.keys import TenantKeys
 from shared.storage import lua_source
 from shared.storage.lua_source import LUA_DIR, Header, LuaSourceError, Slot, read_header
+from shared.storage.raw_pipeline import packed
 from shared.storage.scripts import TENANT_KEY_NAMES, Script, ScriptCallError, Scripts, main
 
 SCRIPTS = lua_source.script_names()
@@ -137,8 +139,15 @@ def test_a_bound_call_builds_the_same_command_as_a_named_call() -> None:
     assert bound.command({**per_call, "figures": []}) == finish.command(
         k, **fixed, **{**per_call, "figures": []}
     )
+    # Sent with its tenant's head packed once: the same bytes hiredis makes of the whole.
+    for functions in (False, True):
+        finish.mode.functions = functions
+        for call in (per_call, {**per_call, "figures": []}):
+            whole = finish.command(k, **fixed, **call)
+            assert packed(bound.command(call)) == hiredis.pack_command(whole)
+    finish.mode.functions = False
     without_token = {n: v for n, v in per_call.items() if n != "token"}
-    with pytest.raises(ScriptCallError, match=r"finish\.lua: no value for ARGV\[3\] token"):
+    with pytest.raises(ScriptCallError, match=r"finish\.lua: no value for ARGV\[10\] token"):
         bound.command(without_token)
     with pytest.raises(ScriptCallError, match=r"finish\.lua has no KEYS or ARGV named windw_ms"):
         finish.bind(k, windw_ms=1)

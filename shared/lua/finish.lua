@@ -7,30 +7,32 @@
 -- KEYS[5] stats        HASH: counters
 -- KEYS[6] conversations  ZSET: person -> ms of the last activity (done: the reply is some)
 -- ARGV[1] conversation_prefix  the tenant's conversation key prefix ("wa:{t}:c:")
--- ARGV[2] person
--- ARGV[3] token        the lock token of the turn
--- ARGV[4] outcome      "done" | "retry" | "review"
--- ARGV[5] delay_ms_or_reason  retry: the delay in ms; review: the reason (counted in stats)
--- ARGV[6] error_or_item  retry: the error text; review: the review item (JSON); an item with
+-- ARGV[2] window_ms    the debounce window
+-- ARGV[3] max_wait_ms  how long a burst waits at most
+-- ARGV[4] memory_turns  how many exchanges memory keeps
+-- ARGV[5] memory_ttl_ms  how long memory lives after the last turn
+-- ARGV[6] outbound_prefix  the tenant's outbound record prefix ("wa:{t}:out:")
+-- ARGV[7] outbound_ttl_s  how long the outbound record lives
+-- ARGV[8] review_notify  the tenant's review notification queue ("" when no review webhook
+--         is configured: nothing queued; lib/review.lua)
+-- (The tenant's values come first: a turn's caller sends them packed once,
+-- shared/storage/scripts.py BoundCall.)
+-- ARGV[9] person
+-- ARGV[10] token       the lock token of the turn
+-- ARGV[11] outcome     "done" | "retry" | "review"
+-- ARGV[12] delay_ms_or_reason  retry: the delay in ms; review: the reason (counted in stats)
+-- ARGV[13] error_or_item  retry: the error text; review: the review item (JSON); an item with
 --         `human_pause_ms` also pauses the bot for the person that long (lib/human.lua; a
 --         longer pause is kept), by "review:<reason>"
--- ARGV[7] window_ms    the debounce window
--- ARGV[8] max_wait_ms  how long a burst waits at most
--- ARGV[9] remember     done: the exchange to remember (JSON, "" for none)
--- ARGV[10] memory_turns  how many exchanges memory keeps
--- ARGV[11] memory_ttl_ms  how long memory lives after the last turn
--- ARGV[12] last_part   done: index of the reply's last part, sent but not yet recorded
+-- ARGV[14] remember    done: the exchange to remember (JSON, "" for none)
+-- ARGV[15] last_part   done: index of the reply's last part, sent but not yet recorded
 --         ("" for none)
--- ARGV[13] last_part_id  its provider message id
--- ARGV[14] outbound_prefix  the tenant's outbound record prefix ("wa:{t}:out:")
--- ARGV[15] outbound_ttl_s  how long the outbound record lives
--- ARGV[16] unknown     review: what of the batch has an unknown outcome, comma-separated
+-- ARGV[16] last_part_id  its provider message id
+-- ARGV[17] unknown     review: what of the batch has an unknown outcome, comma-separated
 --         ("part", "template", "note", "hand_over"; "" for nothing), each counted as
 --         unknown:<what>
--- ARGV[17] count_attempt  retry: "1" counts the attempt (attempt + 1, stats retries), "0"
+-- ARGV[18] count_attempt  retry: "1" counts the attempt (attempt + 1, stats retries), "0"
 --         does not: the batch waits for the AI, which failed as a whole (stats ai_waits)
--- ARGV[18] review_notify  the tenant's review notification queue ("" when no review webhook
---         is configured: nothing queued; lib/review.lua)
 -- ARGV[19..] figures[field, increment]  the turn's figures, added to stats whatever the
 --         outcome (shared/fleet/turn_figures.py): the AI calls', sends' and tokens' fields
 -- (Recording the last part and the figures here, instead of in record_part.lua and a round of
@@ -46,7 +48,7 @@
 -- uses: lib/human.lua (set_human_pause)
 -- uses: lib/memory.lua (remember)
 -- uses: lib/burst.lua (burst_get)
-local prefix, person, token, outcome = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local prefix, person, token, outcome = ARGV[1], ARGV[9], ARGV[10], ARGV[11]
 local lock = conv_key(prefix, person, LOCK)
 if redis.call('GET', lock) ~= token then return 0 end
 -- Written twice on a done turn (`conversations`, the record's sent time): its text made once,
@@ -60,43 +62,43 @@ end
 redis.call('ZREM', KEYS[2], person)
 if outcome == 'retry' then
   redis.call('DEL', lock)
-  if ARGV[17] == '0' then
+  if ARGV[18] == '0' then
     redis.call('HINCRBY', KEYS[5], 'ai_waits', '1')
   else
     redis.call('HINCRBY', bkey, 'attempt', '1')
     redis.call('HINCRBY', KEYS[5], 'retries', '1')
   end
-  redis.call('HSET', bkey, 'last_error', ARGV[6], 'token', '')
-  redis.call('ZADD', KEYS[1], now + tonumber(ARGV[5]), person)
+  redis.call('HSET', bkey, 'last_error', ARGV[13], 'token', '')
+  redis.call('ZADD', KEYS[1], now + tonumber(ARGV[12]), person)
   return 1
 end
 if outcome == 'review' then
-  add_review_item(KEYS[4], KEYS[5], ARGV[18], redis.call('HGET', bkey, 'id'), ARGV[6], person,
-    ARGV[5], now)
+  add_review_item(KEYS[4], KEYS[5], ARGV[8], redis.call('HGET', bkey, 'id'), ARGV[13], person,
+    ARGV[12], now)
   -- Decoded only when it may ask for a pause (most reviews do not).
   local ok, item = false, nil
-  if string.find(ARGV[6], '"human_pause_ms":', 1, true) then
-    ok, item = pcall(cjson.decode, ARGV[6])
+  if string.find(ARGV[13], '"human_pause_ms":', 1, true) then
+    ok, item = pcall(cjson.decode, ARGV[13])
   end
   if ok and type(item) == 'table' and tonumber(item.human_pause_ms) then
     local why = type(item.error) == 'string' and string.sub(item.error, 1, 300) or ''
-    set_human_pause(prefix, person, 'review:' .. ARGV[5], why, now, tonumber(item.human_pause_ms),
+    set_human_pause(prefix, person, 'review:' .. ARGV[12], why, now, tonumber(item.human_pause_ms),
       true)
   end
-  for what in string.gmatch(ARGV[16] or '', '[^,]+') do
+  for what in string.gmatch(ARGV[17] or '', '[^,]+') do
     redis.call('HINCRBY', KEYS[5], 'unknown:' .. what, '1')
   end
 else
   redis.call('HINCRBY', KEYS[5], 'turns', '1')
   redis.call('ZADD', KEYS[6], now_text, person)
-  if ARGV[12] and ARGV[12] ~= '' and ARGV[13] ~= '' then
+  if ARGV[15] and ARGV[15] ~= '' and ARGV[16] ~= '' then
     local b = recorded_batch(bkey)
-    record_outbound(prefix, KEYS[5], ARGV[14], ARGV[13], b[RB_ID], person, ARGV[12], ARGV[15],
+    record_outbound(prefix, KEYS[5], ARGV[6], ARGV[16], b[RB_ID], person, ARGV[15], ARGV[7],
       now, b, now_text)
   end
-  if ARGV[9] and ARGV[9] ~= '' then
-    local turns = tonumber(ARGV[10])
-    if turns > 0 then remember(conv_key(prefix, person, MEMORY), ARGV[9], turns, ARGV[11]) end
+  if ARGV[14] and ARGV[14] ~= '' then
+    local turns = tonumber(ARGV[4])
+    if turns > 0 then remember(conv_key(prefix, person, MEMORY), ARGV[14], turns, ARGV[5]) end
   end
 end
 -- The lock and the batch go in one command (nothing this script calls above reads either).
@@ -115,6 +117,6 @@ if redis.call('EXISTS', pkey) == 1 then
     local f, l = string.match(b, '^(%d+),(%d+)$')
     first, last = tonumber(f), tonumber(l)
   end
-  redis.call('ZADD', KEYS[1], math.min(last + tonumber(ARGV[7]), first + tonumber(ARGV[8])), person)
+  redis.call('ZADD', KEYS[1], math.min(last + tonumber(ARGV[2]), first + tonumber(ARGV[3])), person)
 end
 return 1
