@@ -6,9 +6,9 @@ or a few header bytes a minute, would hold it for ever and count against `--limi
 (`WEB_MAX_CONNECTIONS`) until every other client got 503. This protocol closes a connection
 whose request headers are not complete within `HEADERS_TIMEOUT_S` of the connection opening or
 of the request's first byte (up to a quarter of that later: `DeadlineWatch`). The Procfile's
-`web` line names it (`--http receiver.header_deadline:HeaderDeadlineProtocol`); the body has
-its own deadline in the app (receiver/body_deadline.py). Behind Heroku's router, which
-forwards whole requests, it never fires.
+protocol (receiver/http_protocol.py) is this one and more; the body has its own deadline, on
+the direct path there and in the app (receiver/body_deadline.py) on the ASGI path. Behind
+Heroku's router, which forwards whole requests, it never fires.
 """
 
 from __future__ import annotations

@@ -212,10 +212,7 @@ class InboxWriter:
         item (1 stored, 0 duplicate), tenants in `items`' order; an error or no answer in
         time is its exception (`unavailable` says it as `StoreUnavailable`). Awaiting the
         future itself spares the request a coroutine that every resume would pass through."""
-        loop = self._loop
-        if loop is None:
-            loop = self._loop = asyncio.get_running_loop()
-        future: asyncio.Future[list[int]] = loop.create_future()
+        future: asyncio.Future[list[int]] = self._running_loop().create_future()
         self.enter(items, deadletter, future)
         return future
 
@@ -237,10 +234,14 @@ class InboxWriter:
         round_.waiters.append((waiter, places))
         if not self._opening and len(self._flushers) < self._rounds_in_flight:
             self._opening = True
-            loop = self._loop
-            if loop is None:
-                loop = self._loop = asyncio.get_running_loop()
-            self._flushers.add(loop.create_task(self._flush_rounds()))
+            self._flushers.add(self._running_loop().create_task(self._flush_rounds()))
+
+    def _running_loop(self) -> asyncio.AbstractEventLoop:
+        """The loop the writer serves, looked up once (see `_loop`)."""
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+        return loop
 
     async def _flush_rounds(self) -> None:
         """Send the gathering round, and the next one each time Redis answered, until none."""
@@ -272,7 +273,7 @@ class InboxWriter:
         # a request waits for at most the round in flight and its own. A bare timer that
         # cancels this task, as `asyncio.timeout` would, without its context manager's two
         # coroutines and rescheduling (~19k instructions a round, docs/benchmarks/receiver.md).
-        loop = self._loop or asyncio.get_running_loop()
+        loop = self._running_loop()
         cancelling = task.cancelling()
         expired: list[bool] = []
         timer = loop.call_at(loop.time() + self._timeout_s, _expire, task, expired)
@@ -339,7 +340,7 @@ class InboxWriter:
         return tenant_keys
 
     def _unregistered(self, tenants: dict[str, list[str]]) -> list[str]:
-        loop = self._loop or asyncio.get_running_loop()  # (the writer's: no getpid() call)
+        loop = self._running_loop()  # (the writer's: no getpid() call)
         now = loop.time()  # once per round
         if now - self._registered_at > self.tuning.registry_refresh_s:
             self._registered.clear()

@@ -33,6 +33,17 @@ def own_server() -> Iterator[RedisServer]:
 
 
 @pytest.fixture
+async def admin(own_server: RedisServer) -> AsyncIterator[Redis]:
+    """A client of the test's own Redis (`own_server`), which unpauses it after the test."""
+    client = Redis.from_url(own_server.url)
+    try:
+        yield client
+    finally:
+        await client.client_unpause()
+        await client.aclose()
+
+
+@pytest.fixture
 async def client(settings: Settings, redis: Redis) -> AsyncIterator[httpx.AsyncClient]:
     async with running(settings) as c:
         yield c

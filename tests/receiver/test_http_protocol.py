@@ -11,6 +11,7 @@ a Redis of its own (`own_server`).
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import signal
 import time
@@ -261,17 +262,6 @@ def limited(settings: Settings) -> Settings:
 async def served(limited: Settings, redis: Redis) -> AsyncIterator[Served]:
     async with serving(limited) as s:
         yield s
-
-
-@pytest.fixture
-async def admin(own_server: RedisServer) -> AsyncIterator[Redis]:
-    """A client of the test's own Redis, which unpauses it after the test."""
-    client = Redis.from_url(own_server.url)
-    try:
-        yield client
-    finally:
-        await client.client_unpause()
-        await client.aclose()
 
 
 def on_own_redis(settings: Settings, server: RedisServer, **changes: object) -> Settings:
@@ -537,6 +527,19 @@ async def test_both_paths_answer_every_case_with_the_same_bytes(
     assert sorted(stored) == sorted(
         [f"wamid.{p}{n}" for p in "da" for n in (0, 1, 5, 7)] + ["wamid.d1b", "wamid.a1b"]
     )
+
+
+async def test_an_unexpected_error_on_the_direct_path_is_503_not_500(
+    served: Served, redis: Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A failure inside the direct path (here a writer that is not one) is logged and answered
+    503, which the provider retries; nothing is stored."""
+    served.app.receiver.writer = object()  # type: ignore[assignment]
+    answer = await served.post(request(text_body("wamid.broken")))
+    assert (answer.status, answer.body) == (503, b"unavailable, retry later")
+    assert any(r.levelno == logging.ERROR for r in caplog.records)
+    assert served.asgi == []
+    assert await ids(redis) == []
 
 
 # --- Redis slow or gone -------------------------------------------------------------------------

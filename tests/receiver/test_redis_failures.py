@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
 
 import httpx
 import orjson
@@ -31,16 +30,6 @@ CHATWOOT_SECRET = "cw-hold-secret"
 CHATWOOT_TENANT = "cw-1-3"
 PAUSE_MS = 3000
 CHATWOOT_GIVES_UP_S = 5.0  # Chatwoot's webhook timeout
-
-
-@pytest.fixture
-async def admin(own_server: RedisServer) -> AsyncIterator[Redis]:
-    client = Redis.from_url(own_server.url)
-    try:
-        yield client
-    finally:
-        await client.execute_command("CLIENT", "UNPAUSE")
-        await client.aclose()
 
 
 def configured(settings: Settings, server: RedisServer, **changes: object) -> Settings:
