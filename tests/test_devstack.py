@@ -32,7 +32,7 @@ from scripts.dev.redis_server import RedisServer, free_port
 from shared.keys import Keys
 from shared.ops import markers, outbound
 from shared.settings import env_names
-from tests.support.helpers import alive, stop_process
+from tests.support.helpers import alive, counters, stop_process
 
 REPO = Path(__file__).resolve().parent.parent
 VENV_PYTHON = REPO / ".venv" / "bin" / "python"
@@ -217,7 +217,7 @@ async def _chatwoot_state(url: str, reply_id: str) -> tuple[dict[str, int], list
         keys = Keys()
         assert b"cw-1-3" in await client.smembers(keys.tenants)
         k = keys.tenant("cw-1-3")
-        stats = {name.decode(): int(v) for name, v in (await client.hgetall(k.stats)).items()}
+        stats = counters(await client.hgetall(k.stats))
         marked = await markers.marked(client, k, [f"chatwoot:{reply_id}"])
         (record,) = await outbound.records(client, k, [reply_id])
         return stats, marked, await markers.count(client, k), record

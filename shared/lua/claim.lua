@@ -7,7 +7,7 @@
 -- KEYS[3] running      ZSET: person -> when the running turn's lease ends (ms)
 -- KEYS[4] burst        HASH: the release before's person -> "first_ms,last_ms" of waiting
 --         messages; its shards ("<burst>:<n>") hold them now (lib/burst.lua)
--- KEYS[5] stats        HASH: counters
+-- KEYS[5] stats        HASH: counters (and the `layout` field, written at the first batch made)
 -- KEYS[6] unroutable   LIST: inbox entries that are not ours to interpret
 -- KEYS[7] users        HASH: WhatsApp user id -> the phone number it was seen with
 -- KEYS[8] conversations  ZSET: person -> ms of the conversation's last activity (the ops
@@ -462,7 +462,14 @@ if max_claim > 0 then
           delete_taken(false)
           -- Batch ids number on from `batches`, counted once at the end of the call.
           if not batches_base then
-            batches_base = tonumber(redis.call('HGET', KEYS[5], 'batches') or '0')
+            -- With the stats hash's layout field: the first claim of a tenant writes it, so
+            -- the turns' HINCRBYs find their fields in a hash table (shared/keys.py
+            -- STATS_LAYOUT), at no extra command a call.
+            local got = redis.call('HMGET', KEYS[5], 'batches', '{{STATS_LAYOUT_FIELD}}')
+            batches_base = tonumber(got[1] or '0')
+            if not got[2] then
+              redis.call('HSET', KEYS[5], '{{STATS_LAYOUT_FIELD}}', '{{STATS_LAYOUT}}')
+            end
           end
           new_batches = new_batches + 1
           local seq = batches_base + new_batches

@@ -74,6 +74,8 @@ _PYTHON_VALUES: dict[str, str | int | tuple[int, ...]] = {
     "OUTBOUND_BOOK": keys.OUTBOUND_BOOK,
     "LASTIN_BOOK": keys.LASTIN_BOOK,
     "BOOK_GENS": keys.BOOK_GENS,
+    "STATS_LAYOUT_FIELD": keys.STATS_LAYOUT_FIELD,
+    "STATS_LAYOUT": keys.STATS_LAYOUT,
     "SENT_KEEP": late_failure_codes.SENT_KEEP,
     "CONVERSATIONS_KEPT": conversation_index.KEPT,
     "CONVERSATIONS_KEPT_MS": conversation_index.KEPT_MS,

@@ -25,6 +25,7 @@ from shared.ops import live_state
 from shared.settings import Settings
 from shared.storage.group_commit import GroupCommitter
 from shared.storage.scripts import Scripts
+from tests.support.helpers import counters
 from tests.worker.support import ingest_one
 from worker.conversation_store import SILENCE_TTL_S, Claim, ConversationStore
 from worker.inspect import render_person
@@ -98,7 +99,7 @@ async def memory(redis: Redis, prefix: str) -> list[dict[str, Any]]:
 
 async def stats(redis: Redis, prefix: str) -> dict[str, int]:
     raw = await redis.hgetall(Keys(prefix).tenant(TENANT).stats)
-    return {k.decode(): int(v) for k, v in raw.items()}
+    return counters(raw)
 
 
 async def back_to_the_bot(redis: Redis, prefix: str) -> None:

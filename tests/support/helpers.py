@@ -32,6 +32,19 @@ TENANT_TOKEN = "tenant-token"
 API_KEY = "test-key"
 
 
+def counters(raw: dict[Any, Any]) -> dict[str, int]:
+    """A stats hash's counters (HGETALL's answer) by name, as the product's readers take them:
+    a value that is not a number (the hash's `layout` field, shared/keys.py) is left out."""
+    out = {}
+    for name, value in raw.items():
+        text = name.decode() if isinstance(name, bytes) else name
+        try:
+            out[text] = int(value)
+        except ValueError:
+            continue
+    return out
+
+
 def fixture_bytes(name: str) -> bytes:
     return (FIXTURES / name).read_bytes()
 

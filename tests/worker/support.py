@@ -35,6 +35,7 @@ from shared.keys import Keys, TenantKeys
 from shared.settings import Settings, env_names
 from shared.storage.group_commit import GroupCommitter
 from shared.storage.scripts import Scripts
+from tests.support.helpers import counters
 from worker.conversation_store import ConversationStore
 
 T = TypeVar("T")
@@ -427,7 +428,7 @@ def batch_of(
 
 async def stats(redis: Redis, prefix: str, tenant: str = TENANT) -> dict[str, int]:
     raw = await redis.hgetall(Keys(prefix).tenant(tenant).stats)
-    return {_text(k): int(v) for k, v in raw.items()}
+    return counters(raw)
 
 
 async def listening(redis: Redis, prefix: str) -> int:

@@ -27,7 +27,7 @@ from shared.keys import Keys
 from shared.settings import Settings
 from shared.storage.group_commit import GroupCommitter
 from shared.storage.scripts import Scripts
-from tests.support.helpers import fixture_json
+from tests.support.helpers import counters, fixture_json
 from tests.worker.support import Records, WorkerFleet, ingest_one, outbox, wait_for
 from worker.brains.prompt import render_context
 from worker.conversation_store import Claim, ConversationStore
@@ -64,7 +64,7 @@ def store(redis: Redis, settings: Settings, prefix: str) -> ConversationStore:
 
 async def stats(redis: Redis, prefix: str) -> dict[str, int]:
     raw = await redis.hgetall(Keys(prefix).tenant(TENANT).stats)
-    return {k.decode(): int(v) for k, v in raw.items()}
+    return counters(raw)
 
 
 async def claim_now(

@@ -10,9 +10,10 @@ import pytest
 from redis.asyncio import Redis
 
 from shared.conversation.burst_shards import burst_shard_of
-from shared.keys import Keys
-from shared.ops import outbound
+from shared.keys import STATS_LAYOUT, STATS_LAYOUT_FIELD, Keys
+from shared.ops import live_state, outbound
 from shared.settings import Settings
+from tests.support.helpers import counters
 from tests.worker.support import (
     TENANT,
     claim_due_now,
@@ -93,6 +94,26 @@ async def test_claim_takes_the_pending_messages_under_a_lock_with_a_lease(
     assert await store.finish_done(batch)
     assert await redis.zscore(k.due, PERSON) == again.now_ms + WINDOW_MS
     assert not await redis.exists(k.lock(PERSON), k.batch(PERSON), k.running)
+
+
+async def test_the_first_batch_makes_the_stats_a_hash_table_its_readers_skip(
+    redis: Redis, store: ConversationStore, prefix: str
+) -> None:
+    """A turn's counters are HINCRBYs on the stats hash: in a listpack each scans every field
+    twice, so the claim that makes a tenant's first batch writes the long `layout` field; the
+    ops pages' counters leave it out (it is no number)."""
+    k = Keys(prefix).tenant(TENANT)
+    await push_message(redis, prefix, PERSON, "m0", "hola")
+    await store.claim(TENANT, 0, "t")
+    assert await redis.object("encoding", k.stats) == b"listpack", "intake alone: no layout"
+    await redis.zadd(k.due, {PERSON: 0})
+    (batch,) = (await store.claim(TENANT, 5, "tok")).batches
+    assert await redis.hget(k.stats, STATS_LAYOUT_FIELD) == STATS_LAYOUT.encode()
+    assert await redis.object("encoding", k.stats) == b"hashtable"
+    assert await store.finish_done(batch)
+    assert await redis.object("encoding", k.stats) == b"hashtable", "it stays one"
+    shown = await live_state.tenant(redis, Keys(prefix), TENANT)
+    assert shown["counters"]["turns"] == 1 and STATS_LAYOUT_FIELD not in shown["counters"]
 
 
 async def test_retry_keeps_the_batch_and_schedules_it_after_the_delay(
@@ -202,7 +223,7 @@ async def test_a_status_applied_again_changes_nothing(
     await store.claim(TENANT, 0, "intake")
     [record] = await outbound.records(redis, k, ["wamid.P0"])
     assert record["status"] == "read" and record["person"] == PERSON and record["part"] == "0"
-    counts = {f.decode(): int(v) for f, v in (await redis.hgetall(k.stats)).items()}
+    counts = counters(await redis.hgetall(k.stats))
     assert counts["statuses"] == 7 and counts["status:read"] == 3
     assert counts["parts_sent"] == counts["parts_delivered"] == counts["parts_read"] == 1
 

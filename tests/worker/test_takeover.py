@@ -28,7 +28,7 @@ from shared.ops.review import ReviewList
 from shared.settings import Settings
 from shared.storage.group_commit import GroupCommitter
 from shared.storage.scripts import Scripts
-from tests.support.helpers import fixture_json
+from tests.support.helpers import counters, fixture_json
 from tests.worker.support import ingest_one, run_module
 from worker.brains.prompt import render_messages
 from worker.conversation_store import ConversationStore
@@ -216,7 +216,7 @@ async def test_an_echo_pauses_the_person_answers_the_waiting_messages_and_starts
     ], "the human answered the messages written before the echo"
     pending = [orjson.loads(x)["id"] for x in await redis.lrange(k.pending(ANA), 0, -1)]
     assert pending == ["wamid.E3"], "a message written after the echo still waits"
-    counts = {a.decode(): int(b) for a, b in (await redis.hgetall(k.stats)).items()}
+    counts = counters(await redis.hgetall(k.stats))
     assert counts["event:echo"] == 1 and counts["messages"] == 3
 
     await push_echo(redis, prefix, "wamid.ECHO2", "Sale 20 mil.", ECHO_TS + 10)
