@@ -19,18 +19,31 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
-from shared.storage.raw_pipeline import Command, RawPipeline
+from shared.storage.raw_pipeline import Command, RawPipeline, Sent
 from shared.storage.redis_client import is_cluster
 from shared.storage.scripts import Scripts, is_noscript
 
 
 class GroupCommitter:
     def __init__(
-        self, redis: Any, scripts: Scripts, max_batch: int = 512, timeout_s: float | None = None
+        self,
+        redis: Any,
+        scripts: Scripts,
+        max_batch: int = 512,
+        timeout_s: float | None = None,
+        eager_at: int = 0,
+        max_in_flight: int = 1,
     ) -> None:
         """`timeout_s` bounds each round. Give such a committer a client without
         `socket_timeout`: redis-py arms a timer per reply when it has one, which cost ~15% of
         the worker's CPU per turn (docs/benchmarks/worker.md); one deadline per round is enough.
+
+        `eager_at` (0: never): once that many commands wait and fewer than `max_in_flight`
+        rounds are out, they are written at once, as the submit that made them that many
+        returns, instead of when the loop turn's callbacks are all through. Callers woken by
+        one round's replies then keep Redis busy while the rest of them run, where a round
+        written at the end of the loop turn left Redis idle while the worker ran them all and
+        the worker idle while Redis ran the round (on one server only).
         """
         self._timeout_s = timeout_s
         self._redis = redis
@@ -39,18 +52,54 @@ class GroupCommitter:
         self._max_batch = max_batch
         self._waiting: list[tuple[Command, asyncio.Future[Any]]] = []
         self._flusher: asyncio.Task[None] | None = None
+        self._eager_at = eager_at if eager_at > 0 else max_batch + 1
+        self._max_in_flight = max_in_flight
+        self._in_flight = 0
+        self._eager: set[asyncio.Task[None]] = set()  # rounds written early, being answered
 
     def submit(self, command: Command) -> asyncio.Future[Any]:
         """Queue one command (name and arguments); the future gets its reply or error."""
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._waiting.append((command, future))
-        if self._flusher is None:
-            self._flusher = asyncio.create_task(self._flush_loop())
+        future = self._queue(command)
+        self._dispatch()
         return future
 
     async def run(self, commands: Sequence[Command]) -> list[Any]:
-        """Submit several commands and wait for all their replies (raises the first error)."""
-        return list(await asyncio.gather(*(self.submit(c) for c in commands)))
+        """Submit several commands and wait for all their replies (raises the first error).
+        They go in one round, in order, unless they are more than a round holds."""
+        futures = [self._queue(c) for c in commands]
+        self._dispatch()
+        return list(await asyncio.gather(*futures))
+
+    def _queue(self, command: Command) -> asyncio.Future[Any]:
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._waiting.append((command, future))
+        return future
+
+    def _dispatch(self) -> None:
+        """Write the waiting commands now when there are enough of them (`eager_at`) and no
+        more than a round, else have the flush send them once the loop turn's callbacks are
+        through."""
+        waiting = len(self._waiting)
+        if self._eager_at <= waiting <= self._max_batch and self._in_flight < self._max_in_flight:
+            self._send_eagerly()
+        if self._flusher is None and self._waiting:
+            self._flusher = asyncio.create_task(self._flush_loop())
+
+    def _send_eagerly(self) -> None:
+        """Write the waiting commands now, on a held connection that is idle (else leave them
+        to the flush)."""
+        raw = self._raw
+        if raw is None:
+            return
+        round_ = self._waiting
+        sent = raw.send_now([c for c, _ in round_])
+        if sent is None:
+            return
+        self._waiting = []
+        self._in_flight += 1
+        task = asyncio.get_running_loop().create_task(self._execute(round_, sent))
+        self._eager.add(task)
+        task.add_done_callback(self._eager.discard)
 
     async def _flush_loop(self) -> None:
         try:
@@ -65,10 +114,20 @@ class GroupCommitter:
         finally:
             self._flusher = None
 
-    async def _execute(self, round_: list[tuple[Command, asyncio.Future[Any]]]) -> None:
-        live = [(c, f) for c, f in round_ if not f.done()]  # a caller may have timed out
+    async def _execute(
+        self, round_: list[tuple[Command, asyncio.Future[Any]]], sent: Sent | None = None
+    ) -> None:
+        """Send a round (unless `sent` wrote it already) and give each caller its reply."""
+        if sent is None:
+            live = [(c, f) for c, f in round_ if not f.done()]  # a caller may have timed out
+            self._in_flight += 1
+        else:
+            live = round_
         try:
-            results = await self._exchange([c for c, _ in live])
+            try:
+                results = await self._exchange([c for c, _ in live], sent)
+            finally:
+                self._in_flight -= 1
             if any(is_noscript(r) for r in results):
                 # Redis lost its script cache (restart or failover): load and repeat those.
                 await self._scripts.load(self._redis)
@@ -89,11 +148,13 @@ class GroupCommitter:
             else:
                 future.set_result(result)
 
-    async def _exchange(self, commands: list[Command]) -> list[Any]:
+    async def _exchange(self, commands: list[Command], sent: Sent | None = None) -> list[Any]:
         async with asyncio.timeout(self._timeout_s):
+            if sent is not None and self._raw is not None:
+                return await self._raw.replies(sent, commands)
             if not is_cluster(self._redis):
                 if self._raw is None:
-                    self._raw = RawPipeline(self._redis)
+                    self._raw = RawPipeline(self._redis, self._max_in_flight)
                 return await self._raw.exchange(commands)
             pipe = self._redis.pipeline(transaction=False)
             for command in commands:

@@ -17,8 +17,9 @@ Single server only: a cluster client routes commands per slot, use its own pipel
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import hiredis
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -56,14 +57,44 @@ def packed(command: Command) -> bytes:
     return resp
 
 
+class Sent(NamedTuple):
+    """A batch `RawPipeline.send_now` wrote: its connection (held until its replies are read)
+    and its bytes (sent again on a retry)."""
+
+    connection: Any
+    payload: bytes
+
+
 class RawPipeline:
     """Sends batches of commands on connections held from a single-server client's pool."""
 
-    def __init__(self, redis: Any) -> None:
+    def __init__(self, redis: Any, held_at_most: int = 1) -> None:
         self._pool = redis.connection_pool
         # Idle held connections; one per batch in flight at most. They stay in the pool's
         # in-use set, so closing the client still disconnects them.
         self._idle: list[Any] = []
+        # How many `send_now` may hold (`exchange` takes one more whenever none is idle), and
+        # the one being opened for it.
+        self._held_at_most = held_at_most
+        self._held = 0
+        self._opening: asyncio.Task[None] | None = None
+
+    def _open_one(self) -> None:
+        """Open one more connection for `send_now`, in the background (it found none idle)."""
+        if self._opening is not None or self._held >= self._held_at_most:
+            return
+
+        async def open_() -> None:
+            try:
+                connection = await self._pool.get_connection()
+            except Exception:  # the next round's `exchange` meets it and says so
+                return
+            finally:
+                self._opening = None
+            self._held += 1
+            self._idle.append(connection)
+
+        self._opening = asyncio.get_running_loop().create_task(open_())
 
     async def exchange(self, commands: Sequence[Command]) -> list[Any]:
         """Every command's reply, in order; an error reply is returned as its exception.
@@ -74,13 +105,58 @@ class RawPipeline:
         connection disconnected, so it never carries stale replies.
         """
         payload = b"".join([packed(command) for command in commands])
-        connection = self._idle.pop() if self._idle else await self._pool.get_connection()
+        if self._idle:
+            connection = self._idle.pop()
+        else:
+            connection = await self._pool.get_connection()
+            self._held += 1
         replies: list[Any] = []
         try:
             await connection.retry.call_with_retry(
                 lambda: self._round_trip(connection, payload, commands, replies),
                 lambda error: connection.disconnect(),
             )
+        except BaseException:
+            await connection.disconnect(nowait=True)
+            raise
+        finally:
+            self._idle.append(connection)
+        return replies
+
+    def send_now(self, commands: Sequence[Command]) -> Sent | None:
+        """Write these commands at once, before the caller goes on (`exchange` writes when
+        its task first runs, after every callback already queued): on an idle connection
+        whose stream writer takes bytes as they are; None when there is none (then use
+        `exchange`). `replies` reads their answers."""
+        if not self._idle:
+            self._open_one()
+            return None
+        connection = self._idle[-1]
+        writer = getattr(connection, "_writer", None)
+        if writer is None or not connection.is_connected or writer.is_closing():
+            return None
+        payload = b"".join([packed(command) for command in commands])
+        self._idle.pop()
+        writer.write(payload)
+        return Sent(connection, payload)
+
+    async def replies(self, sent: Sent, commands: Sequence[Command]) -> list[Any]:
+        """The replies to what `send_now` wrote, as `exchange` gives them (a broken connection
+        retried the same way)."""
+        connection = sent.connection
+        replies: list[Any] = []
+        tries = 0
+
+        async def attempt() -> None:
+            nonlocal tries
+            tries += 1
+            if tries == 1:  # written already: read
+                await _read_all(connection, len(commands), replies)
+            else:  # a retry on a new connection: what was not answered goes again
+                await self._round_trip(connection, sent.payload, commands, replies)
+
+        try:
+            await connection.retry.call_with_retry(attempt, lambda error: connection.disconnect())
         except BaseException:
             await connection.disconnect(nowait=True)
             raise
@@ -99,17 +175,22 @@ class RawPipeline:
         # A health check would cost a PING round trip; a dead connection shows up as a
         # ConnectionError on the read instead, which the retry policy handles.
         await connection.send_packed_command(payload, check_health=False)
-        parser = getattr(connection, "_parser", None)
-        reader = getattr(parser, "_reader", None)
-        bulk = NOT_ENOUGH_DATA is not None and hasattr(parser, "read_from_socket")
-        if bulk and isinstance(reader, hiredis.Reader):
-            await _read_replies(parser, reader, len(commands), replies)
-            return
-        while len(replies) < len(commands):
-            try:
-                replies.append(await connection.read_response())
-            except ResponseError as exc:  # the reply was read: the connection stays in step
-                replies.append(exc)
+        await _read_all(connection, len(commands), replies)
+
+
+async def _read_all(connection: Any, count: int, replies: list[Any]) -> None:
+    """Read replies into `replies` until it holds `count`."""
+    parser = getattr(connection, "_parser", None)
+    reader = getattr(parser, "_reader", None)
+    bulk = NOT_ENOUGH_DATA is not None and hasattr(parser, "read_from_socket")
+    if bulk and isinstance(reader, hiredis.Reader):
+        await _read_replies(parser, reader, count, replies)
+        return
+    while len(replies) < count:
+        try:
+            replies.append(await connection.read_response())
+        except ResponseError as exc:  # the reply was read: the connection stays in step
+            replies.append(exc)
 
 
 async def _read_replies(
