@@ -55,11 +55,11 @@ log = logging.getLogger(__name__)
 # take turns: Redis idle while the worker ran them, the worker idle while Redis ran the round
 # (`perf sched timehist`: 1.5-3 ms each, in alternation). Written once EAGER_AT commands wait,
 # with two rounds out at most, Redis starts on the first turns' commands while the worker runs
-# the rest. Rounds of 32 with that, alternated with rounds of 64 written at the loop turn's end
-# (one process, 30 000 turns): 13 100-14 100 against 11 900-12 300 turns/s at the same CPU per
-# turn (docs/benchmarks/worker.md).
-ROUND_MAX = 32
-EAGER_AT = 16
+# the rest. Alternated (one process, 30 000 turns, docs/benchmarks/worker.md): rounds of 64
+# written at the loop turn's end 12 150-13 000 turns/s, written at 32 waiting 14 400-14 900, at
+# the same CPU per turn; at 16 (with rounds of 32) no gain, at 48 (rounds of 96) 13 700-14 100.
+ROUND_MAX = 64
+EAGER_AT = 32
 ROUNDS_IN_FLIGHT = 2
 
 # Waiting for Redis at start-up: the first retry after this long, doubling up to the cap.
