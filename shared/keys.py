@@ -439,16 +439,6 @@ OUTBOUND, OUTBOUND_BOOK = "out", "o"
 LASTIN_BOOK = "w"  # the 24-hour windows' book (`c:<person>:lastin` before)
 BOOK_GENS = "gens"
 
-# A field of every tenant's stats hash whose value is too long for a listpack (Redis keeps a
-# hash's fields in one when each is at most 64 bytes, `hash-max-listpack-value`): the hash is
-# then a hash table for good, where a `HINCRBY` finds its field by hash (~1k instructions)
-# instead of scanning every field twice (~4.5k at the ~30 fields a turn's figures make, more
-# with each new counter), and a turn makes a handful (docs/benchmarks/worker.md). The claim
-# writes it once (claim.lua); readers of the counters skip a value that is not a number.
-STATS_LAYOUT_FIELD = "layout"
-STATS_LAYOUT = "hashtable:longer_than_a_listpack_entry_may_be_so_each_counter_is_found_by_hash"
-assert len(STATS_LAYOUT) > 64
-
 # Every kind of conversation key: forgetting a person (shared/ops/forget.py) deletes the keys of
 # each kind listed here, so a new kind of conversation key must be added to this tuple too
 # (tests/test_forget.py checks that each `TenantKeys` method of one person's key is covered).

@@ -41,7 +41,7 @@ from receiver.metrics.families import (
     families,
     render,
 )
-from shared.fleet import heartbeats
+from shared.fleet import heartbeats, stats_hash
 from shared.keys import Keys
 from shared.settings import Settings
 from shared.storage.redis_client import is_cluster
@@ -236,13 +236,7 @@ def _pairs(stats: Any) -> Iterable[tuple[bytes, bytes]]:
 
 
 def _ints(pairs: Iterable[tuple[bytes | str, Any]]) -> dict[str, int]:
-    out = {}
-    for name, value in pairs:
-        try:
-            out[_text(name)] = int(value)
-        except ValueError:
-            continue
-    return out
+    return stats_hash.counters(pairs)
 
 
 def _text(value: bytes | str) -> str:

@@ -13,6 +13,7 @@ from scripts.chaos_harness.checks import Call, LeftKey
 from scripts.chaos_harness.stack import CHATWOOT_TENANT, PREFIX, Stack, decoded
 from scripts.chaos_harness.workload import TENANTS, Workload, tokens_in
 from scripts.standins.messages_api import last_user_text
+from shared.fleet.stats_hash import counters
 from shared.keys import (
     BATCH,
     CONTEXT,
@@ -210,8 +211,8 @@ async def review_items(stack: Stack) -> list[dict[str, Any]]:
 async def stats(stack: Stack) -> dict[str, int]:
     total: Counter[str] = Counter()
     for tenant in ALL_TENANTS:
-        for name, value in (await stack.redis.hgetall(stack.keys.tenant(tenant).stats)).items():
-            total[decoded(name)] += int(value)
+        raw = await stack.redis.hgetall(stack.keys.tenant(tenant).stats)
+        total.update(counters(raw.items()))
     return dict(total)
 
 

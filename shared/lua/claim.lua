@@ -463,8 +463,8 @@ if max_claim > 0 then
           -- Batch ids number on from `batches`, counted once at the end of the call.
           if not batches_base then
             -- With the stats hash's layout field: the first claim of a tenant writes it, so
-            -- the turns' HINCRBYs find their fields in a hash table (shared/keys.py
-            -- STATS_LAYOUT), at no extra command a call.
+            -- the turns' HINCRBYs find their fields in a hash table (shared/fleet/
+            -- stats_hash.py), at no extra command a call.
             local got = redis.call('HMGET', KEYS[5], 'batches', '{{STATS_LAYOUT_FIELD}}')
             batches_base = tonumber(got[1] or '0')
             if not got[2] then

@@ -17,7 +17,7 @@ import orjson
 
 from shared.conversation.burst_shards import burst_shard_of
 from shared.conversation.review_journal import current_names
-from shared.fleet import dispatch_lag, heartbeats, turn_figures, wake
+from shared.fleet import dispatch_lag, heartbeats, stats_hash, turn_figures, wake
 from shared.keys import PENDING, Keys, TenantKeys
 from shared.ops import window
 from shared.ops.live_rows import batch_row, message_row, review_summary
@@ -324,12 +324,7 @@ def _window(lastin: tuple[int, int]) -> dict[str, Any]:
 
 def _counters(stats: dict[bytes, bytes]) -> dict[str, int]:
     """The stats hash's counters, without the fields no release adds to any more."""
-    counters = {}
-    for name, value in stats.items():
-        try:
-            counters[_text(name)] = int(value)
-        except ValueError:
-            continue
+    counters = stats_hash.counters(stats.items())
     for retired in turn_figures.RETIRED:
         counters.pop(retired, None)
     return dict(sorted(counters.items()))

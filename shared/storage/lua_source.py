@@ -33,7 +33,7 @@ from pathlib import Path
 from shared import keys
 from shared.conversation import index as conversation_index
 from shared.conversation import late_failure_codes
-from shared.fleet import dispatch_lag
+from shared.fleet import dispatch_lag, stats_hash
 
 LUA_DIR = Path(__file__).parent.parent / "lua"
 
@@ -74,8 +74,8 @@ _PYTHON_VALUES: dict[str, str | int | tuple[int, ...]] = {
     "OUTBOUND_BOOK": keys.OUTBOUND_BOOK,
     "LASTIN_BOOK": keys.LASTIN_BOOK,
     "BOOK_GENS": keys.BOOK_GENS,
-    "STATS_LAYOUT_FIELD": keys.STATS_LAYOUT_FIELD,
-    "STATS_LAYOUT": keys.STATS_LAYOUT,
+    "STATS_LAYOUT_FIELD": stats_hash.LAYOUT_FIELD,
+    "STATS_LAYOUT": stats_hash.LAYOUT,
     "SENT_KEEP": late_failure_codes.SENT_KEEP,
     "CONVERSATIONS_KEPT": conversation_index.KEPT,
     "CONVERSATIONS_KEPT_MS": conversation_index.KEPT_MS,

@@ -20,6 +20,7 @@ from redis.crc import key_slot
 
 from scripts.dev.redis_server import RedisCluster
 from scripts.webhooks import sign_body
+from shared.fleet import stats_hash
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 APP_SECRET = "test-app-secret"
@@ -33,16 +34,9 @@ API_KEY = "test-key"
 
 
 def counters(raw: dict[Any, Any]) -> dict[str, int]:
-    """A stats hash's counters (HGETALL's answer) by name, as the product's readers take them:
-    a value that is not a number (the hash's `layout` field, shared/keys.py) is left out."""
-    out = {}
-    for name, value in raw.items():
-        text = name.decode() if isinstance(name, bytes) else name
-        try:
-            out[text] = int(value)
-        except ValueError:
-            continue
-    return out
+    """A stats hash's counters (HGETALL's answer) by name, as the product's readers take them
+    (the layout field left out)."""
+    return stats_hash.counters(raw.items())
 
 
 def fixture_bytes(name: str) -> bytes:

@@ -10,7 +10,8 @@ import pytest
 from redis.asyncio import Redis
 
 from shared.conversation.burst_shards import burst_shard_of
-from shared.keys import STATS_LAYOUT, STATS_LAYOUT_FIELD, Keys
+from shared.fleet.stats_hash import LAYOUT, LAYOUT_FIELD
+from shared.keys import Keys
 from shared.ops import live_state, outbound
 from shared.settings import Settings
 from tests.support.helpers import counters
@@ -108,12 +109,12 @@ async def test_the_first_batch_makes_the_stats_a_hash_table_its_readers_skip(
     assert await redis.object("encoding", k.stats) == b"listpack", "intake alone: no layout"
     await redis.zadd(k.due, {PERSON: 0})
     (batch,) = (await store.claim(TENANT, 5, "tok")).batches
-    assert await redis.hget(k.stats, STATS_LAYOUT_FIELD) == STATS_LAYOUT.encode()
+    assert await redis.hget(k.stats, LAYOUT_FIELD) == LAYOUT.encode()
     assert await redis.object("encoding", k.stats) == b"hashtable"
     assert await store.finish_done(batch)
     assert await redis.object("encoding", k.stats) == b"hashtable", "it stays one"
     shown = await live_state.tenant(redis, Keys(prefix), TENANT)
-    assert shown["counters"]["turns"] == 1 and STATS_LAYOUT_FIELD not in shown["counters"]
+    assert shown["counters"]["turns"] == 1 and LAYOUT_FIELD not in shown["counters"]
 
 
 async def test_retry_keeps_the_batch_and_schedules_it_after_the_delay(
