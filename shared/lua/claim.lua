@@ -67,7 +67,9 @@
 -- end still pending (-1 if none), more is 1 when the inbox was not drained (nothing was claimed:
 -- a message still in the inbox may belong to a due batch, so call again), and each b is
 -- {person, token, field1, value1, ...}: the batch hash, plus `last_inbound` (provider ts of
--- the person's last message, 0 if the window has closed) and `history` (the memory, a JSON array).
+-- the person's last message, 0 if the window has closed; for a new batch whose newest message
+-- is under half a window old, that message's ts: the window is open that long at least) and
+-- `history` (the memory, a JSON array).
 -- A batch's `context` field holds the context items it took (a JSON array). A new batch's row
 -- leaves out what the hash holds besides and no reader of the row needs: `person` and `token`
 -- (the row's first two), `size` and `created_ms` (read from the hash by the ops pages): eight
@@ -75,6 +77,7 @@
 --
 -- uses: lib/keys.lua (conv_key, lastin_book, PENDING, BATCH, LOCK, MEMORY, CONTEXT, HUMAN, LASTIN)
 -- uses: lib/lastin.lua (lastin_saw, lastin_get, lastin_move, lastin_legacy_possible)
+-- uses: lib/lastin.lua (LASTIN_AHEAD_S)
 -- uses: lib/human.lua (take_echo)
 -- uses: lib/clock.lua (now_ms_text)
 -- uses: lib/text.lua (int_text)
@@ -297,6 +300,22 @@ local function slim_event(ev, after)
   return ev
 end
 
+-- The provider ts of the newest of these events (a number, and its text), when one is not
+-- ahead of Redis's clock by more than LASTIN_AHEAD_S (lib/lastin.lua); else nil. Found as
+-- saw_inbound finds it when the event is taken in (the first `"ts":`), by a plain search.
+local function newest_ts(events)
+  local best, best_text = nil, nil
+  for i = 1, #events do
+    local ev = events[i]
+    local at = string.find(ev, '"ts":', 1, true)
+    local text = at and string.match(ev, '^%d+', at + 5)
+    local ts = text and tonumber(text)
+    if ts and (not best or ts > best) then best, best_text = ts, text end
+  end
+  if best and best <= now_s + LASTIN_AHEAD_S then return best, best_text end
+  return nil, nil
+end
+
 -- 1. Intake: inbox events (oldest first) into per-person pending lists.
 local taken, messages, statuses = 0, 0, 0
 while taken < max_intake do
@@ -482,7 +501,7 @@ if max_claim > 0 then
             end
           end
           fresh = {now_text .. '-' .. int_text(seq), int_text(#msgs),
-            '[' .. table.concat(msgs, ',') .. ']', context}
+            '[' .. table.concat(msgs, ',') .. ']', context, newest_ts(msgs)}
         end
       elseif silence_of(prefix, person) and fold_batch(prefix, person, context_ttl) then
         ok = false  -- a retry of a Chatwoot conversation a person took over meanwhile
@@ -514,7 +533,15 @@ if max_claim > 0 then
         end
         add_lag(lags, now - tonumber(due_ms))
         local n = #b
-        b[n - 2] = lastin_get(prefix, person, now_s, service_window, no_legacy)
+        -- The window: a new batch whose newest message keeps it open for half a window
+        -- more answers what a turn asks of it (is it open, for the minutes a turn takes)
+        -- with that message's ts; the book is read otherwise (a fifth of a batch's claim).
+        local ts = fresh and fresh[5]
+        if ts and ts > now_s - service_window / 2 then
+          b[n - 2] = fresh[6]
+        else
+          b[n - 2] = lastin_get(prefix, person, now_s, service_window, no_legacy)
+        end
         b[n] = '[' .. table.concat(
           redis.call('LRANGE', conv_key(prefix, person, MEMORY), '0', '-1'), ',') .. ']'
         out[#out + 1] = b

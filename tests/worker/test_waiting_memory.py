@@ -19,6 +19,8 @@ from shared.ops import live_rows, window
 from shared.settings import Settings
 from shared.storage.scripts import Scripts
 from tests.worker.support import TENANT, claim_due_now, message_event, push_message, quick_store
+from tests.worker.test_not_messages import ANA, push
+from tests.worker.test_not_messages import TENANT as FIXTURES_TENANT
 from worker.conversation_store import ConversationStore
 
 PERSON = "5491155550077"
@@ -164,8 +166,9 @@ async def test_a_window_key_of_the_release_before_is_read_until_a_later_message(
     )
     assert row[0] == b"ok" and int(row[2]) == old_ts
     await redis.delete(k.lock(PERSON))
-    # An older message changes nothing; the claim hands the key's ts over.
-    batch = await _claim_one(redis, store, prefix, "m1", old_ts - 100)
+    # An older message changes nothing; the claim hands the key's ts over (a message over half
+    # a window old: a newer one would be handed over itself, see the test below).
+    batch = await _claim_one(redis, store, prefix, "m1", old_ts - DAY_S // 2)
     assert batch.last_inbound_ts == old_ts
     assert await store.finish_done(batch)
     # A later one goes to the book and wins; the key is left to expire.
@@ -173,6 +176,36 @@ async def test_a_window_key_of_the_release_before_is_read_until_a_later_message(
     assert batch.last_inbound_ts == old_ts + 100
     assert int(await redis.get(k.last_inbound(PERSON)) or 0) == old_ts
     assert (await window.last_inbound(redis, k, [PERSON]))[0][0] == old_ts + 100
+
+
+async def test_a_new_batch_with_a_recent_message_hands_over_its_ts_not_the_book(
+    redis: Redis, store: ConversationStore, prefix: str
+) -> None:
+    """Reading the window from the book cost a fifth of a batch's claim: a new batch whose
+    newest message is under half a window old hands over that message's ts (the window is open
+    at least that long: a turn takes minutes). Past half a window, the book's."""
+    t = FIXTURES_TENANT
+    k = Keys(prefix).tenant(t)
+    now = int(time.time())
+    await push_message(redis, prefix, ANA, "m1", "hola", ts=now - 3600, tenant=t)
+    await push_message(redis, prefix, ANA, "m0", "antes", ts=now - 3700, tenant=t)
+    # A reaction keeps the window open beyond the messages; the claim does not read it.
+    await push(redis, prefix, "reaction.json", timestamp=str(now - 60))
+    batch = await claim_due_now(redis, store, prefix, ANA, "t", tenant=t)
+    assert (await window.last_inbound(redis, k, [ANA]))[0][0] == now - 60, "the book's"
+    assert batch.last_inbound_ts == now - 3600, "the newest message's, of the two"
+    assert not batch.window_closed(now)
+    assert await store.finish_done(batch)
+    # Half a window old and more: the book's ts.
+    await push_message(redis, prefix, ANA, "m2", "viejo", ts=now - DAY_S // 2 - 10, tenant=t)
+    batch = await claim_due_now(redis, store, prefix, ANA, "t2", tenant=t)
+    assert batch.last_inbound_ts == now - 60
+    assert await store.finish_done(batch)
+    # A ts ahead of Redis's clock (a provider's clock off) is looked up: the book's, which
+    # kept it as it keeps any (lib/lastin.lua).
+    await push_message(redis, prefix, ANA, "m3", "futuro", ts=now + 3600, tenant=t)
+    batch = await claim_due_now(redis, store, prefix, ANA, "t3", tenant=t)
+    assert batch.last_inbound_ts == now + 3600
 
 
 async def _claim_one(

@@ -5,6 +5,7 @@
 -- uses: lib/text.lua (int_text)
 
 local LAG_BUCKETS_MS = { {{LAG_BUCKETS_MS}} }
+local LAG_BUCKETS = #LAG_BUCKETS_MS
 
 -- One claim call's lags, counted in a table (`new_lags`) and written once at its end
 -- (`write_lags`): one bucket per claim (not cumulative; the last one holds all above the last
@@ -13,10 +14,14 @@ local function new_lags()
   return {buckets = {}, sum = 0, count = 0}
 end
 
+-- (Every claimed batch comes through here: a numeric loop and arithmetic, where `ipairs`,
+-- `math.max` and `math.floor` were each a C call, ~10k instructions a batch at the lags of a
+-- backlog, docs/benchmarks/worker.md.)
 local function add_lag(lags, lag)
-  lag = math.max(0, math.floor(lag))
+  if lag < 0 then lag = 0 else lag = lag - lag % 1 end
   local bucket = '{{LAG_INF}}'
-  for _, le in ipairs(LAG_BUCKETS_MS) do
+  for i = 1, LAG_BUCKETS do
+    local le = LAG_BUCKETS_MS[i]
     if lag <= le then bucket = le; break end
   end
   lags.buckets[bucket] = (lags.buckets[bucket] or 0) + 1
