@@ -123,7 +123,9 @@ class Batch:
     # a Chatwoot agent and the customer said while the bot was silent too
     # (shared/conversation/human_memory.py)
     history: list[dict[str, Any]] = field(default_factory=list)
-    # Provider ts of the person's latest message (0: unknown, or the window has closed).
+    # Provider ts of the person's latest message (0: unknown, or the window has closed); for a
+    # new batch whose newest message is under half a window old, that message's ts (claim.lua):
+    # a lower bound, which is all `window_closed` needs.
     last_inbound_ts: int = 0
     # Events that are not messages since the previous batch, oldest first (shared/lua/claim.lua:
     # `what`, `type`, `text`, `target`, `target_text`, `ts`, `raw`); worker/brains/prompt.py shows
