@@ -18,7 +18,7 @@ Single server only: a cluster client routes commands per slot, use its own pipel
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, NamedTuple
 
 import hiredis
@@ -111,16 +111,9 @@ class RawPipeline:
             connection = await self._pool.get_connection()
             self._held += 1
         replies: list[Any] = []
-        try:
-            await connection.retry.call_with_retry(
-                lambda: self._round_trip(connection, payload, commands, replies),
-                lambda error: connection.disconnect(),
-            )
-        except BaseException:
-            await connection.disconnect(nowait=True)
-            raise
-        finally:
-            self._idle.append(connection)
+        await self._retried(
+            connection, lambda: self._round_trip(connection, payload, commands, replies)
+        )
         return replies
 
     def send_now(self, commands: Sequence[Command]) -> Sent | None:
@@ -155,6 +148,13 @@ class RawPipeline:
             else:  # a retry on a new connection: what was not answered goes again
                 await self._round_trip(connection, sent.payload, commands, replies)
 
+        await self._retried(connection, attempt)
+        return replies
+
+    async def _retried(self, connection: Any, attempt: Callable[[], Awaitable[None]]) -> None:
+        """Run `attempt` under the client's retry policy (a broken connection is disconnected
+        and tried again); any other failure leaves the connection disconnected. The connection
+        is idle again after."""
         try:
             await connection.retry.call_with_retry(attempt, lambda error: connection.disconnect())
         except BaseException:
@@ -162,7 +162,6 @@ class RawPipeline:
             raise
         finally:
             self._idle.append(connection)
-        return replies
 
     @staticmethod
     async def _round_trip(
