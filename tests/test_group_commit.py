@@ -12,7 +12,7 @@ from redis.asyncio import Redis
 from scripts.dev.redis_server import RedisServer
 from shared.storage.group_commit import GroupCommitter
 from shared.storage.scripts import Scripts
-from tests.test_raw_pipeline import retrying_client
+from tests.test_raw_pipeline import blpop_blocks, retrying_client
 
 
 async def _warm(committer: GroupCommitter, connections: int) -> None:
@@ -90,15 +90,9 @@ async def test_an_early_round_whose_connection_breaks_is_sent_again_and_answered
         # Written at once: a blocked BLPOP keeps the round out while its connection is killed.
         round_ = [committer.submit(("BLPOP", "gc:wake", 10)), committer.submit(("INCR", "gc:k"))]
         assert not committer._waiting, "written at once, not left to the flush"
-        for _ in range(200):
-            if any(c["cmd"] == "blpop" for c in await redis.client_list()):
-                break
-            await asyncio.sleep(0.01)
+        await blpop_blocks(redis)
         await redis.execute_command("CLIENT", "KILL", "SKIPME", "yes", "TYPE", "normal")
-        for _ in range(200):  # the retry's BLPOP blocks again on a new connection
-            if any(c["cmd"] == "blpop" for c in await redis.client_list()):
-                break
-            await asyncio.sleep(0.01)
+        await blpop_blocks(redis)  # the retry's BLPOP blocks again on a new connection
         await redis.rpush("gc:wake", "go")
         assert await asyncio.gather(*round_) == [[b"gc:wake", b"go"], 1]
     finally:

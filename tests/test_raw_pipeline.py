@@ -15,6 +15,14 @@ from scripts.dev.redis_server import RedisServer
 from shared.storage.raw_pipeline import RawPipeline
 
 
+async def blpop_blocks(redis: Redis) -> None:
+    """Wait (2 s at most) until a client of the server is blocked in a BLPOP."""
+    for _ in range(200):
+        if any(c["cmd"] == "blpop" for c in await redis.client_list()):
+            return
+        await asyncio.sleep(0.01)
+
+
 def retrying_client(url: str) -> Redis:
     """Like the receiver's: one immediate retry on a broken connection, no socket timeout."""
     return Redis.from_url(
@@ -123,10 +131,7 @@ async def test_a_retry_after_a_broken_connection_sends_only_what_was_not_answere
                 break
             await asyncio.sleep(0.01)
         await redis.execute_command("CLIENT", "KILL", "SKIPME", "yes", "TYPE", "normal")
-        for _ in range(200):  # the retry's BLPOP blocks again on a new connection
-            if any(c["cmd"] == "blpop" for c in await redis.client_list()):
-                break
-            await asyncio.sleep(0.01)
+        await blpop_blocks(redis)  # the retry's BLPOP blocks again on a new connection
         await redis.rpush("rp:wake", "go")
         assert await batch == [1, [b"rp:wake", b"go"], 2]
         assert await redis.get("rp:n") == b"2"

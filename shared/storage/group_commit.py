@@ -4,7 +4,9 @@ Each caller submits its command and awaits its own result. The first caller of a
 schedules a flush; everything submitted until the flush runs goes out in one batch. While a
 batch is in flight the next round keeps collecting, so under load each round trip carries
 the work of many requests, and each caller still learns only after Redis confirmed *its*
-command. A Redis error fails only the call it hit; a lost connection fails the whole round.
+command. With `eager_at`, a round is also written as soon as that many commands wait (on a
+second connection while one round is out), so Redis starts on it while the loop turn goes on.
+A Redis error fails only the call it hit; a lost connection fails the whole round.
 
 On one server a round is packed in one go by hiredis and sent on a connection held for it
 (shared/storage/raw_pipeline.py): redis-py's pipeline packed each command in Python and took a
