@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 import redis as sync_redis
 from redis.asyncio import Redis
+from redis.exceptions import ResponseError
 
 from scripts.dev.redis_server import RedisServer
-from shared.storage.group_commit import GroupCommitter
+from shared.keys import TenantKeys
+from shared.storage.group_commit import MAX_GROUP, GroupCommitter
 from shared.storage.scripts import Scripts
 from tests.test_raw_pipeline import blpop_blocks, retrying_client
 
@@ -97,3 +100,48 @@ async def test_an_early_round_whose_connection_breaks_is_sent_again_and_answered
         assert await asyncio.gather(*round_) == [[b"gc:wake", b"go"], 1]
     finally:
         await client.aclose()
+
+
+def _script_calls(info: dict[str, Any]) -> int:
+    return sum(v["calls"] for n, v in info.items() if n in ("cmdstat_evalsha", "cmdstat_fcall"))
+
+
+async def test_grouped_calls_of_one_round_go_as_one_command_each_caller_its_element(
+    redis: Redis,
+) -> None:
+    """renew.lua's `turns` group, called per turn: the calls of a round go as one command
+    (at most MAX_GROUP items each), every caller gets its own element of the array reply;
+    a caller that gave up before the round went is left out of it."""
+    k = TenantKeys("gc:{g}")
+    scripts = Scripts()
+    await scripts.load(redis)
+    bound = scripts.renew.bind(k, lease_ms=60_000)
+    committer = GroupCommitter(redis, scripts)
+    people = [f"p{i}" for i in range(MAX_GROUP + 3)]
+    for p in people[::2]:  # every other person's lock held by its token
+        await redis.set(k.lock(p), f"tok-{p}", px=5_000)
+    before = _script_calls(await redis.info("commandstats"))
+    futures = [committer.submit_grouped(bound, (p, f"tok-{p}")) for p in people]
+    gave_up = futures[0]
+    gave_up.cancel()
+    replies = await asyncio.gather(*futures[1:])
+    assert replies == [1 if i % 2 == 0 else 0 for i in range(1, len(people))]
+    assert _script_calls(await redis.info("commandstats")) - before == 2, "two groups"
+    assert await redis.pttl(k.lock(people[0])) <= 5_000, "the caller that gave up: not sent"
+    assert await redis.pttl(k.lock(people[2])) > 5_000
+
+
+async def test_a_grouped_command_that_fails_fails_each_of_its_callers(redis: Redis) -> None:
+    k = TenantKeys("gc:{h}")
+    bound = Scripts().renew.bind(k, lease_ms="not a number")
+    committer = GroupCommitter(redis, Scripts())
+    await redis.set(k.lock("a"), "ta")
+    await redis.set(k.lock("b"), "tb")
+    results = await asyncio.gather(
+        committer.submit_grouped(bound, ("a", "ta")),
+        committer.submit_grouped(bound, ("b", "tb")),
+        committer.submit(("INCR", "gc:{h}:n")),
+        return_exceptions=True,
+    )
+    assert [type(r) for r in results[:2]] == [ResponseError, ResponseError]
+    assert results[2] == 1, "the round's other commands are answered"

@@ -121,34 +121,20 @@ def test_a_bound_call_builds_the_same_command_as_a_named_call() -> None:
         "outbound_ttl_s": 60,
         "review_notify": "",
     }
-    per_call = {
-        "person": "p",
-        "token": "t",
-        "outcome": "done",
-        "delay_ms_or_reason": "",
-        "error_or_item": "",
-        "remember": b"{}",
-        "last_part": 0,
-        "last_part_id": "wamid.1",
-        "unknown": "",
-        "count_attempt": 1,
-        "figures": [("ai_le:250", 1), ("ai_sum_ms", 120)],
-    }
+    turn = ("p", "t", "done", "", "", b"{}", 0, "wamid.1", "", 1, "ai_le:250 1 ai_sum_ms 120")
+    other = ("q", "u", "retry", 500, "boom", b"", "", "", "", 0, "")
     bound = finish.bind(k, **fixed)
-    assert bound.command(per_call) == finish.command(k, **fixed, **per_call)
-    assert bound.command({**per_call, "figures": []}) == finish.command(
-        k, **fixed, **{**per_call, "figures": []}
-    )
+    for turns in ([turn], [turn, other], []):
+        assert bound.command({"turns": turns}) == finish.command(k, **fixed, turns=turns)
     # Sent with its tenant's head packed once: the same bytes hiredis makes of the whole.
     for functions in (False, True):
         finish.mode.functions = functions
-        for call in (per_call, {**per_call, "figures": []}):
-            whole = finish.command(k, **fixed, **call)
-            assert packed(bound.command(call)) == hiredis.pack_command(whole)
+        for turns in ([turn], [turn, other]):
+            whole = finish.command(k, **fixed, turns=turns)
+            assert packed(bound.command({"turns": turns})) == hiredis.pack_command(whole)
     finish.mode.functions = False
-    without_token = {n: v for n, v in per_call.items() if n != "token"}
-    with pytest.raises(ScriptCallError, match=r"finish\.lua: no value for ARGV\[10\] token"):
-        bound.command(without_token)
+    with pytest.raises(ScriptCallError, match=r"finish\.lua: no value for ARGV\[9\.\.\] turns"):
+        bound.command({})
     with pytest.raises(ScriptCallError, match=r"finish\.lua has no KEYS or ARGV named windw_ms"):
         finish.bind(k, windw_ms=1)
     with pytest.raises(ScriptCallError, match=r"repeated KEYS cannot be bound"):

@@ -36,7 +36,21 @@ CONTEXT_MAX = 20
 # How long the bot stays silent in a Chatwoot conversation a person handles after its last event
 # (shared/lua/lib/silence.lua): long enough for any human follow-up, not forever.
 SILENCE_TTL_S = 30 * 24 * 3600
-# What finish.lua gets for the values an outcome does not use (shared/lua/finish.lua).
+# The fields of one turn in finish.lua's `turns` group, in order (shared/lua/finish.lua), and
+# what an outcome that does not use one gets for it.
+_FINISH_FIELDS = (
+    "person",
+    "token",
+    "outcome",
+    "delay_ms_or_reason",
+    "error_or_item",
+    "remember",
+    "last_part",
+    "last_part_id",
+    "unknown",
+    "count_attempt",
+    "figures",
+)
 _FINISH_UNUSED: dict[str, Any] = {
     "delay_ms_or_reason": "",
     "error_or_item": "",
@@ -47,6 +61,11 @@ _FINISH_UNUSED: dict[str, Any] = {
     "count_attempt": 1,
     "figures": (),
 }
+
+
+def _figures_text(figures: Figures) -> str:
+    """A turn's figures as finish.lua reads them: "<field> <increment> ..."."""
+    return " ".join(f"{field} {n}" for field, n in figures)
 
 
 @dataclass(frozen=True)
@@ -310,7 +329,8 @@ class ConversationStore:
         return stored
 
     async def _finish(self, batch: Batch, outcome: str, **used: Any) -> bool:
-        """finish.lua for `outcome` with the values it uses (`used`); the others blank."""
+        """finish.lua for `outcome` with the values it uses (`used`); the others blank. The
+        turns of one tenant that meet in a round of the committer end in one call."""
         bound = self._finishes.get(batch.tenant)
         if bound is None:
             bound = self._finishes[batch.tenant] = self._bind_finish(batch.tenant)
@@ -321,7 +341,9 @@ class ConversationStore:
             "token": batch.token,
             "outcome": outcome,
         }
-        return bool(int(await self._committer.submit(bound.command(values))))
+        values["figures"] = _figures_text(values["figures"])
+        turn = tuple(values[name] for name in _FINISH_FIELDS)
+        return bool(int(await self._committer.submit_grouped(bound, turn)))
 
     def _bind_finish(self, tenant: str) -> BoundCall:
         t = self._units.tenant(tenant)

@@ -17,29 +17,34 @@
 --         is configured: nothing queued; lib/review.lua)
 -- (The tenant's values come first: a turn's caller sends them packed once,
 -- shared/storage/scripts.py BoundCall.)
--- ARGV[9] person
--- ARGV[10] token       the lock token of the turn
--- ARGV[11] outcome     "done" | "retry" | "review"
--- ARGV[12] delay_ms_or_reason  retry: the delay in ms; review: the reason (counted in stats)
--- ARGV[13] error_or_item  retry: the error text; review: the review item (JSON); an item with
---         `human_pause_ms` also pauses the bot for the person that long (lib/human.lua; a
---         longer pause is kept), by "review:<reason>"
--- ARGV[14] remember    done: the exchange to remember (JSON, "" for none)
--- ARGV[15] last_part   done: index of the reply's last part, sent but not yet recorded
---         ("" for none)
--- ARGV[16] last_part_id  its provider message id
--- ARGV[17] unknown     review: what of the batch has an unknown outcome, comma-separated
---         ("part", "template", "note", "hand_over"; "" for nothing), each counted as
---         unknown:<what>
--- ARGV[18] count_attempt  retry: "1" counts the attempt (attempt + 1, stats retries), "0"
---         does not: the batch waits for the AI, which failed as a whole (stats ai_waits)
--- ARGV[19..] figures[field, increment]  the turn's figures, added to stats whatever the
---         outcome (shared/fleet/turn_figures.py): the AI calls', sends' and tokens' fields
+-- ARGV[9..] turns[person, token, outcome, delay_ms_or_reason, error_or_item, remember, last_part, last_part_id, unknown, count_attempt, figures]
+--   the turns to end, each:
+--   person
+--   token       the lock token of the turn
+--   outcome     "done" | "retry" | "review"
+--   delay_ms_or_reason  retry: the delay in ms; review: the reason (counted in stats)
+--   error_or_item  retry: the error text; review: the review item (JSON); an item with
+--               `human_pause_ms` also pauses the bot for the person that long
+--               (lib/human.lua; a longer pause is kept), by "review:<reason>"
+--   remember    done: the exchange to remember (JSON, "" for none)
+--   last_part   done: index of the reply's last part, sent but not yet recorded ("" for none)
+--   last_part_id  its provider message id
+--   unknown     review: what of the batch has an unknown outcome, comma-separated ("part",
+--               "template", "note", "hand_over"; "" for nothing), each counted as
+--               unknown:<what>
+--   count_attempt  retry: "1" counts the attempt (attempt + 1, stats retries), "0" does not:
+--               the batch waits for the AI, which failed as a whole (stats ai_waits)
+--   figures     "<field> <increment> ..." the turn's figures, added to stats whatever the
+--               outcome (shared/fleet/turn_figures.py): the AI calls', sends' and tokens'
 -- (Recording the last part and the figures here, instead of in record_part.lua and a round of
 -- HINCRBYs after the finish, saves two round trips per turn, and a turn whose finish released
--- the lock has nothing left to write: the lease renewal can never stop it half-way.)
+-- the lock has nothing left to write: the lease renewal can never stop it half-way. The
+-- worker ends the turns of one tenant that meet in a round with one call
+-- (shared/storage/group_commit.py `submit_grouped`): the call's own cost, the tenant's values
+-- and one HINCRBY per stats field are paid once for them all, not per turn.)
 --
--- Returns 1, or 0 when the token does not hold the lock (lease lost: change nothing).
+-- Returns one integer per turn: 1, or 0 when its token does not hold the lock (lease lost:
+-- nothing of that turn changed, its figures not added).
 --
 -- uses: lib/keys.lua (conv_key, PENDING, BATCH, LOCK, MEMORY, LATE)
 -- uses: lib/clock.lua (now_ms_text)
@@ -48,75 +53,94 @@
 -- uses: lib/human.lua (set_human_pause)
 -- uses: lib/memory.lua (remember)
 -- uses: lib/burst.lua (burst_get)
-local prefix, person, token, outcome = ARGV[1], ARGV[9], ARGV[10], ARGV[11]
-local lock = conv_key(prefix, person, LOCK)
-if redis.call('GET', lock) ~= token then return 0 end
+local prefix = ARGV[1]
 -- Written twice on a done turn (`conversations`, the record's sent time): its text made once,
 -- of TIME's digits, as a number's text costs a printf each time it is made (lib/text.lua).
 local now, now_text = now_ms_text()
-local bkey = conv_key(prefix, person, BATCH)
-for i = 19, #ARGV, 2 do
-  redis.call('HINCRBY', KEYS[5], ARGV[i], ARGV[i + 1])
+-- What the turns add to stats, by field: one HINCRBY per field once they are all through.
+local added = {}
+local function add(field, n)
+  added[field] = (added[field] or 0) + n
 end
 
-redis.call('ZREM', KEYS[2], person)
-if outcome == 'retry' then
-  redis.call('DEL', lock)
-  if ARGV[18] == '0' then
-    redis.call('HINCRBY', KEYS[5], 'ai_waits', '1')
-  else
-    redis.call('HINCRBY', bkey, 'attempt', '1')
-    redis.call('HINCRBY', KEYS[5], 'retries', '1')
+local function finish_turn(person, token, outcome, delay_or_reason, error_or_item, remember_entry,
+    last_part, last_part_id, unknown, count_attempt, figures)
+  local lock = conv_key(prefix, person, LOCK)
+  if redis.call('GET', lock) ~= token then return 0 end
+  local bkey = conv_key(prefix, person, BATCH)
+  for field, n in string.gmatch(figures, '(%S+) (%S+)') do
+    add(field, tonumber(n))
   end
-  redis.call('HSET', bkey, 'last_error', ARGV[13], 'token', '')
-  redis.call('ZADD', KEYS[1], now + tonumber(ARGV[12]), person)
+
+  redis.call('ZREM', KEYS[2], person)
+  if outcome == 'retry' then
+    redis.call('DEL', lock)
+    if count_attempt == '0' then
+      add('ai_waits', 1)
+    else
+      redis.call('HINCRBY', bkey, 'attempt', '1')
+      add('retries', 1)
+    end
+    redis.call('HSET', bkey, 'last_error', error_or_item, 'token', '')
+    redis.call('ZADD', KEYS[1], now + tonumber(delay_or_reason), person)
+    return 1
+  end
+  if outcome == 'review' then
+    add_review_item(KEYS[4], KEYS[5], ARGV[8], redis.call('HGET', bkey, 'id'), error_or_item,
+      person, delay_or_reason, now)
+    -- Decoded only when it may ask for a pause (most reviews do not).
+    local ok, item = false, nil
+    if string.find(error_or_item, '"human_pause_ms":', 1, true) then
+      ok, item = pcall(cjson.decode, error_or_item)
+    end
+    if ok and type(item) == 'table' and tonumber(item.human_pause_ms) then
+      local why = type(item.error) == 'string' and string.sub(item.error, 1, 300) or ''
+      set_human_pause(prefix, person, 'review:' .. delay_or_reason, why, now,
+        tonumber(item.human_pause_ms), true)
+    end
+    for what in string.gmatch(unknown, '[^,]+') do
+      add('unknown:' .. what, 1)
+    end
+  else
+    add('turns', 1)
+    redis.call('ZADD', KEYS[6], now_text, person)
+    if last_part ~= '' and last_part_id ~= '' then
+      local b = recorded_batch(bkey)
+      record_outbound(prefix, KEYS[5], ARGV[6], last_part_id, b[RB_ID], person, last_part,
+        ARGV[7], now, b, now_text)
+    end
+    if remember_entry ~= '' then
+      local turns = tonumber(ARGV[4])
+      if turns > 0 then remember(conv_key(prefix, person, MEMORY), remember_entry, turns, ARGV[5]) end
+    end
+  end
+  -- The lock and the batch go in one command (nothing this script calls above reads either).
+  redis.call('DEL', lock, bkey)
+  -- A late delivery failure queued meanwhile runs next, as a batch (lib/outbound.lua); the
+  -- messages waiting are scheduled when it ends. Mostly there is neither: one command says so.
+  local pkey = conv_key(prefix, person, PENDING)
+  if redis.call('EXISTS', conv_key(prefix, person, LATE), pkey) == 0 then return 1 end
+  if start_late_job(prefix, person, KEYS[1], now, true) then return 1 end
+  -- Messages that arrived during the turn form the next batch, due as their burst says
+  -- (possibly already due).
+  if redis.call('EXISTS', pkey) == 1 then
+    local b = burst_get(KEYS[3], person)
+    local first, last = now, now
+    if b then
+      local f, l = string.match(b, '^(%d+),(%d+)$')
+      first, last = tonumber(f), tonumber(l)
+    end
+    redis.call('ZADD', KEYS[1], math.min(last + tonumber(ARGV[2]), first + tonumber(ARGV[3])),
+      person)
+  end
   return 1
 end
-if outcome == 'review' then
-  add_review_item(KEYS[4], KEYS[5], ARGV[8], redis.call('HGET', bkey, 'id'), ARGV[13], person,
-    ARGV[12], now)
-  -- Decoded only when it may ask for a pause (most reviews do not).
-  local ok, item = false, nil
-  if string.find(ARGV[13], '"human_pause_ms":', 1, true) then
-    ok, item = pcall(cjson.decode, ARGV[13])
-  end
-  if ok and type(item) == 'table' and tonumber(item.human_pause_ms) then
-    local why = type(item.error) == 'string' and string.sub(item.error, 1, 300) or ''
-    set_human_pause(prefix, person, 'review:' .. ARGV[12], why, now, tonumber(item.human_pause_ms),
-      true)
-  end
-  for what in string.gmatch(ARGV[17] or '', '[^,]+') do
-    redis.call('HINCRBY', KEYS[5], 'unknown:' .. what, '1')
-  end
-else
-  redis.call('HINCRBY', KEYS[5], 'turns', '1')
-  redis.call('ZADD', KEYS[6], now_text, person)
-  if ARGV[15] and ARGV[15] ~= '' and ARGV[16] ~= '' then
-    local b = recorded_batch(bkey)
-    record_outbound(prefix, KEYS[5], ARGV[6], ARGV[16], b[RB_ID], person, ARGV[15], ARGV[7],
-      now, b, now_text)
-  end
-  if ARGV[14] and ARGV[14] ~= '' then
-    local turns = tonumber(ARGV[4])
-    if turns > 0 then remember(conv_key(prefix, person, MEMORY), ARGV[14], turns, ARGV[5]) end
-  end
+
+local ended = {}
+for i = 9, #ARGV, 11 do
+  ended[#ended + 1] = finish_turn(unpack(ARGV, i, i + 10))
 end
--- The lock and the batch go in one command (nothing this script calls above reads either).
-redis.call('DEL', lock, bkey)
--- A late delivery failure queued meanwhile runs next, as a batch (lib/outbound.lua); the
--- messages waiting are scheduled when it ends. Mostly there is neither: one command says so.
-local pkey = conv_key(prefix, person, PENDING)
-if redis.call('EXISTS', conv_key(prefix, person, LATE), pkey) == 0 then return 1 end
-if start_late_job(prefix, person, KEYS[1], now, true) then return 1 end
--- Messages that arrived during the turn form the next batch, due as their burst says
--- (possibly already due).
-if redis.call('EXISTS', pkey) == 1 then
-  local b = burst_get(KEYS[3], person)
-  local first, last = now, now
-  if b then
-    local f, l = string.match(b, '^(%d+),(%d+)$')
-    first, last = tonumber(f), tonumber(l)
-  end
-  redis.call('ZADD', KEYS[1], math.min(last + tonumber(ARGV[2]), first + tonumber(ARGV[3])), person)
+for field, n in pairs(added) do
+  redis.call('HINCRBY', KEYS[5], field, n)
 end
-return 1
+return ended

@@ -223,6 +223,11 @@ class BoundCall:
             True: _resp_values(self._fcall[: self._at]),
         }
 
+    @property
+    def rest(self) -> str:
+        """The name of the header's repeated group ("" for none)."""
+        return self._rest
+
     def command(self, values: Mapping[str, Any]) -> Command:
         """The EVALSHA (or FCALL) command with these values in the holes (and the repeated
         group)."""

@@ -250,3 +250,39 @@ async def test_one_claim_takes_the_free_people_off_due_and_keeps_the_held_ones_d
     assert locked_due is not None and claim.now_ms + 7000 < locked_due <= claim.now_ms + 8000
     assert paused_due is not None and claim.now_ms + 5000 < paused_due <= claim.now_ms + 6000
     assert await redis.llen(k.pending(locked)) == 1 and await redis.llen(k.pending(paused)) == 1
+
+
+async def test_turns_ending_in_one_round_share_one_finish_each_ending_as_its_lock_says(
+    redis: Redis, store: ConversationStore, prefix: str
+) -> None:
+    """Three turns of one tenant end in the same round: one finish call ends them all (one
+    FCALL/EVALSHA), each as alone: a done turn, a retry, and one whose lease was lost, which
+    changes nothing and whose figures are not added. The others' figures are summed."""
+    k = Keys(prefix).tenant(TENANT)
+    people = [f"54911555500{i:02d}" for i in range(3)]
+    for person in people:
+        await push_message(redis, prefix, person, f"m-{person}", "hola")
+    batches = [await claim_due_now(redis, store, prefix, p, f"t{i}") for i, p in enumerate(people)]
+    done, retried, lost = batches
+    await redis.set(k.lock(lost.person), "someone-else")
+    before = await redis.info("commandstats")
+    calls_before = sum(
+        v["calls"] for n, v in before.items() if n in ("cmdstat_fcall", "cmdstat_evalsha")
+    )
+    figures = (("ai_le:250", 1), ("ai_sum_ms", 120))
+    ended = await asyncio.gather(
+        store.finish_done(done, figures=figures),
+        store.finish_retry(retried, 2.0, "boom", figures=figures),
+        store.finish_done(lost, figures=(("ai_le:250", 1), ("ai_sum_ms", 1000))),
+    )
+    after = await redis.info("commandstats")
+    calls = sum(v["calls"] for n, v in after.items() if n in ("cmdstat_fcall", "cmdstat_evalsha"))
+    assert ended == [True, True, False]
+    assert calls - calls_before == 1, "one call for the three turns"
+    stats = counters(await redis.hgetall(k.stats))
+    assert stats["ai_le:250"] == 2 and stats["ai_sum_ms"] == 240, "the lost turn's not added"
+    assert stats["turns"] == 1 and stats["retries"] == 1
+    assert not await redis.exists(k.batch(done.person), k.lock(done.person))
+    assert await redis.hget(k.batch(retried.person), "attempt") == b"1"
+    assert await redis.get(k.lock(lost.person)) == b"someone-else"
+    assert await redis.exists(k.batch(lost.person)), "the lost turn's batch is kept"
