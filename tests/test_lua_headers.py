@@ -96,14 +96,14 @@ def test_tenant_keys_are_taken_from_the_tenant() -> None:
 def test_missing_or_unknown_name_raises_naming_it() -> None:
     k = TenantKeys("wa:{t}")
     scripts = Scripts()
-    with pytest.raises(ScriptCallError, match=r"save_reply\.lua: no value for ARGV\[4\] reply"):
-        scripts.save_reply.command(k, person="p", token="t")
+    with pytest.raises(ScriptCallError, match=r"save_reply\.lua: no value for ARGV\[2\.\.\] turns"):
+        scripts.save_reply.command(k)
     with pytest.raises(ScriptCallError, match=r"save_reply\.lua has no KEYS or ARGV named rpely"):
-        scripts.save_reply.command(k, person="p", token="t", reply="r", rpely="r")
+        scripts.save_reply.command(k, turns=[("p", "t", "r")], rpely="r")
     with pytest.raises(ScriptCallError, match=r"ingest\.lua: no value for KEYS\[2\.\.\] seen"):
         scripts.ingest.command(k, dedupe_ttl_s=60, events=[])
     with pytest.raises(ScriptCallError, match=r"KEYS\[1\] stats"):  # no tenant keys to take from
-        scripts.save_reply.command(person="p", token="t", reply="r")
+        scripts.save_reply.command(turns=[("p", "t", "r")])
     with pytest.raises(ScriptCallError, match=r"renew\.lua: each turns item has 2 values, not 1"):
         scripts.renew.command(k, lease_ms=1, turns=[("p",)])
 

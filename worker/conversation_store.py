@@ -182,15 +182,17 @@ class ConversationStore:
 
     async def save_reply(self, batch: Batch, reply: str) -> str | None:
         """Store the reply before sending; returns the one the batch holds (an earlier
-        attempt's wins), or None if this worker no longer holds the lock."""
+        attempt's wins), or None if this worker no longer holds the lock. The replies of one
+        tenant that meet in a round of the committer are saved with one call."""
         bound = self._saves.get(batch.tenant)
         if bound is None:
             k = self.keys.tenant(batch.tenant)
             bound = self._saves[batch.tenant] = self._scripts.save_reply.bind(k)
-        values = {"person": batch.person, "token": batch.token, "reply": reply}
-        result = await self._committer.submit(bound.command(values))
+        result = await self._committer.submit_grouped(bound, (batch.person, batch.token, reply))
         if result is None:
             return None
+        if isinstance(result, int):  # this reply it is
+            return reply
         return result.decode() if isinstance(result, bytes) else str(result)
 
     async def record_part(self, batch: Batch, part: int, provider_id: str) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import replace
+from typing import Any
 
 import pytest
 from redis.asyncio import Redis
@@ -265,18 +266,14 @@ async def test_turns_ending_in_one_round_share_one_finish_each_ending_as_its_loc
     batches = [await claim_due_now(redis, store, prefix, p, f"t{i}") for i, p in enumerate(people)]
     done, retried, lost = batches
     await redis.set(k.lock(lost.person), "someone-else")
-    before = await redis.info("commandstats")
-    calls_before = sum(
-        v["calls"] for n, v in before.items() if n in ("cmdstat_fcall", "cmdstat_evalsha")
-    )
+    calls_before = _script_calls(await redis.info("commandstats"))
     figures = (("ai_le:250", 1), ("ai_sum_ms", 120))
     ended = await asyncio.gather(
         store.finish_done(done, figures=figures),
         store.finish_retry(retried, 2.0, "boom", figures=figures),
         store.finish_done(lost, figures=(("ai_le:250", 1), ("ai_sum_ms", 1000))),
     )
-    after = await redis.info("commandstats")
-    calls = sum(v["calls"] for n, v in after.items() if n in ("cmdstat_fcall", "cmdstat_evalsha"))
+    calls = _script_calls(await redis.info("commandstats"))
     assert ended == [True, True, False]
     assert calls - calls_before == 1, "one call for the three turns"
     stats = counters(await redis.hgetall(k.stats))
@@ -286,3 +283,35 @@ async def test_turns_ending_in_one_round_share_one_finish_each_ending_as_its_loc
     assert await redis.hget(k.batch(retried.person), "attempt") == b"1"
     assert await redis.get(k.lock(lost.person)) == b"someone-else"
     assert await redis.exists(k.batch(lost.person)), "the lost turn's batch is kept"
+
+
+async def test_replies_saved_in_one_round_share_one_call_an_earlier_reply_winning(
+    redis: Redis, store: ConversationStore, prefix: str
+) -> None:
+    """save_reply for three turns in one round, one call: a new reply is stored and counted,
+    a batch that holds one already (a resumed turn) keeps it and gets it back, a lost lease
+    gets None and stores nothing."""
+    k = Keys(prefix).tenant(TENANT)
+    people = [f"54911555501{i:02d}" for i in range(3)]
+    for person in people:
+        await push_message(redis, prefix, person, f"m-{person}", "hola")
+    batches = [await claim_due_now(redis, store, prefix, p, f"s{i}") for i, p in enumerate(people)]
+    fresh, resumed, lost = batches
+    await redis.hset(k.batch(resumed.person), "reply", "la de antes")
+    await redis.set(k.lock(lost.person), "someone-else")
+    before = _script_calls(await redis.info("commandstats"))
+    saved = await asyncio.gather(
+        store.save_reply(fresh, "nueva"),
+        store.save_reply(resumed, "otra"),
+        store.save_reply(lost, "perdida"),
+    )
+    assert _script_calls(await redis.info("commandstats")) - before == 1
+    assert saved == ["nueva", "la de antes", None]
+    assert await redis.hget(k.batch(fresh.person), "reply") == b"nueva"
+    assert await redis.hget(k.batch(resumed.person), "reply") == b"la de antes"
+    assert await redis.hget(k.batch(lost.person), "reply") is None
+    assert await redis.hget(k.stats, "replies") == b"1"
+
+
+def _script_calls(info: dict[str, Any]) -> int:
+    return sum(v["calls"] for n, v in info.items() if n in ("cmdstat_evalsha", "cmdstat_fcall"))
