@@ -274,6 +274,15 @@ async def pause_writes(admin: Redis, ms: int) -> None:
     await admin.client_pause(ms, all=False)  # CLIENT PAUSE ms WRITE
 
 
+def stored_once(counts: dict[str, int]) -> bool:
+    """A held webhook's answer: its one message stored, by the try that answered or by an
+    earlier one. A try given up on at `REDIS_TIMEOUT_S` is dropped with its connection while
+    Redis still pauses, unless a loaded machine closed that connection only after the pause
+    ended: Redis then ran it, and the try that answers finds the message there (a duplicate).
+    Either way it is stored once (the test's `ids` check) and the answer is 200."""
+    return counts in ({"stored": 1, "duplicates": 0}, {"stored": 0, "duplicates": 1})
+
+
 @contextmanager
 def took(limits: tuple[float, float]) -> Iterator[None]:
     """The block took between `limits` seconds."""
@@ -555,7 +564,7 @@ async def test_a_redis_pause_shorter_than_the_hold_is_answered_200_once_redis_is
         with took((0.95, 4.0 + SLACK_S)):
             await pause_writes(admin, 1000)
             answer = await served.post(request(text_body("wamid.held")))
-        assert answer.counts == {"stored": 1, "duplicates": 0}
+        assert stored_once(answer.counts)
         assert served.asgi == []
     assert await ids(admin) == ["wamid.held"]
 
@@ -752,7 +761,7 @@ async def test_the_procfile_receiver_serves_pipelines_and_answers_a_held_request
             await asyncio.sleep(0.2)  # parsed and held
             process.send_signal(signal.SIGTERM)
             held = await connection.answer(timeout_s=4.0 + SLACK_S)
-            assert held.counts == {"stored": 1, "duplicates": 0}
+            assert stored_once(held.counts)
             assert held.headers["connection"] == "close"
             assert await connection.closed_by_server()
         finally:
