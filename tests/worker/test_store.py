@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
+from shared.conversation.batch import Batch
 from shared.conversation.burst_shards import burst_shard_of
 from shared.fleet.stats_hash import LAYOUT, LAYOUT_FIELD
 from shared.keys import Keys
@@ -260,11 +261,7 @@ async def test_turns_ending_in_one_round_share_one_finish_each_ending_as_its_loc
     FCALL/EVALSHA), each as alone: a done turn, a retry, and one whose lease was lost, which
     changes nothing and whose figures are not added. The others' figures are summed."""
     k = Keys(prefix).tenant(TENANT)
-    people = [f"54911555500{i:02d}" for i in range(3)]
-    for person in people:
-        await push_message(redis, prefix, person, f"m-{person}", "hola")
-    batches = [await claim_due_now(redis, store, prefix, p, f"t{i}") for i, p in enumerate(people)]
-    done, retried, lost = batches
+    done, retried, lost = await _three_claimed(redis, store, prefix, "54911555500", "t")
     await redis.set(k.lock(lost.person), "someone-else")
     calls_before = _script_calls(await redis.info("commandstats"))
     figures = (("ai_le:250", 1), ("ai_sum_ms", 120))
@@ -292,11 +289,7 @@ async def test_replies_saved_in_one_round_share_one_call_an_earlier_reply_winnin
     a batch that holds one already (a resumed turn) keeps it and gets it back, a lost lease
     gets None and stores nothing."""
     k = Keys(prefix).tenant(TENANT)
-    people = [f"54911555501{i:02d}" for i in range(3)]
-    for person in people:
-        await push_message(redis, prefix, person, f"m-{person}", "hola")
-    batches = [await claim_due_now(redis, store, prefix, p, f"s{i}") for i, p in enumerate(people)]
-    fresh, resumed, lost = batches
+    fresh, resumed, lost = await _three_claimed(redis, store, prefix, "54911555501", "s")
     await redis.hset(k.batch(resumed.person), "reply", "la de antes")
     await redis.set(k.lock(lost.person), "someone-else")
     before = _script_calls(await redis.info("commandstats"))
@@ -311,6 +304,18 @@ async def test_replies_saved_in_one_round_share_one_call_an_earlier_reply_winnin
     assert await redis.hget(k.batch(resumed.person), "reply") == b"la de antes"
     assert await redis.hget(k.batch(lost.person), "reply") is None
     assert await redis.hget(k.stats, "replies") == b"1"
+
+
+async def _three_claimed(
+    redis: Redis, store: ConversationStore, prefix: str, numbers: str, token: str
+) -> list[Batch]:
+    """Three people's one-message batches, each claimed (its own token)."""
+    people = [f"{numbers}{i:02d}" for i in range(3)]
+    for person in people:
+        await push_message(redis, prefix, person, f"m-{person}", "hola")
+    return [
+        await claim_due_now(redis, store, prefix, p, f"{token}{i}") for i, p in enumerate(people)
+    ]
 
 
 def _script_calls(info: dict[str, Any]) -> int:
