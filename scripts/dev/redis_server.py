@@ -80,6 +80,23 @@ def supports_tls(binary: str | None = None) -> bool:
     return b"libssl" in data or b"OpenSSL" in data
 
 
+# How many times a first start picks fresh ports when another process took the picked ones.
+PORT_TRIES = 5
+
+
+class PortTaken(RuntimeError):
+    """The server could not bind its port or its cluster bus port: another process has it."""
+
+
+def _with_fresh_bus_port(args: list[str]) -> list[str]:
+    """`args` with a fresh `--cluster-port` value, if they give one."""
+    out = list(args)
+    for i, arg in enumerate(out[:-1]):
+        if arg == "--cluster-port":
+            out[i + 1] = str(free_port())
+    return out
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -102,6 +119,10 @@ class RedisServer:
         """`tls`: the port speaks TLS only (no plain port); clients need not present a
         certificate. `password`: `requirepass`, and in `url`."""
         self.port = port or free_port()
+        # Ports this object picked (`free_port`) may be taken by another process before the
+        # server binds them: its first start then picks again (`start`). A port given, or a
+        # restart, keeps its port: clients and tests hold it.
+        self._may_pick_again = port is None
         self.tls = tls
         self.password = password
         self._tmp = None if directory else tempfile.TemporaryDirectory(prefix="redis-")
@@ -160,6 +181,23 @@ class RedisServer:
         ]
 
     def start(self, timeout_s: float = 10.0) -> RedisServer:
+        """Start and wait until it answers. A first start whose picked port (or
+        `--cluster-port`) another process took meanwhile is tried again on fresh ones."""
+        tries = PORT_TRIES if self._may_pick_again else 1
+        self._may_pick_again = False
+        for tried in range(1, tries + 1):
+            try:
+                return self._start_once(timeout_s)
+            except PortTaken:
+                if tried == tries:
+                    raise
+                self.port = free_port()
+                self.extra_args = _with_fresh_bus_port(self.extra_args)
+        raise AssertionError("unreachable")
+
+    def _start_once(self, timeout_s: float) -> RedisServer:
+        log = self.directory / "redis.log"
+        logged = log.stat().st_size if log.exists() else 0
         argv = self.command()
         self.process = subprocess.Popen(
             lifeline.command(argv) if self.die_with_parent else argv,
@@ -170,9 +208,9 @@ class RedisServer:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                log = self.directory / "redis.log"
-                detail = log.read_text()[-2000:] if log.exists() else ""
-                raise RuntimeError(f"redis server exited at start-up: {detail}")
+                detail = log.read_bytes()[logged:].decode(errors="replace") if log.exists() else ""
+                error = PortTaken if "Address already in use" in detail else RuntimeError
+                raise error(f"redis server exited at start-up: {detail[-2000:]}")
             if self._answers_ping():
                 return self
             time.sleep(0.02)
@@ -270,15 +308,19 @@ class RedisCluster:
         ]
         # The bus port is given explicitly: the default (port + 10000) fails for free ports
         # above 55535 and may collide with another process.
-        self.bus_ports = [free_port() for _ in range(masters)]
         self.nodes = [
             RedisServer(
                 directory=self.directory / f"node-{i}",
                 appendonly=appendonly,
-                extra_args=[*cluster_args, "--cluster-port", str(bus_port)],
+                extra_args=[*cluster_args, "--cluster-port", str(free_port())],
             )
-            for i, bus_port in enumerate(self.bus_ports)
+            for i in range(masters)
         ]
+
+    @property
+    def bus_ports(self) -> list[int]:
+        """Each node's cluster bus port (a node's first start may have picked a fresh one)."""
+        return [int(n.extra_args[n.extra_args.index("--cluster-port") + 1]) for n in self.nodes]
 
     @property
     def url(self) -> str:
