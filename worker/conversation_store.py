@@ -36,21 +36,7 @@ CONTEXT_MAX = 20
 # How long the bot stays silent in a Chatwoot conversation a person handles after its last event
 # (shared/lua/lib/silence.lua): long enough for any human follow-up, not forever.
 SILENCE_TTL_S = 30 * 24 * 3600
-# The fields of one turn in finish.lua's `turns` group, in order (shared/lua/finish.lua), and
-# what an outcome that does not use one gets for it.
-_FINISH_FIELDS = (
-    "person",
-    "token",
-    "outcome",
-    "delay_ms_or_reason",
-    "error_or_item",
-    "remember",
-    "last_part",
-    "last_part_id",
-    "unknown",
-    "count_attempt",
-    "figures",
-)
+# What finish.lua gets for the values an outcome does not use (shared/lua/finish.lua).
 _FINISH_UNUSED: dict[str, Any] = {
     "delay_ms_or_reason": "",
     "error_or_item": "",
@@ -344,7 +330,7 @@ class ConversationStore:
             "outcome": outcome,
         }
         values["figures"] = _figures_text(values["figures"])
-        turn = tuple(values[name] for name in _FINISH_FIELDS)
+        turn = tuple(values[name] for name in bound.fields)  # in finish.lua's header order
         return bool(int(await self._committer.submit_grouped(bound, turn)))
 
     def _bind_finish(self, tenant: str) -> BoundCall:

@@ -201,9 +201,11 @@ class BoundCall:
         self._mode = script.mode
         self._holes: list[tuple[int, str]] = []
         self._rest, self._width = "", 0
+        self._fields: tuple[str, ...] = ()
         for slot in (*header.keys, *header.argv):
             if slot.repeats:
                 self._rest, self._width = slot.name, len(slot.fields)
+                self._fields = slot.fields
             elif slot.name in named:
                 template.append(named[slot.name])
             else:
@@ -227,6 +229,11 @@ class BoundCall:
     def rest(self) -> str:
         """The name of the header's repeated group ("" for none)."""
         return self._rest
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        """The names of one item of the repeated group, in the header's order."""
+        return self._fields
 
     def command(self, values: Mapping[str, Any]) -> Command:
         """The EVALSHA (or FCALL) command with these values in the holes (and the repeated
