@@ -35,7 +35,8 @@
 --   count_attempt  retry: "1" counts the attempt (attempt + 1, stats retries), "0" does not:
 --               the batch waits for the AI, which failed as a whole (stats ai_waits)
 --   figures     "<field> <increment> ..." the turn's figures, added to stats whatever the
---               outcome (shared/fleet/turn_figures.py): the AI calls', sends' and tokens'
+--               outcome, once the turn ended (shared/fleet/turn_figures.py): the AI calls',
+--               sends' and tokens'
 -- (Recording the last part and the figures here, instead of in record_part.lua and a round of
 -- HINCRBYs after the finish, saves two round trips per turn, and a turn whose finish released
 -- the lock has nothing left to write: the lease renewal can never stop it half-way. The
@@ -43,8 +44,9 @@
 -- (shared/storage/group_commit.py `submit_grouped`): the call's own cost, the tenant's values
 -- and one HINCRBY per stats field are paid once for them all, not per turn.)
 --
--- Returns one integer per turn: 1, or 0 when its token does not hold the lock (lease lost:
--- nothing of that turn changed, its figures not added).
+-- Returns one element per turn: 1, or 0 when its token does not hold the lock (lease lost:
+-- nothing of that turn changed, its figures not added), or an error reply for a turn that
+-- failed on its values (what it wrote before is kept, as a failed script's always was).
 --
 -- uses: lib/keys.lua (conv_key, PENDING, BATCH, LOCK, MEMORY, LATE)
 -- uses: lib/clock.lua (now_ms_text)
@@ -64,13 +66,10 @@ local function add(field, n)
 end
 
 local function finish_turn(person, token, outcome, delay_or_reason, error_or_item, remember_entry,
-    last_part, last_part_id, unknown, count_attempt, figures)
+    last_part, last_part_id, unknown, count_attempt)
   local lock = conv_key(prefix, person, LOCK)
   if redis.call('GET', lock) ~= token then return 0 end
   local bkey = conv_key(prefix, person, BATCH)
-  for field, n in string.gmatch(figures, '(%S+) (%S+)') do
-    add(field, tonumber(n))
-  end
 
   redis.call('ZREM', KEYS[2], person)
   if outcome == 'retry' then
@@ -136,9 +135,19 @@ local function finish_turn(person, token, outcome, delay_or_reason, error_or_ite
   return 1
 end
 
+-- One turn's error (a bad value) is that turn's answer, an error reply in its place: the
+-- turns ended with it in the same call are not failed with it.
 local ended = {}
 for i = 9, #ARGV, 11 do
-  ended[#ended + 1] = finish_turn(unpack(ARGV, i, i + 10))
+  local ok, held = pcall(finish_turn, unpack(ARGV, i, i + 9))
+  if not ok then
+    held = redis.error_reply(type(held) == 'table' and tostring(held.err) or tostring(held))
+  elseif held == 1 then
+    for field, n in string.gmatch(ARGV[i + 10], '(%S+) (%S+)') do
+      add(field, tonumber(n))
+    end
+  end
+  ended[#ended + 1] = held
 end
 for field, n in pairs(added) do
   redis.call('HINCRBY', KEYS[5], field, n)

@@ -60,12 +60,16 @@ class _Grouped:
         return all(f.done() for f in self.futures)
 
     def set_result(self, result: Any) -> None:
-        """Each caller its element of the command's reply."""
+        """Each caller its element of the command's reply (an error element: its error)."""
         if not isinstance(result, list) or len(result) != len(self.futures):
             self.set_exception(TypeError(f"a grouped call of {len(self.futures)} got {result!r}"))
             return
         for caller, element in zip(self.futures, result, strict=True):
-            if not caller.done():
+            if caller.done():
+                continue
+            if isinstance(element, Exception):
+                caller.set_exception(element)
+            else:
                 caller.set_result(element)
 
     def set_exception(self, error: BaseException) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from redis.asyncio import Redis
+from redis.exceptions import ResponseError
 
 from shared.conversation.batch import Batch
 from shared.conversation.burst_shards import burst_shard_of
@@ -320,3 +321,29 @@ async def _three_claimed(
 
 def _script_calls(info: dict[str, Any]) -> int:
     return sum(v["calls"] for n, v in info.items() if n in ("cmdstat_evalsha", "cmdstat_fcall"))
+
+
+async def test_a_turn_failing_on_its_values_fails_alone_in_a_shared_finish(
+    redis: Redis, store: ConversationStore, prefix: str
+) -> None:
+    """A finish whose values make finish.lua fail (a retry delay that is not a number) gets
+    that error; the turns ended in the same call end as alone, their figures added, the failed
+    one's not."""
+    k = Keys(prefix).tenant(TENANT)
+    first, bad, last = await _three_claimed(redis, store, prefix, "54911555502", "e")
+    bound = store._finishes.setdefault(TENANT, store._bind_finish(TENANT))
+    bad_turn = (bad.person, bad.token, "retry", "soon", "boom", b"", "", "", "", 1, "ai_sum_ms 7")
+    figures = (("ai_sum_ms", 100),)
+    calls_before = _script_calls(await redis.info("commandstats"))
+    ended = await asyncio.gather(
+        store.finish_done(first, figures=figures),
+        store._committer.submit_grouped(bound, bad_turn),
+        store.finish_done(last, figures=figures),
+        return_exceptions=True,
+    )
+    assert _script_calls(await redis.info("commandstats")) - calls_before == 1
+    assert ended[0] is True and ended[2] is True
+    assert isinstance(ended[1], ResponseError) and "arithmetic" in str(ended[1])
+    assert not await redis.exists(k.lock(first.person), k.lock(last.person))
+    stats = counters(await redis.hgetall(k.stats))
+    assert stats["ai_sum_ms"] == 200 and stats["turns"] == 2
