@@ -64,6 +64,10 @@ local added = {}
 local function add(field, n)
   added[field] = (added[field] or 0) + n
 end
+-- The people whose turn ended (they leave `running`) and those done (`conversations` at now):
+-- one ZREM and one ZADD for the call once every turn is through, not one each a turn (nothing
+-- a turn does reads either key).
+local ended_people, done_people = {}, {}
 
 local function finish_turn(person, token, outcome, delay_or_reason, error_or_item, remember_entry,
     last_part, last_part_id, unknown, count_attempt)
@@ -71,7 +75,7 @@ local function finish_turn(person, token, outcome, delay_or_reason, error_or_ite
   if redis.call('GET', lock) ~= token then return 0 end
   local bkey = conv_key(prefix, person, BATCH)
 
-  redis.call('ZREM', KEYS[2], person)
+  ended_people[#ended_people + 1] = person
   if outcome == 'retry' then
     redis.call('DEL', lock)
     if count_attempt == '0' then
@@ -102,10 +106,11 @@ local function finish_turn(person, token, outcome, delay_or_reason, error_or_ite
     end
   else
     add('turns', 1)
-    redis.call('ZADD', KEYS[6], now_text, person)
+    done_people[#done_people + 1] = now_text
+    done_people[#done_people + 1] = person
     if last_part ~= '' and last_part_id ~= '' then
       local b = recorded_batch(bkey)
-      record_outbound(prefix, KEYS[5], ARGV[6], last_part_id, b[RB_ID], person, last_part,
+      record_outbound(prefix, add, ARGV[6], last_part_id, b[RB_ID], person, last_part,
         ARGV[7], now, b, now_text)
     end
     if remember_entry ~= '' then
@@ -149,6 +154,10 @@ for i = 9, #ARGV, 11 do
   end
   ended[#ended + 1] = held
 end
+-- (A call ends MAX_GROUP turns at most, shared/storage/group_commit.py: far below what
+-- unpack's stack takes.)
+if #ended_people > 0 then redis.call('ZREM', KEYS[2], unpack(ended_people)) end
+if #done_people > 0 then redis.call('ZADD', KEYS[6], unpack(done_people)) end
 for field, n in pairs(added) do
   redis.call('HINCRBY', KEYS[5], field, n)
 end

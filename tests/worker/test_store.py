@@ -260,14 +260,19 @@ async def test_turns_ending_in_one_round_share_one_finish_each_ending_as_its_loc
 ) -> None:
     """Three turns of one tenant end in the same round: one finish call ends them all (one
     FCALL/EVALSHA), each as alone: a done turn, a retry, and one whose lease was lost, which
-    changes nothing and whose figures are not added. The others' figures are summed."""
+    changes nothing and whose figures are not added. The others' figures are summed, and so
+    is the done turn's recorded part; the ended turns leave `running` and the done one's
+    person is listed in `conversations` at the finish, all in the call's one ZREM and ZADD."""
     k = Keys(prefix).tenant(TENANT)
     done, retried, lost = await _three_claimed(redis, store, prefix, "54911555500", "t")
     await redis.set(k.lock(lost.person), "someone-else")
+    listed = k.conversations
+    listed_before = {x.person: await redis.zscore(listed, x.person) for x in (done, retried)}
+    await asyncio.sleep(0.01)  # the finish's `now` after the intake's
     calls_before = _script_calls(await redis.info("commandstats"))
     figures = (("ai_le:250", 1), ("ai_sum_ms", 120))
     ended = await asyncio.gather(
-        store.finish_done(done, figures=figures),
+        store.finish_done(done, last_part=(0, "wamid.done-0"), figures=figures),
         store.finish_retry(retried, 2.0, "boom", figures=figures),
         store.finish_done(lost, figures=(("ai_le:250", 1), ("ai_sum_ms", 1000))),
     )
@@ -276,11 +281,15 @@ async def test_turns_ending_in_one_round_share_one_finish_each_ending_as_its_loc
     assert calls - calls_before == 1, "one call for the three turns"
     stats = counters(await redis.hgetall(k.stats))
     assert stats["ai_le:250"] == 2 and stats["ai_sum_ms"] == 240, "the lost turn's not added"
-    assert stats["turns"] == 1 and stats["retries"] == 1
+    assert stats["turns"] == 1 and stats["retries"] == 1 and stats["parts_out"] == 1
     assert not await redis.exists(k.batch(done.person), k.lock(done.person))
     assert await redis.hget(k.batch(retried.person), "attempt") == b"1"
     assert await redis.get(k.lock(lost.person)) == b"someone-else"
     assert await redis.exists(k.batch(lost.person)), "the lost turn's batch is kept"
+    running = {m.decode() for m in await redis.zrange(k.running, 0, -1)}
+    assert running == {lost.person}, "the ended turns left running, the lost one did not"
+    assert await redis.zscore(listed, done.person) > listed_before[done.person]
+    assert await redis.zscore(listed, retried.person) == listed_before[retried.person]
 
 
 async def test_replies_saved_in_one_round_share_one_call_an_earlier_reply_winning(

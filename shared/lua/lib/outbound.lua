@@ -224,13 +224,24 @@ local function failed_part(prefix, r, id, failure, due_key, now)
   if due_key then start_late_job(prefix, r.person, due_key, now) end
 end
 
+-- Count one `field` in `stats`: the stats hash's key, or a function(field, n) of the caller's.
+local function count_to(stats, field)
+  if type(stats) == 'function' then
+    stats(field, 1)
+  else
+    redis.call('HINCRBY', stats, field, '1')
+  end
+end
+
 -- The provider accepted part `part` of `batch` as `id`: record it in the book, keep the
 -- batch's messages for a late failure, note a template, and apply a status that overtook the
 -- send's answer (parked as `early` by apply_status). A late failure found here is only
 -- queued: the batch is still running; finish.lua starts it. `b` is what the caller read of
 -- the person's batch hash (recorded_batch; nil: read here). `batch` names the batch: `b.id`,
 -- or a reply by hand's own id. `now_text`: `now` as text, when the caller has it already.
-local function record_outbound(prefix, stats_key, out_prefix, id, batch, person, part, ttl, now,
+-- `stats` is the stats hash's key, or a function(field, n) that sums the counts for the caller
+-- (finish.lua adds them with its turns' figures: one HINCRBY per field a call).
+local function record_outbound(prefix, stats, out_prefix, id, batch, person, part, ttl, now,
     b, now_text)
   local okey = out_prefix .. id
   -- Mostly no status came first: one field says so, and the rest is read only when it did.
@@ -249,7 +260,7 @@ local function record_outbound(prefix, stats_key, out_prefix, id, batch, person,
   if redis.call('HSET', r.key, field, record_value(r)) == 1 then
     book_added(book, gen, r.key, redis.call('HLEN', r.key), OUT_FILL)
   end
-  redis.call('HINCRBY', stats_key, 'parts_out', '1')
+  count_to(stats, 'parts_out')
   b = b or recorded_batch(conv_key(prefix, person, BATCH))
   keep_sent(prefix, person, batch, part, b)
   if b[RB_TEMPLATE] == '1' and b[RB_TEMPLATE_PART] == tostring(part) then
@@ -258,7 +269,7 @@ local function record_outbound(prefix, stats_key, out_prefix, id, batch, person,
     redis.call('EXPIRE', lkey, '{{LATE_TTL_S}}')
   end
   if not early then return end
-  redis.call('HINCRBY', stats_key, 'parts_' .. early, '1')
+  count_to(stats, 'parts_' .. early)
   if early ~= 'failed' then return end
   local ok, f = pcall(cjson.decode, failure or '')
   -- (`early_error`: the code alone, as the release before late failures parked it)
