@@ -254,11 +254,14 @@ local function record_outbound(prefix, stats, out_prefix, id, batch, person, par
   end
   local book, h, field = out_book(out_prefix), record_place(id)
   local gen = book_open(book, math.floor(now / 1000), ttl, OUT_GEN_S, OUT_FILL, 'HLEN')
-  local r = {status = STATUS_CODE[early or ''] and early or 'accepted', sent_ms = now_text or now,
-    part = part, error = '', person = person, batch = batch, key = book_key(gen, h),
-    field = field}
-  if redis.call('HSET', r.key, field, record_value(r)) == 1 then
-    book_added(book, gen, r.key, redis.call('HLEN', r.key), OUT_FILL)
+  local status, sent_ms, key = STATUS_CODE[early or ''] and early or 'accepted', now_text or now,
+    book_key(gen, h)
+  -- The value as record_value spells it, without a record's table: only an early failure
+  -- below needs one (every reply part comes through here).
+  local value = STATUS_CODE[status] .. '|' .. sent_ms .. '|' .. part .. '||' .. person .. '|'
+    .. batch
+  if redis.call('HSET', key, field, value) == 1 then
+    book_added(book, gen, key, redis.call('HLEN', key), OUT_FILL)
   end
   count_to(stats, 'parts_out')
   b = b or recorded_batch(conv_key(prefix, person, BATCH))
@@ -274,7 +277,8 @@ local function record_outbound(prefix, stats, out_prefix, id, batch, person, par
   local ok, f = pcall(cjson.decode, failure or '')
   -- (`early_error`: the code alone, as the release before late failures parked it)
   if not ok or type(f) ~= 'table' then f = {code = tonumber(early_error or '')} end
-  failed_part(prefix, r, id, f, nil, now)
+  failed_part(prefix, {status = status, sent_ms = sent_ms, part = part, error = '',
+    person = person, batch = batch, key = key, field = field}, id, f, nil, now)
 end
 
 -- One status event (kind "status") of the intake: move its outbound record forward. A status
