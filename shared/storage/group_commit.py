@@ -65,12 +65,7 @@ class _Grouped:
             self.set_exception(TypeError(f"a grouped call of {len(self.futures)} got {result!r}"))
             return
         for caller, element in zip(self.futures, result, strict=True):
-            if caller.done():
-                continue
-            if isinstance(element, Exception):
-                caller.set_exception(element)
-            else:
-                caller.set_result(element)
+            _deliver(caller, element)
 
     def set_exception(self, error: BaseException) -> None:
         for caller in self.futures:
@@ -80,6 +75,16 @@ class _Grouped:
 
 # Who a round gives a command's reply to: its caller's future, or a group of calls.
 _Receiver = asyncio.Future[Any] | _Grouped
+
+
+def _deliver(receiver: _Receiver, reply: Any) -> None:
+    """A reply to whoever waits for it (an error reply as its error), unless it gave up."""
+    if receiver.done():
+        return
+    if isinstance(reply, Exception):
+        receiver.set_exception(reply)
+    else:
+        receiver.set_result(reply)
 
 
 class GroupCommitter:
@@ -233,13 +238,8 @@ class GroupCommitter:
                 if not future.done():
                     future.set_exception(exc)
             return
-        for (_, future), result in zip(live, results, strict=True):
-            if future.done():
-                continue
-            if isinstance(result, Exception):
-                future.set_exception(result)
-            else:
-                future.set_result(result)
+        for (_, receiver), result in zip(live, results, strict=True):
+            _deliver(receiver, result)
 
     async def _exchange(self, commands: list[Command], sent: Sent | None = None) -> list[Any]:
         async with asyncio.timeout(self._timeout_s):
