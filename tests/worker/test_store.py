@@ -7,6 +7,7 @@ import asyncio
 from dataclasses import replace
 from typing import Any
 
+import orjson
 import pytest
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
@@ -290,6 +291,83 @@ async def test_turns_ending_in_one_round_share_one_finish_each_ending_as_its_loc
     assert running == {lost.person}, "the ended turns left running, the lost one did not"
     assert await redis.zscore(listed, done.person) > listed_before[done.person]
     assert await redis.zscore(listed, retried.person) == listed_before[retried.person]
+
+
+async def test_a_shared_finish_asks_once_what_waits_and_ends_each_turn_as_alone(
+    redis: Redis, store: ConversationStore, prefix: str
+) -> None:
+    """finish.lua reads the locks of a call's turns in one MGET, asks once whether any reply
+    part has a status parked ahead of it and, once the turns released their locks and batches
+    (one DEL), once whether anyone has messages waiting or a late failure queued: each turn
+    still ends as alone. Here, in one call: one person wrote during the turn (due as the burst
+    says), one has a late failure queued (its batch made, due now), one reply part's `delivered`
+    came before its record (applied and counted), one had nothing; and the last one's finish
+    sent twice: the second finds the lock released by the first and ends nothing."""
+    k = Keys(prefix).tenant(TENANT)
+    people = [f"5491155550{i}00" for i in range(4)]
+    for person in people:
+        await push_message(redis, prefix, person, f"m-{person}", "hola")
+    waiting, late, early, plain = [
+        await claim_due_now(redis, store, prefix, p, f"w{i}") for i, p in enumerate(people)
+    ]
+    await push_message(redis, prefix, waiting.person, "m-later", "otra cosa")
+    await push_status(redis, prefix, early.person, "wamid.early-0", "delivered")
+    await store.claim(TENANT, 0, "intake")
+    job = {"batch": "b-before", "part": 0, "id": "wamid.gone", "code": 131026, "sent_ms": 1}
+    await redis.hset(k.late(late.person), "job:wamid.gone", orjson.dumps(job))
+    calls_before = _script_calls(await redis.info("commandstats"))
+    ended = await asyncio.gather(
+        store.finish_done(waiting),
+        store.finish_done(late),
+        store.finish_done(early, last_part=(0, "wamid.early-0")),
+        store.finish_done(plain, last_part=(0, "wamid.plain-0")),
+        store.finish_done(plain, last_part=(0, "wamid.plain-0")),
+    )
+    now = await redis_ms(redis)
+    assert _script_calls(await redis.info("commandstats")) - calls_before == 1
+    assert ended == [True, True, True, True, False]
+    for turn in (waiting, plain, early):
+        assert not await redis.exists(k.lock(turn.person), k.batch(turn.person))
+    waiting_due = await redis.zscore(k.due, waiting.person)
+    assert waiting_due is not None and now - 1000 < waiting_due <= now + WINDOW_MS
+    assert await redis.hget(k.batch(late.person), "late_of") == b"b-before"
+    late_due = await redis.zscore(k.due, late.person)
+    assert late_due is not None and late_due <= now
+    assert await redis.zscore(k.due, plain.person) is None
+    assert await redis.zscore(k.due, early.person) is None
+    early_record, plain_record = await outbound.records(
+        redis, k, ["wamid.early-0", "wamid.plain-0"]
+    )
+    assert early_record["status"] == "delivered" and plain_record["status"] == "accepted"
+    assert not await redis.exists(k.outbound("wamid.early-0")), "the parked status taken"
+    stats = counters(await redis.hgetall(k.stats))
+    assert stats["turns"] == 4 and stats["parts_out"] == 2 and stats["parts_delivered"] == 1
+
+
+async def test_a_claim_asks_once_for_up_to_200_people_whether_anything_holds_them(
+    redis: Redis, store: ConversationStore, prefix: str
+) -> None:
+    """claim.lua asks in one EXISTS whether any of up to 200 people found due has a lock, a
+    pause, a batch or context; where one does, each of those people is asked alone. 260 people
+    due in one claim, the 256th (the second group's) still locked: the other 259 are claimed,
+    the held one stays due until its lock's end, a context item of the second group is taken
+    with its batch."""
+    k = Keys(prefix).tenant(TENANT)
+    people = [f"54911{i:08d}" for i in range(260)]
+    for person in people:
+        await push_message(redis, prefix, person, f"m-{person}", "hola", wake=False)
+    await store.claim(TENANT, 0, "intake")
+    held, with_context = people[255], people[257]
+    await redis.set(k.lock(held), "someone", px=8000)
+    await redis.rpush(k.context(with_context), b'{"kind":"note","text":"vip"}')
+    await redis.zadd(k.due, dict.fromkeys(people, 0))
+    claim = await store.claim(TENANT, 300, "big")
+    claimed = {b.person: b for b in claim.batches}
+    assert set(claimed) == set(people) - {held}
+    assert "vip" in str(claimed[with_context].context)
+    held_due = await redis.zscore(k.due, held)
+    assert held_due is not None and claim.now_ms + 7000 < held_due <= claim.now_ms + 8000
+    assert await redis.llen(k.pending(held)) == 1
 
 
 async def test_replies_saved_in_one_round_share_one_call_an_earlier_reply_winning(
