@@ -11,7 +11,9 @@ keys qualifies). Two figures, Redis microseconds (`INFO commandstats`, EVALSHA):
 - intake: N one-message conversations taken in, 1 000 a claim call, the calls alternating
   (new people: each message a person the index has not listed; then known people: a second
   message each);
-- finish: N batches claimed, then finished (done) in chunks of 250 alternating.
+- claim: N due conversations claimed, 200 a call, the calls alternating;
+- finish: the N batches finished in chunks of 250 alternating, as a turn after a one-part
+  reply (the exchange remembered, the part recorded, the figures).
 
 Written for issue 23's conversations index (one ZADD per claim call and per finish).
 `--steady-windows` seeds the book of 24-hour windows (issue 24) as a steady traffic leaves it.
@@ -31,6 +33,7 @@ from scripts.bench.commandstats import script_stats
 from scripts.bench.revision import ROOT
 
 CHUNK = 250
+CLAIM = 200  # batches a claim call asks for, as a worker with 200 free slots
 
 
 def export_lua(rev: str) -> Path:
@@ -61,10 +64,15 @@ async def seed_windows(r: Any, k: Any, n: int) -> None:
 
 
 async def measure(other: str, lua: Path, n: int, steady_windows: bool = False) -> None:
-    import orjson
-
     import worker.conversation_store as store
-    from scripts.bench.worker_load import PREFIX, TENANT, Bench, make_event, person_id
+    from scripts.bench.worker_load import (
+        PREFIX,
+        TENANT,
+        Bench,
+        finish_one_part_replies,
+        make_event,
+        person_id,
+    )
     from scripts.dev.redis_server import RedisServer
     from shared.keys import Keys
     from shared.settings import Settings
@@ -111,19 +119,27 @@ async def measure(other: str, lua: Path, n: int, steady_windows: bool = False) -
 
             await asyncio.sleep(0.05)
             batches: list[Any] = []
+            spent = dict.fromkeys(labels, 0.0)
+            claimed = dict.fromkeys(labels, 0)
             while len(batches) < n:
-                got = await stores[labels[0]].claim(TENANT, 200, f"t{len(batches)}")
+                label = labels[(len(batches) // CLAIM) % 2]
+                await r.config_resetstat()
+                got = await stores[label].claim(TENANT, CLAIM, f"t{len(batches)}")
+                spent[label] += await usec()
+                claimed[label] += len(got.batches)
                 if not got.batches:
                     break
                 batches.extend(got.batches)
+            for label in labels:
+                per = spent[label] / max(claimed[label], 1)
+                print(f"claim, {CLAIM} a call         {label:>14s}: {per:6.2f} µs/batch")
             spent = dict.fromkeys(labels, 0.0)
             done = dict.fromkeys(labels, 0)
-            remember = orjson.dumps({"user": "u", "assistant": "ok"})
             for i in range(0, len(batches), CHUNK):
                 label = labels[(i // CHUNK) % 2]
                 chunk = batches[i : i + CHUNK]
                 await r.config_resetstat()
-                await asyncio.gather(*(stores[label].finish_done(x, remember) for x in chunk))
+                await finish_one_part_replies(stores[label], chunk, first=i)
                 spent[label] += await usec()
                 done[label] += len(chunk)
             for label in labels:

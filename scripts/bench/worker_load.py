@@ -374,10 +374,10 @@ async def redis_lpush_rpop_baseline(url: str, n: int, chunk: int = 200) -> float
         await redis.aclose()
 
 
-async def finish_one_part_replies(conv: Any, batches: Sequence[Any]) -> None:
+async def finish_one_part_replies(conv: Any, batches: Sequence[Any], first: int = 0) -> None:
     """Finish each claimed batch as a turn does after a one-part reply "ok": the exchange
-    remembered, the part's record (`wamid.X<i>`) and one AI call's and one send's figures, in
-    one finish call each (scripts/bench/turn_instructions.py, worker_scriptcost.py)."""
+    remembered, the part's record (`wamid.X<i>`, i counted from `first`) and one AI call's and
+    one send's figures (scripts/bench/turn_instructions.py, worker_scriptcost.py, lua_ab.py)."""
     import orjson
 
     from shared.fleet import turn_figures
@@ -391,6 +391,6 @@ async def finish_one_part_replies(conv: Any, batches: Sequence[Any]) -> None:
                 (0, f"wamid.X{i}"),
                 figures,
             )
-            for i, x in enumerate(batches)
+            for i, x in enumerate(batches, first)
         )
     )

@@ -436,41 +436,19 @@ if max_claim > 0 then
     end
   end
   if #found > 0 then redis.call('ZREM', KEYS[2], unpack(found)) end
-  if #due > 0 then
-    legacy_lastin = lastin_legacy_possible(lastin_book(prefix), now_s, service_window)
-  end
-  -- Mostly none of the lock, a pause, a batch (a retry's) and context exists for anyone
-  -- found (nor, while one may be left, the window key of the release before): one command
-  -- says so for up to 200 people (claiming one changes no other's keys); where one does,
-  -- each of those people is asked below. The keys are made once, here, `per` a person in the
-  -- order found: lock, pause, batch, context (and the window key).
-  local clear, keys, per = {}, {}, legacy_lastin and 5 or 4
-  for from = 1, #due, 400 do
-    local first, last = #keys + 1, math.min(from + 398, #due - 1)
-    for j = from, last, 2 do
-      local person = due[j]
-      keys[#keys + 1] = conv_key(prefix, person, LOCK)
-      keys[#keys + 1] = conv_key(prefix, person, HUMAN)
-      keys[#keys + 1] = conv_key(prefix, person, BATCH)
-      keys[#keys + 1] = conv_key(prefix, person, CONTEXT)
-      if legacy_lastin then keys[#keys + 1] = conv_key(prefix, person, LASTIN) end
-    end
-    if redis.call('EXISTS', unpack(keys, first, #keys)) == 0 then
-      for j = from, last, 2 do clear[j] = true end
-    end
-  end
   for j = 1, #due, 2 do
     local person, due_ms, i = due[j], due[j + 1], (j + 1) / 2
-    local at = (i - 1) * per
-    local lock, hkey, bkey, ckey = keys[at + 1], keys[at + 2], keys[at + 3], keys[at + 4]
-    -- Where the people asked with this one had any of them, one command says whether this
-    -- one has (a person with any costs one more).
+    local lock, hkey = conv_key(prefix, person, LOCK), conv_key(prefix, person, HUMAN)
+    local bkey, ckey = conv_key(prefix, person, BATCH), conv_key(prefix, person, CONTEXT)
+    -- Mostly none of the lock, a pause, a batch (a retry's) and context exists: one command
+    -- says so, where asking each was three (a person with any of them costs one more); so
+    -- for the window key of the release before, while one may be left.
     local none, no_legacy
-    if clear[j] then
-      none = true
-      if legacy_lastin then no_legacy = true end
-    elseif legacy_lastin then
-      none = redis.call('EXISTS', lock, hkey, bkey, ckey, keys[at + 5]) == 0
+    if legacy_lastin == nil then
+      legacy_lastin = lastin_legacy_possible(lastin_book(prefix), now_s, service_window)
+    end
+    if legacy_lastin then
+      none = redis.call('EXISTS', lock, hkey, bkey, ckey, conv_key(prefix, person, LASTIN)) == 0
       no_legacy = none
       if not none then none = redis.call('EXISTS', lock, hkey, bkey, ckey) == 0 end
     else

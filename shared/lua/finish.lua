@@ -69,42 +69,15 @@ end
 -- a turn does reads either key).
 local ended_people, done_people = {}, {}
 
--- Read for every turn of the call at once, before any ends (one command each, not one a
--- turn): the lock holders (MGET), and whether any reply part's provider id has a status
--- parked ahead of it (`out:<id>`, lib/outbound.lua; mostly none has: the parts are recorded
--- without asking each). A turn's own lock is gone from `held` once it released it: a second
--- turn of the same lock in the call finds it free, as it did when each turn asked.
-local held, locks, early_possible = {}, {}, false
-do
-  local outs = {}
-  for i = 9, #ARGV, 11 do
-    locks[#locks + 1] = conv_key(prefix, ARGV[i], LOCK)
-    if ARGV[i + 2] == 'done' and ARGV[i + 6] ~= '' and ARGV[i + 7] ~= '' then
-      outs[#outs + 1] = ARGV[6] .. ARGV[i + 7]
-    end
-  end
-  if #locks > 0 then
-    local tokens = redis.call('MGET', unpack(locks))
-    for k, lock in ipairs(locks) do
-      if held[lock] == nil then held[lock] = tokens[k] end
-    end
-  end
-  early_possible = #outs > 0 and redis.call('EXISTS', unpack(outs)) > 0
-end
--- What the ended turns release (their locks; a done or parked turn's batch too): one DEL
--- for the call, once every turn is through (nothing a turn does reads another's lock or
--- batch); and the people whose waiting messages or late failures are looked at after it.
-local released, settled = {}, {}
-
-local function finish_turn(lock, person, token, outcome, delay_or_reason, error_or_item,
-    remember_entry, last_part, last_part_id, unknown, count_attempt)
-  if held[lock] ~= token then return 0 end
-  held[lock] = false
+local function finish_turn(person, token, outcome, delay_or_reason, error_or_item, remember_entry,
+    last_part, last_part_id, unknown, count_attempt)
+  local lock = conv_key(prefix, person, LOCK)
+  if redis.call('GET', lock) ~= token then return 0 end
   local bkey = conv_key(prefix, person, BATCH)
 
   ended_people[#ended_people + 1] = person
   if outcome == 'retry' then
-    released[#released + 1] = lock
+    redis.call('DEL', lock)
     if count_attempt == '0' then
       add('ai_waits', 1)
     else
@@ -138,26 +111,23 @@ local function finish_turn(lock, person, token, outcome, delay_or_reason, error_
     if last_part ~= '' and last_part_id ~= '' then
       local b = recorded_batch(bkey)
       record_outbound(prefix, add, ARGV[6], last_part_id, b[RB_ID], person, last_part,
-        ARGV[7], now, b, now_text, not early_possible)
+        ARGV[7], now, b, now_text)
     end
     if remember_entry ~= '' then
       local turns = tonumber(ARGV[4])
       if turns > 0 then remember(conv_key(prefix, person, MEMORY), remember_entry, turns, ARGV[5]) end
     end
   end
-  released[#released + 1] = lock
-  released[#released + 1] = bkey
-  settled[#settled + 1] = person
-  return 1
-end
-
--- After the release: a late delivery failure queued meanwhile runs next, as a batch
--- (lib/outbound.lua); the messages waiting are scheduled when it ends.
-local function schedule_next(person)
-  if start_late_job(prefix, person, KEYS[1], now, true) then return end
+  -- The lock and the batch go in one command (nothing this script calls above reads either).
+  redis.call('DEL', lock, bkey)
+  -- A late delivery failure queued meanwhile runs next, as a batch (lib/outbound.lua); the
+  -- messages waiting are scheduled when it ends. Mostly there is neither: one command says so.
+  local pkey = conv_key(prefix, person, PENDING)
+  if redis.call('EXISTS', conv_key(prefix, person, LATE), pkey) == 0 then return 1 end
+  if start_late_job(prefix, person, KEYS[1], now, true) then return 1 end
   -- Messages that arrived during the turn form the next batch, due as their burst says
   -- (possibly already due).
-  if redis.call('EXISTS', conv_key(prefix, person, PENDING)) == 1 then
+  if redis.call('EXISTS', pkey) == 1 then
     local b = burst_get(KEYS[3], person)
     local first, last = now, now
     if b then
@@ -167,49 +137,25 @@ local function schedule_next(person)
     redis.call('ZADD', KEYS[1], math.min(last + tonumber(ARGV[2]), first + tonumber(ARGV[3])),
       person)
   end
-end
-
-local function error_reply(err)
-  return redis.error_reply(type(err) == 'table' and tostring(err.err) or tostring(err))
+  return 1
 end
 
 -- One turn's error (a bad value) is that turn's answer, an error reply in its place: the
 -- turns ended with it in the same call are not failed with it.
-local ended, settled_at = {}, {}
+local ended = {}
 for i = 9, #ARGV, 11 do
-  local before = #settled
-  local ok, result = pcall(finish_turn, locks[#ended + 1], unpack(ARGV, i, i + 9))
-  if not ok then result = error_reply(result) end
-  ended[#ended + 1] = result
-  if #settled > before then settled_at[#settled] = #ended end
-end
--- (A call ends MAX_GROUP turns at most, shared/storage/group_commit.py: far below what
--- unpack's stack takes.)
-if #released > 0 then redis.call('DEL', unpack(released)) end
--- Mostly no one released has messages waiting or a late failure queued: one command says so.
-if #settled > 0 then
-  local waiting = {}
-  for _, person in ipairs(settled) do
-    waiting[#waiting + 1] = conv_key(prefix, person, LATE)
-    waiting[#waiting + 1] = conv_key(prefix, person, PENDING)
-  end
-  if redis.call('EXISTS', unpack(waiting)) > 0 then
-    for k, person in ipairs(settled) do
-      if redis.call('EXISTS', waiting[2 * k - 1], waiting[2 * k]) > 0 then
-        local ok, err = pcall(schedule_next, person)
-        if not ok then ended[settled_at[k]] = error_reply(err) end
-      end
-    end
-  end
-end
--- The figures of the turns that ended, once all are (a turn failed on its values adds none).
-for t, result in ipairs(ended) do
-  if result == 1 then
-    for field, n in string.gmatch(ARGV[9 + (t - 1) * 11 + 10], '(%S+) (%S+)') do
+  local ok, held = pcall(finish_turn, unpack(ARGV, i, i + 9))
+  if not ok then
+    held = redis.error_reply(type(held) == 'table' and tostring(held.err) or tostring(held))
+  elseif held == 1 then
+    for field, n in string.gmatch(ARGV[i + 10], '(%S+) (%S+)') do
       add(field, tonumber(n))
     end
   end
+  ended[#ended + 1] = held
 end
+-- (A call ends MAX_GROUP turns at most, shared/storage/group_commit.py: far below what
+-- unpack's stack takes.)
 if #ended_people > 0 then redis.call('ZREM', KEYS[2], unpack(ended_people)) end
 if #done_people > 0 then redis.call('ZADD', KEYS[6], unpack(done_people)) end
 for field, n in pairs(added) do

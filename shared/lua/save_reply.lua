@@ -13,13 +13,9 @@
 -- uses: lib/keys.lua (conv_key, BATCH, LOCK)
 local prefix = ARGV[1]
 local saved, stored = {}, 0
--- Every turn's lock holder in one command (saving a reply changes no lock).
-local locks = {}
-for i = 2, #ARGV, 3 do locks[#locks + 1] = conv_key(prefix, ARGV[i], LOCK) end
-local holders = #locks > 0 and redis.call('MGET', unpack(locks)) or {}
 for i = 2, #ARGV, 3 do
   local person, token = ARGV[i], ARGV[i + 1]
-  if holders[(i + 1) / 3] ~= token then
+  if redis.call('GET', conv_key(prefix, person, LOCK)) ~= token then
     saved[#saved + 1] = false
   else
     local bkey = conv_key(prefix, person, BATCH)

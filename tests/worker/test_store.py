@@ -293,16 +293,14 @@ async def test_turns_ending_in_one_round_share_one_finish_each_ending_as_its_loc
     assert await redis.zscore(listed, retried.person) == listed_before[retried.person]
 
 
-async def test_a_shared_finish_asks_once_what_waits_and_ends_each_turn_as_alone(
+async def test_turns_ending_in_one_call_each_leave_what_comes_next_as_alone(
     redis: Redis, store: ConversationStore, prefix: str
 ) -> None:
-    """finish.lua reads the locks of a call's turns in one MGET, asks once whether any reply
-    part has a status parked ahead of it and, once the turns released their locks and batches
-    (one DEL), once whether anyone has messages waiting or a late failure queued: each turn
-    still ends as alone. Here, in one call: one person wrote during the turn (due as the burst
-    says), one has a late failure queued (its batch made, due now), one reply part's `delivered`
-    came before its record (applied and counted), one had nothing; and the last one's finish
-    sent twice: the second finds the lock released by the first and ends nothing."""
+    """What comes after a turn is decided per person in a shared finish. In one call: one
+    person wrote during the turn (due as the burst says), one has a late failure queued (its
+    batch made, due now), one reply part's `delivered` came before its record (applied and
+    counted), one had nothing; and the last one's finish sent twice: the second finds the lock
+    released by the first and ends nothing."""
     k = Keys(prefix).tenant(TENANT)
     people = [f"5491155550{i}00" for i in range(4)]
     for person in people:
@@ -344,14 +342,12 @@ async def test_a_shared_finish_asks_once_what_waits_and_ends_each_turn_as_alone(
     assert stats["turns"] == 4 and stats["parts_out"] == 2 and stats["parts_delivered"] == 1
 
 
-async def test_a_claim_asks_once_for_up_to_200_people_whether_anything_holds_them(
+async def test_one_claim_of_hundreds_keeps_only_the_held_person_due(
     redis: Redis, store: ConversationStore, prefix: str
 ) -> None:
-    """claim.lua asks in one EXISTS whether any of up to 200 people found due has a lock, a
-    pause, a batch or context; where one does, each of those people is asked alone. 260 people
-    due in one claim, the 256th (the second group's) still locked: the other 259 are claimed,
-    the held one stays due until its lock's end, a context item of the second group is taken
-    with its batch."""
+    """260 people due in one claim call (more than a worker's free slots ever ask for), the
+    256th still locked: the other 259 are claimed, the held one stays due until its lock's end
+    with its message waiting, and a context item of another is taken with that one's batch."""
     k = Keys(prefix).tenant(TENANT)
     people = [f"54911{i:08d}" for i in range(260)]
     for person in people:

@@ -240,14 +240,12 @@ end
 -- the person's batch hash (recorded_batch; nil: read here). `batch` names the batch: `b.id`,
 -- or a reply by hand's own id. `now_text`: `now` as text, when the caller has it already.
 -- `stats` is the stats hash's key, or a function(field, n) that sums the counts for the caller
--- (finish.lua adds them with its turns' figures: one HINCRBY per field a call). `no_early`:
--- the caller knows no status was parked for `id` (finish.lua asks once for all its parts).
+-- (finish.lua adds them with its turns' figures: one HINCRBY per field a call).
 local function record_outbound(prefix, stats, out_prefix, id, batch, person, part, ttl, now,
-    b, now_text, no_early)
+    b, now_text)
   local okey = out_prefix .. id
   -- Mostly no status came first: one field says so, and the rest is read only when it did.
-  local early = nil
-  if not no_early then early = redis.call('HGET', okey, 'early') end
+  local early = redis.call('HGET', okey, 'early')
   local failure, early_error = nil, nil
   if early then
     local e = redis.call('HMGET', okey, 'early_failure', 'early_error')
