@@ -40,9 +40,10 @@ local function record_place(id)
   return book_hash(digest), string.sub(digest, 1, 16)
 end
 
-local function record_value(r)
-  return STATUS_CODE[r.status] .. '|' .. r.sent_ms .. '|' .. r.part .. '|' .. r.error .. '|'
-    .. r.person .. '|' .. r.batch
+-- A record's value (the book's field), from its parts: no table is needed to spell one.
+local function record_value(status, sent_ms, part, err, person, batch)
+  return STATUS_CODE[status] .. '|' .. sent_ms .. '|' .. part .. '|' .. err .. '|' .. person
+    .. '|' .. batch
 end
 
 -- The record of provider id `id` (a table: status, sent_ms, part, error, person, batch, and
@@ -71,7 +72,8 @@ local function save_record(r)
   if r.legacy then
     redis.call('HSET', r.legacy, 'status', r.status, 'error', r.error)
   else
-    redis.call('HSET', r.key, r.field, record_value(r))
+    redis.call('HSET', r.key, r.field,
+      record_value(r.status, r.sent_ms, r.part, r.error, r.person, r.batch))
   end
 end
 
@@ -256,10 +258,8 @@ local function record_outbound(prefix, stats, out_prefix, id, batch, person, par
   local gen = book_open(book, math.floor(now / 1000), ttl, OUT_GEN_S, OUT_FILL, 'HLEN')
   local status, sent_ms, key = STATUS_CODE[early or ''] and early or 'accepted', now_text or now,
     book_key(gen, h)
-  -- The value as record_value spells it, without a record's table: only an early failure
-  -- below needs one (every reply part comes through here).
-  local value = STATUS_CODE[status] .. '|' .. sent_ms .. '|' .. part .. '||' .. person .. '|'
-    .. batch
+  -- Only an early failure below makes a record's table (every reply part comes through here).
+  local value = record_value(status, sent_ms, part, '', person, batch)
   if redis.call('HSET', key, field, value) == 1 then
     book_added(book, gen, key, redis.call('HLEN', key), OUT_FILL)
   end
