@@ -121,7 +121,11 @@ async def test_a_pause_shorter_than_the_hold_loses_no_chatwoot_message(
             *(post_chatwoot(client, 9100 + i, after_s=0.15 * i) for i in range(10))
         )
     assert [r.status_code for r, _ in answers] == [200] * 10
-    assert [counts(r)["stored"] for r, _ in answers] == [1] * 10
+    # Each message is in Redis once the 200 comes: stored by the answering attempt, or by an
+    # earlier attempt of the same hold that timed out while Redis held it paused and that
+    # Redis ran once unpaused (then the answering attempt found it a duplicate). Which of
+    # the two is a race on a loaded machine; that it is one of them, and once, is not.
+    assert [counts(r)["stored"] + counts(r)["duplicates"] for r, _ in answers] == [1] * 10
     assert max(elapsed for _, elapsed in answers) < CHATWOOT_GIVES_UP_S
     assert max(elapsed for _, elapsed in answers) > 1.0  # they were held: the pause was real
     stored = [e["id"] for e in await inbox(admin, CHATWOOT_TENANT)]
